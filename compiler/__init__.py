@@ -1,0 +1,24 @@
+"""Inplace Compiler: trace Paddle-style tensor programs into SSA graphs, differentiate them at
+trace time, reuse buffers in place where provably safe, plan all memory into one arena.
+
+    import compiler as cc
+    fn = cc.compile(step, backend="numpy", inplace="auto")
+"""
+from . import creation as _creation
+from .api import CompiledFunction, Program, compile, trace
+from .creation import (arange, concat, full, full_like, ones, ones_like, where, zeros,
+                       zeros_like)
+from .errors import CompilerError, InplaceError, ShapeError, TraceError
+from .ir import Graph, Loc, Node, Value
+from .pipeline import pipeline
+from .tensor import Tensor, to_tensor
+from .tracer import no_grad
+
+globals().update({k: v for k, v in _creation.module_functions().items() if k not in globals()})
+
+__all__ = [
+    "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
+    "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
+    "zeros_like", "ones_like", "concat", "where", "CompilerError", "InplaceError", "ShapeError",
+    "TraceError",
+]

@@ -1,0 +1,233 @@
+"""The driver: `trace()`, `compile()`, and the compiled `Program` for one input signature."""
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+
+import numpy as np
+
+from . import tracer as _tr
+from .errors import InplaceError, ShapeError, TraceError
+from .ir import Graph, type_str
+from .ops import SUPPORTED_DTYPES
+from .tensor import Storage, Tensor, _is_scalar
+
+BACKENDS = ("numpy", "cpu", "gpu")
+INPLACE_MODES = ("auto", "off", "strict")
+
+
+# -- tracing -----------------------------------------------------------------------------
+def _param_names(fn, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(n):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            names.append(params[i].name)
+        else:
+            names.append(f"arg{i}")
+    return names
+
+
+def _check_arg(i, name, a, loc):
+    if isinstance(a, np.ndarray):
+        if a.dtype not in SUPPORTED_DTYPES:
+            raise TraceError(f"argument '{name}' has unsupported dtype {a.dtype}: use one of "
+                             + ", ".join(d.name for d in SUPPORTED_DTYPES), loc)
+        return
+    if _is_scalar(a):
+        return
+    raise TraceError(f"argument '{name}' is a {type(a).__name__}: pass numpy arrays or Python "
+                     "scalars", loc)
+
+
+def _flatten_result(result, tensors: list, loc):
+    """The returned structure with each Tensor replaced by ("t", k)."""
+    if isinstance(result, Tensor):
+        tensors.append(result)
+        return ("t", len(tensors) - 1)
+    if isinstance(result, (tuple, list)):
+        return (type(result).__name__, [_flatten_result(r, tensors, loc) for r in result])
+    if isinstance(result, dict):
+        return ("dict", [(k, _flatten_result(v, tensors, loc)) for k, v in result.items()])
+    if result is None or isinstance(result, (numbers.Number, str, np.ndarray)):
+        return ("c", result)
+    raise TraceError(f"the traced function returned a {type(result).__name__}; return tensors "
+                     "in tuples, lists or dicts", loc)
+
+
+def trace(fn, *args, name: str | None = None) -> Graph:
+    """Trace `fn` on example arguments (numpy arrays and Python scalars) into an SSA graph,
+    backward included when `fn` calls `backward()`."""
+    loc = _tr.user_loc()
+    names = _param_names(fn, len(args))
+    for i, (n, a) in enumerate(zip(names, args)):
+        _check_arg(i, n, a, loc)
+    tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
+    graph = tracer.graph
+    targs, storages = [], []  # storages[k]: the buffer of graph input k
+    with tracer:
+        for n, a in zip(names, args):
+            if isinstance(a, np.ndarray):
+                storage = Storage(graph.add_input(n, a.shape, a.dtype),
+                                  input_index=len(storages))
+                storages.append(storage)
+                targs.append(Tensor(tracer, storage, name=n))
+            else:
+                targs.append(a)
+        result = fn(*targs)
+        tensors: list[Tensor] = []
+        graph.output_tree = _flatten_result(result, tensors, loc)
+        graph.outputs = [t._v() for t in tensors]
+    graph.mutations = {k: s.base for k, s in enumerate(storages)
+                       if s.base is not graph.inputs[k]}
+    graph.mutation_locs = {k: l for k, l in graph.mutation_locs.items() if k in graph.mutations}
+    return graph
+
+
+def signature_of(args) -> tuple:
+    sig = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            sig.append(("array", a.shape, a.dtype.str))
+        else:
+            sig.append(("scalar", type(a).__name__, a))
+    return tuple(sig)
+
+
+def _rebuild(tree, arrays):
+    kind, payload = tree
+    if kind == "t":
+        return arrays[payload]
+    if kind == "c":
+        return payload
+    if kind == "dict":
+        return {k: _rebuild(v, arrays) for k, v in payload}
+    items = [_rebuild(v, arrays) for v in payload]
+    return tuple(items) if kind == "tuple" else items
+
+
+# -- the compiled program ------------------------------------------------------------------
+class Program:
+    """A traced, planned and lowered function for one input signature."""
+
+    def __init__(self, graph: Graph, signature, backend: str, inplace: str, donate=(),
+                 plan=None, executable=None):
+        self.graph = graph
+        self.signature = signature
+        self.backend = backend
+        self.inplace = inplace
+        self.donate = tuple(donate)
+        self.plan = plan
+        self._exec = executable
+
+    @property
+    def source(self) -> str:
+        return getattr(self._exec, "source", "")
+
+    def _check_args(self, args, loc):
+        if len(args) != len(self.signature):
+            raise TraceError(f"{self.graph.name} was compiled for {len(self.signature)} "
+                             f"arguments, got {len(args)}", loc)
+        names = _param_names_from_graph(self.graph, self.signature)
+        for name, a, sig in zip(names, args, self.signature):
+            _check_arg(0, name, a, loc)
+            if sig[0] == "array":
+                if not isinstance(a, np.ndarray):
+                    raise TraceError(f"argument '{name}' must be an array", loc)
+                if a.shape != sig[1]:
+                    raise ShapeError(f"argument '{name}' has shape {list(a.shape)}, but "
+                                     f"{self.graph.name} was compiled for "
+                                     f"{type_str(sig[1], np.dtype(sig[2]))}", loc)
+                if a.dtype.str != sig[2]:
+                    raise TraceError(f"argument '{name}' has dtype {a.dtype}, but "
+                                     f"{self.graph.name} was compiled for "
+                                     f"{np.dtype(sig[2]).name}", loc)
+            elif not isinstance(a, np.ndarray) and a != sig[2]:
+                raise TraceError(f"scalar argument '{name}' is {a!r}; this program was traced "
+                                 f"with {sig[2]!r} (scalars are compile-time constants)", loc)
+
+    def __call__(self, *args):
+        loc = _tr.user_loc()
+        self._check_args(args, loc)
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        for i in self.graph.mutations:
+            if not arrays[i].flags.writeable:
+                raise InplaceError(
+                    f"argument '{self.graph.inputs[i].name}' is a read-only array, but the "
+                    f"function writes into it at {self.graph.mutation_locs.get(i, '?')}", loc)
+        outs, muts = self._exec.run(arrays)
+        # The whole program succeeded: only now touch the caller's arrays.
+        for i, arr in muts.items():
+            np.copyto(arrays[i], arr)
+        mutated_by_value = {id(v): i for i, v in self.graph.mutations.items()}
+        results = []
+        for v, arr in zip(self.graph.outputs, outs):
+            if id(v) in mutated_by_value:
+                results.append(arrays[mutated_by_value[id(v)]])  # eager: `y = x.add_(1)`
+            elif any(np.may_share_memory(arr, a) for a in arrays):
+                results.append(arr.copy())  # never hand out an alias of a caller's array
+            else:
+                results.append(arr)
+        return _rebuild(self.graph.output_tree, results)
+
+
+def _param_names_from_graph(graph, signature):
+    names, k = [], 0
+    for i, sig in enumerate(signature):
+        if sig[0] == "array":
+            names.append(graph.inputs[k].name)
+            k += 1
+        else:
+            names.append(f"arg{i}")
+    return names
+
+
+def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=()):
+    """Run the pass pipeline on a traced graph and lower it for `backend`."""
+    from .pipeline import run_pipeline
+    return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate)
+
+
+class CompiledFunction:
+    """What `cc.compile` returns: traces per input signature and caches the Program."""
+
+    def __init__(self, fn, backend="numpy", inplace="auto", donate=()):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
+        if inplace not in INPLACE_MODES:
+            raise ValueError(f"unknown inplace mode {inplace!r}: choose one of {INPLACE_MODES}")
+        self.fn = fn
+        self.backend = backend
+        self.inplace = inplace
+        self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
+        self._cache: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def lower(self, *args) -> Program:
+        """The compiled program for these arguments' signature, without running it."""
+        sig = signature_of(args)
+        prog = self._cache.get(sig)
+        if prog is None:
+            graph = trace(self.fn, *args)
+            prog = build_program(graph, sig, self.backend, self.inplace, self.donate)
+            self._cache[sig] = prog
+        return prog
+
+    def __call__(self, *args):
+        return self.lower(*args)(*args)
+
+    def trace(self, *args) -> Graph:
+        return trace(self.fn, *args)
+
+
+def compile(fn=None, *, backend="numpy", inplace="auto", donate=()):
+    """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
+    `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`."""
+    if fn is None:
+        return lambda f: CompiledFunction(f, backend, inplace, donate)
+    return CompiledFunction(fn, backend, inplace, donate)

@@ -1,0 +1,126 @@
+"""Tensor creation and module-level functions (`cc.add(x, y)`, `cc.concat([...])`, ...)."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import tracer as _tr
+from .errors import TraceError
+from .ops.registry import DEFAULT_FLOAT
+from .tensor import Tensor, _is_scalar, check_dtype, to_tensor
+
+__all__ = ["to_tensor", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
+           "full_like", "concat", "where"]
+
+
+def _dtype(dtype, default=DEFAULT_FLOAT):
+    d = np.dtype(default if dtype is None else dtype)
+    check_dtype(d)
+    return d
+
+
+def _shape(shape):
+    if isinstance(shape, numbers.Integral):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def full(shape, fill_value, dtype=None) -> Tensor:
+    if dtype is None and isinstance(fill_value, (bool, np.bool_)):
+        dtype = np.bool_
+    elif dtype is None and isinstance(fill_value, numbers.Integral):
+        dtype = np.int64
+    return Tensor._fresh(_tr.current().emit(
+        "full", [], {"shape": _shape(shape), "value": fill_value, "dtype": _dtype(dtype)}))
+
+
+def zeros(shape, dtype=None) -> Tensor:
+    return full(shape, 0.0, _dtype(dtype))
+
+
+def ones(shape, dtype=None) -> Tensor:
+    return full(shape, 1.0, _dtype(dtype))
+
+
+def full_like(x: Tensor, fill_value, dtype=None) -> Tensor:
+    return full(x.shape, fill_value, x.dtype if dtype is None else dtype)
+
+
+def zeros_like(x: Tensor, dtype=None) -> Tensor:
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x: Tensor, dtype=None) -> Tensor:
+    return full_like(x, 1, dtype)
+
+
+def arange(start=0, end=None, step=1, dtype=None) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+        dtype = np.int64 if ints else DEFAULT_FLOAT
+    if step == 0:
+        raise TraceError("arange: step must not be 0", _tr.user_loc())
+    return Tensor._fresh(_tr.current().emit(
+        "arange", [], {"start": start, "stop": end, "step": step, "dtype": _dtype(dtype)}))
+
+
+def _as_tensor(x) -> Tensor:
+    return x if isinstance(x, Tensor) else to_tensor(x)
+
+
+def concat(xs, axis=0) -> Tensor:
+    xs = [_as_tensor(x) for x in xs]
+    if not xs:
+        raise TraceError("concat of an empty list", _tr.user_loc())
+    tracer = xs[0]._tracer
+    return Tensor._fresh(tracer.emit("concat", [x._v() for x in xs], {"axis": int(axis)}))
+
+
+def where(condition, x, y) -> Tensor:
+    cond = _as_tensor(condition)
+    like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
+    if like is None:
+        x, y = to_tensor(x), to_tensor(y)
+        like = x
+    xv = x._v() if isinstance(x, Tensor) else like._operand(x)
+    yv = y._v() if isinstance(y, Tensor) else like._operand(y)
+    return Tensor._fresh(cond._tracer.emit("where", [cond._v(), xv, yv], {}))
+
+
+# Paddle's functional spellings of Tensor methods: cc.add(x, y), cc.sin(x), cc.reshape(x, s)...
+METHOD_FUNCTIONS = (
+    "add", "subtract", "multiply", "divide", "pow", "scale", "abs", "neg", "exp", "log", "sin",
+    "cos", "tan", "tanh", "sigmoid", "sqrt", "square", "clip", "maximum", "minimum",
+    "greater_than", "less_than", "greater_equal", "less_equal", "equal", "not_equal",
+    "logical_and", "logical_or", "logical_not", "sum", "mean", "max", "matmul", "reshape",
+    "transpose", "t", "flatten", "squeeze", "unsqueeze", "expand", "cast", "detach", "sign",
+    "erf", "relu", "broadcast_to",
+)
+
+
+def _method_function(name):
+    def fn(x, *args, **kwargs):
+        if _is_scalar(x) and args and isinstance(args[0], Tensor):
+            x = args[0].full_like_value(x)
+        return getattr(_as_tensor(x), name)(*args, **kwargs)
+    fn.__name__ = name
+    fn.__doc__ = f"`cc.{name}(x, ...)` is `x.{name}(...)`."
+    return fn
+
+
+def _inplace_function(name):
+    def fn(x, *args, **kwargs):
+        return getattr(x, name)(*args, **kwargs)
+    fn.__name__ = name
+    return fn
+
+
+def module_functions() -> dict:
+    funcs = {name: _method_function(name) for name in METHOD_FUNCTIONS}
+    for name in dir(Tensor):
+        if name.endswith("_") and not name.startswith("_"):
+            funcs[name] = _inplace_function(name)
+    return funcs

@@ -1,0 +1,25 @@
+"""User-facing errors. Each names the user's source line (`file.py:LINE`) of the offending call."""
+from __future__ import annotations
+
+
+class CompilerError(Exception):
+    """Base class of every error the compiler raises for bad user input."""
+
+    def __init__(self, message: str, loc=None):
+        self.loc = loc
+        self.bare_message = message
+        if loc is not None:
+            message = f"{message} (at {loc.describe()})"
+        super().__init__(message)
+
+
+class InplaceError(CompilerError, ValueError):
+    """An inplace operation that is illegal or, in strict mode, cannot run in place."""
+
+
+class ShapeError(CompilerError, ValueError):
+    """Shapes that don't broadcast or match, at trace time or when calling a compiled function."""
+
+
+class TraceError(CompilerError, TypeError):
+    """Something a static graph can't express: data-dependent control flow, `.numpy()`, ..."""

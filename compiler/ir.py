@@ -1,0 +1,230 @@
+"""The SSA intermediate representation: `Graph` of `Node`s, each producing one `Value`.
+
+The IR is pure: every node computes a fresh value from its inputs. The user's inplace intent
+survives as marks on nodes (`Node.inplace_of`: the input the user asked to overwrite) and as the
+graph's input mutations (`Graph.mutations`), which the reinplace pass turns back into real
+in-place writes when that is provably safe.
+
+Printed form (the format tests pin)::
+
+    graph f(x: f32[2,3], w: f32[3,4]) {
+      %0:f32[2,4] = matmul %x, %w                 # model.py:12
+      %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
+      return %1
+    }
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PHASES = ("forward", "backward", "update")
+
+_DTYPE_SHORT = {
+    "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
+}
+
+
+def dtype_short(dtype: np.dtype) -> str:
+    return _DTYPE_SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
+
+
+def type_str(shape: tuple[int, ...], dtype: np.dtype) -> str:
+    return f"{dtype_short(dtype)}[{','.join(str(d) for d in shape)}]"
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location in the user's program."""
+
+    file: str
+    line: int
+    text: str = ""
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+    def describe(self) -> str:
+        """`file.py:LINE: source text`, for error messages."""
+        return f"{self}: {self.text.strip()}" if self.text else str(self)
+
+
+UNKNOWN_LOC = Loc("<unknown>", 0)
+
+
+class Value:
+    """An SSA value: produced once (by a node, or as a graph input), with a static type."""
+
+    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad")
+
+    def __init__(self, id: int, shape, dtype, producer: Node | None = None,
+                 name: str | None = None):
+        self.id = id
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.producer = producer
+        self.name = name  # graph inputs carry the parameter name
+        self.requires_grad = False  # trace-time autodiff bookkeeping
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def type(self) -> str:
+        return type_str(self.shape, self.dtype)
+
+    def ref(self) -> str:
+        return f"%{self.name}" if self.name is not None else f"%{self.id}"
+
+    def __repr__(self) -> str:
+        return f"{self.ref()}:{self.type}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operation. `op` names a registry entry; `attrs` are its static arguments."""
+
+    op: str
+    inputs: list[Value]
+    attrs: dict[str, Any]
+    out: Value | None = None
+    loc: Loc = UNKNOWN_LOC
+    phase: str = "forward"
+    # Index of the input the user asked this op to overwrite (the `_` form, `x[i] = v`,
+    # `+=`), or None. A request, not a decision: the reinplace pass decides.
+    inplace_of: int | None = None
+    # For nodes the autodiff pass made: the forward node whose VJP they implement.
+    grad_of: Node | None = None
+
+    def __repr__(self) -> str:
+        return f"<Node {self.op} -> {self.out!r} at {self.loc}>"
+
+
+@dataclass(eq=False)
+class Graph:
+    """A traced program.
+
+    `inputs` are the caller's arguments (one Value each, named after the parameter);
+    `outputs` are the values returned, `output_tree` rebuilds the returned Python structure
+    from them; `mutations` maps an input's position to the value the caller's array must hold
+    after the call (the function wrote into that argument), `mutation_locs` says where.
+    """
+
+    name: str = "f"
+    inputs: list[Value] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    output_tree: Any = None
+    mutations: dict[int, Value] = field(default_factory=dict)
+    mutation_locs: dict[int, Loc] = field(default_factory=dict)
+    _next_id: int = 0
+
+    # -- construction -------------------------------------------------------------------
+    def new_value(self, shape, dtype, producer=None, name=None) -> Value:
+        v = Value(self._next_id, shape, dtype, producer, name)
+        self._next_id += 1
+        return v
+
+    def add_input(self, name: str, shape, dtype) -> Value:
+        v = self.new_value(shape, dtype, None, name)
+        self.inputs.append(v)
+        return v
+
+    def add_node(self, op: str, inputs, attrs, shape, dtype, loc=UNKNOWN_LOC,
+                 phase="forward", inplace_of=None) -> Node:
+        node = Node(op, list(inputs), dict(attrs), None, loc, phase, inplace_of)
+        node.out = self.new_value(shape, dtype, node)
+        self.nodes.append(node)
+        return node
+
+    # -- queries ------------------------------------------------------------------------
+    def users(self) -> dict[Value, list[Node]]:
+        """Map every value to the nodes that read it, in program order."""
+        users: dict[Value, list[Node]] = {v: [] for v in self.inputs}
+        for n in self.nodes:
+            users.setdefault(n.out, [])
+            for v in n.inputs:
+                users.setdefault(v, []).append(n)
+        return users
+
+    def all_values(self) -> list[Value]:
+        return list(self.inputs) + [n.out for n in self.nodes]
+
+    def live_outputs(self) -> list[Value]:
+        """Values that must exist when the program ends: returns and input mutations."""
+        return list(self.outputs) + list(self.mutations.values())
+
+    # -- printing -----------------------------------------------------------------------
+    def __str__(self) -> str:
+        return format_graph(self)
+
+    def to_dot(self) -> str:
+        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red."""
+        lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", "  node [fontname=monospace];"]
+        for v in self.inputs:
+            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}"];')
+        for n in self.nodes:
+            color = ', color=red' if n.inplace_of is not None else ''
+            style = ', style=dashed' if n.phase != "forward" else ''
+            lines.append(f'  v{n.out.id} [label="{n.out.ref()} = {n.op}\\n{n.out.type}\\n'
+                         f'{n.loc}"{color}{style}];')
+            for v in n.inputs:
+                lines.append(f"  v{v.id} -> v{n.out.id};")
+        for i, v in enumerate(self.outputs):
+            lines.append(f'  out{i} [shape=doublecircle, label="out{i}"]; v{v.id} -> out{i};')
+        for i, v in self.mutations.items():
+            lines.append(f'  mut{i} [shape=box, style=bold, label="{self.inputs[i].ref()}\''
+                         f'"]; v{v.id} -> mut{i};')
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def format_attr(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"<{type_str(v.shape, v.dtype)}>"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, np.dtype):
+        return dtype_short(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(format_attr(x) for x in v) + "]"
+    return str(v)
+
+
+def format_node(n: Node) -> str:
+    args = ", ".join(v.ref() for v in n.inputs)
+    attrs = " ".join(f"{k}={format_attr(v)}" for k, v in n.attrs.items())
+    text = f"{n.out.ref()}:{n.out.type} = {n.op}"
+    if args:
+        text += f" {args}"
+    if attrs:
+        text += f" {{{attrs}}}"
+    if n.inplace_of is not None:
+        text += f"  (inplace of {n.inputs[n.inplace_of].ref()})"
+    return text
+
+
+def format_graph(g: Graph) -> str:
+    params = ", ".join(f"{v.name}: {v.type}" for v in g.inputs)
+    lines = [f"graph {g.name}({params}) {{"]
+    phase = "forward"
+    for n in g.nodes:
+        if n.phase != phase:
+            lines.append(f"  // {n.phase}")
+            phase = n.phase
+        body = format_node(n)
+        lines.append(f"  {body:<48}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
+    rets = ", ".join(v.ref() for v in g.outputs)
+    lines.append(f"  return {rets}" if rets else "  return")
+    for i, v in g.mutations.items():
+        lines.append(f"  mutate {g.inputs[i].ref()} <- {v.ref()}  # {g.mutation_locs.get(i, '')}")
+    lines.append("}")
+    return "\n".join(lines)

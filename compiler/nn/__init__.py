@@ -1,0 +1,2 @@
+"""Neural-network functions (`compiler.nn.functional`)."""
+from . import functional  # noqa: F401

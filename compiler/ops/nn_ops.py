@@ -1,0 +1,183 @@
+"""Neural-network primitives: row-wise softmax, one_hot, conv2d and max_pool2d (with their
+gradient ops, which are primitives of their own so that backends can implement them directly).
+
+Composite functions (gelu, layer_norm, cross_entropy, linear, ...) live in
+`compiler/nn/functional.py` and are built from primitives.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..errors import ShapeError
+from .registry import OTHER, defop, normalize_axes
+
+# -- softmax / log_softmax along one axis ---------------------------------------------------
+
+
+def _rowwise_infer(types, axis):
+    shape, dtype = types[0]
+    normalize_axes(axis, len(shape))
+    if dtype.kind != "f":
+        raise ShapeError("softmax needs a floating-point input")
+    return shape, dtype
+
+
+def _softmax_ref(x, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax_ref(x, axis):
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def _softmax_vjp(ctx, g):
+    y, axis = ctx.out, ctx.attrs["axis"]
+    return (y * (g - (g * y).sum(axis=axis, keepdim=True)),)
+
+
+def _log_softmax_vjp(ctx, g):
+    y, axis = ctx.out, ctx.attrs["axis"]
+    return (g - y.exp() * g.sum(axis=axis, keepdim=True),)
+
+
+defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp})
+defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
+      vjp={"output": _log_softmax_vjp})
+
+
+def _one_hot_infer(types, num_classes, dtype):
+    shape, d = types[0]
+    if d.kind not in "iu":
+        raise ShapeError("one_hot needs integer labels")
+    return tuple(shape) + (num_classes,), np.dtype(dtype)
+
+
+defop("one_hot", OTHER, _one_hot_infer,
+      lambda labels, num_classes, dtype: (
+          labels[..., None] == np.arange(num_classes)).astype(dtype))
+
+# -- conv2d (NCHW, weights OIHW, groups=1) -------------------------------------------------
+
+
+def conv_out_size(size, k, stride, pad, dilation):
+    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+def _conv2d_infer(types, stride, padding, dilation):
+    (sx, dx), (sw, dw) = types
+    if len(sx) != 4 or len(sw) != 4:
+        raise ShapeError(f"conv2d expects x [N,C,H,W] and weight [O,C,kH,kW], got {list(sx)} "
+                         f"and {list(sw)}")
+    if sx[1] != sw[1]:
+        raise ShapeError(f"conv2d: input has {sx[1]} channels, weight expects {sw[1]}")
+    oh = conv_out_size(sx[2], sw[2], stride[0], padding[0], dilation[0])
+    ow = conv_out_size(sx[3], sw[3], stride[1], padding[1], dilation[1])
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"conv2d: kernel {list(sw[2:])} is larger than the padded input")
+    return (sx[0], sw[0], oh, ow), np.result_type(dx, dw)
+
+
+def _windows(xp, kh, kw, stride, dilation, oh, ow):
+    """[N, C, OH, OW, kh, kw] strided view of the padded input."""
+    win = sliding_window_view(xp, ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1),
+                              axis=(2, 3))
+    win = win[:, :, ::stride[0], ::stride[1], ::dilation[0], ::dilation[1]]
+    return win[:, :, :oh, :ow]
+
+
+def _pad(x, padding, value=0.0):
+    ph, pw = padding
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def _conv2d_ref(x, w, stride, padding, dilation):
+    (_, _, oh, ow), _ = _conv2d_infer([(x.shape, x.dtype), (w.shape, w.dtype)],
+                                      stride, padding, dilation)
+    win = _windows(_pad(x, padding), w.shape[2], w.shape[3], stride, dilation, oh, ow)
+    out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3]))  # [N, OH, OW, O]
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+def _conv2d_grad_input_ref(g, w, x_shape, stride, padding, dilation):
+    n, c, h, wd = x_shape
+    ph, pw = padding
+    gx = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), dtype=g.dtype)
+    oh, ow = g.shape[2], g.shape[3]
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            r0, c0 = i * dilation[0], j * dilation[1]
+            contrib = np.tensordot(g, w[:, :, i, j], axes=([1], [0]))  # [N, OH, OW, C]
+            gx[:, :, r0:r0 + stride[0] * oh:stride[0], c0:c0 + stride[1] * ow:stride[1]] += \
+                contrib.transpose(0, 3, 1, 2)
+    return gx[:, :, ph:ph + h, pw:pw + wd]
+
+
+def _conv2d_grad_weight_ref(x, g, w_shape, stride, padding, dilation):
+    win = _windows(_pad(x, padding), w_shape[2], w_shape[3], stride, dilation,
+                   g.shape[2], g.shape[3])
+    return np.tensordot(g, win, axes=([0, 2, 3], [0, 2, 3]))  # [O, C, kh, kw]
+
+
+def _conv2d_vjp(ctx, g):
+    x, w = ctx.inputs
+    attrs = dict(stride=ctx.attrs["stride"], padding=ctx.attrs["padding"],
+                 dilation=ctx.attrs["dilation"])
+    gx = g.primitive("conv2d_grad_input", w, x_shape=x.shape, **attrs) \
+        if ctx.needs_grad[0] else None
+    gw = x.primitive("conv2d_grad_weight", g, w_shape=w.shape, **attrs) \
+        if ctx.needs_grad[1] else None
+    return gx, gw
+
+
+defop("conv2d", OTHER, _conv2d_infer, _conv2d_ref, vjp={"input": _conv2d_vjp})
+defop("conv2d_grad_input", OTHER,
+      lambda types, x_shape, **kw: (tuple(x_shape), types[0][1]), _conv2d_grad_input_ref)
+defop("conv2d_grad_weight", OTHER,
+      lambda types, w_shape, **kw: (tuple(w_shape), types[0][1]), _conv2d_grad_weight_ref)
+
+# -- max_pool2d ----------------------------------------------------------------------------
+
+
+def _pool_infer(types, kernel, stride, padding):
+    shape, dtype = types[0]
+    if len(shape) != 4:
+        raise ShapeError(f"max_pool2d expects [N,C,H,W], got {list(shape)}")
+    oh = conv_out_size(shape[2], kernel[0], stride[0], padding[0], 1)
+    ow = conv_out_size(shape[3], kernel[1], stride[1], padding[1], 1)
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"max_pool2d: kernel {list(kernel)} is larger than the input")
+    return (shape[0], shape[1], oh, ow), dtype
+
+
+def _pool_windows(x, kernel, stride, padding):
+    (_, _, oh, ow), _ = _pool_infer([(x.shape, x.dtype)], kernel, stride, padding)
+    xp = _pad(x, padding, -np.inf) if any(padding) else x
+    return _windows(xp, kernel[0], kernel[1], stride, (1, 1), oh, ow)
+
+
+def _max_pool2d_ref(x, kernel, stride, padding):
+    return _pool_windows(x, kernel, stride, padding).max(axis=(4, 5))
+
+
+def _max_pool2d_grad_ref(x, g, kernel, stride, padding):
+    """Route each output gradient to the first maximum of its window (PyTorch's rule)."""
+    win = _pool_windows(x, kernel, stride, padding)
+    n, c, oh, ow, kh, kw = win.shape
+    arg = win.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
+    rows = np.arange(oh)[:, None] * stride[0] + arg // kw - padding[0]
+    cols = np.arange(ow)[None, :] * stride[1] + arg % kw - padding[1]
+    gx = np.zeros_like(x)
+    ni, ci = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
+    np.add.at(gx, (ni[:, :, None, None], ci[:, :, None, None], rows, cols), g)
+    return gx
+
+
+def _max_pool2d_vjp(ctx, g):
+    return (ctx.inputs[0].primitive("max_pool2d_grad", g, **ctx.attrs),)
+
+
+defop("max_pool2d", OTHER, _pool_infer, _max_pool2d_ref, vjp={"input": _max_pool2d_vjp})
+defop("max_pool2d_grad", OTHER, lambda types, **kw: types[0], _max_pool2d_grad_ref)

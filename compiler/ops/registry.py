@@ -1,0 +1,113 @@
+"""The op registry: every primitive op is defined once, by one `defop(...)` call.
+
+An entry holds everything any part of the compiler needs to know about the op:
+
+- `kind`: one of KINDS; passes ask `op.kind in (...)`, never compare op names;
+- `infer(types, **attrs) -> (shape, dtype)`: the shape/dtype rule, raising `ShapeError`;
+- `ref(*arrays, **attrs) -> ndarray`: the numpy reference implementation (the semantics);
+- `vjp`: reverse-mode rules keyed by what they need from the forward pass
+  ("none", "input", "output", "input+output"); ops that can be written either way offer both
+  and the autodiff pass picks the one that leaves a buffer free for an inplace op;
+- `expr`: for elementwise ops, the scalar expression both code emitters render;
+- `inplace`: the name of the Paddle-style `_` method, when the op has one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ShapeError
+
+ELEMENTWISE = "elementwise"  # out[i] depends on in[i] only (after broadcasting)
+REDUCTION = "reduction"
+VIEW = "view"                # output shares the input's storage
+SCATTER = "scatter"          # writes a region of input 0 (its base), keeps the rest
+MATMUL = "matmul"
+CREATION = "creation"        # no tensor inputs
+OTHER = "other"              # anything else (row-wise softmax, conv, concat, ...)
+KINDS = (ELEMENTWISE, REDUCTION, VIEW, SCATTER, MATMUL, CREATION, OTHER)
+
+VJP_NEEDS = ("none", "input", "output", "input+output")
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+BOOL = np.dtype(np.bool_)
+SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (BOOL,)
+DEFAULT_FLOAT = np.dtype(np.float32)  # Paddle's default dtype
+
+
+def dtype_class(dtype) -> str:
+    dtype = np.dtype(dtype)
+    if dtype == BOOL:
+        return "bool"
+    return "float" if dtype.kind == "f" else "int"
+
+
+@dataclass
+class OpDef:
+    name: str
+    kind: str
+    infer: Callable
+    ref: Callable
+    vjp: dict[str, Callable] = field(default_factory=dict)
+    expr: Callable | None = None
+    inplace: str | None = None
+    doc: str = ""
+
+    @property
+    def differentiable(self) -> bool:
+        return bool(self.vjp)
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="") -> OpDef:
+    assert kind in KINDS, kind
+    assert name not in REGISTRY, f"op {name} defined twice"
+    for need in (vjp or {}):
+        assert need in VJP_NEEDS, (name, need)
+    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc)
+    REGISTRY[name] = op
+    return op
+
+
+def get(name: str) -> OpDef:
+    return REGISTRY[name]
+
+
+# -- shape/dtype rule helpers shared by many entries ---------------------------------------
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError("shapes " + " and ".join(str(list(s)) for s in shapes)
+                         + " can't be broadcast together") from None
+
+
+def promote(*dtypes) -> np.dtype:
+    return np.result_type(*dtypes)
+
+
+def float_of(dtype) -> np.dtype:
+    """The float dtype an int/bool input computes in (Paddle: float32)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind == "f" else DEFAULT_FLOAT
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """`None` -> all axes; ints are wrapped; duplicates and out-of-range axes raise."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -max(ndim, 1) <= a < max(ndim, 1):
+            raise ShapeError(f"axis {a} is out of range for a tensor of rank {ndim}")
+        out.append(a % max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {list(axes)}")
+    return tuple(sorted(out))

@@ -1,0 +1,105 @@
+"""A tiny scalar-expression language: how one output element of an elementwise op is computed.
+
+Each elementwise registry entry carries `expr`, a function from argument expressions to an
+expression tree; the LLVM and CUDA emitters render the same tree, and `evaluate` runs it with
+numpy so tests can check every expression against the op's reference implementation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Function names an emitter must know. Arithmetic and comparisons are spelled as operators.
+FUNCTIONS = ("neg", "abs", "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
+             "max", "min", "pow", "where", "not", "and", "or", "cast")
+BINARY_OPERATORS = ("+", "-", "*", "/", "<", ">", "<=", ">=", "==", "!=")
+
+
+@dataclass(frozen=True)
+class Expr:
+    op: str            # "arg", "const", an operator from BINARY_OPERATORS or a FUNCTIONS name
+    args: tuple = ()
+    value: object = None  # arg index, constant value, or cast dtype name
+
+    def _bin(self, op, other, swap=False):
+        other = other if isinstance(other, Expr) else const(other)
+        return Expr(op, (other, self) if swap else (self, other))
+
+    def __add__(self, o): return self._bin("+", o)
+    def __radd__(self, o): return self._bin("+", o, True)
+    def __sub__(self, o): return self._bin("-", o)
+    def __rsub__(self, o): return self._bin("-", o, True)
+    def __mul__(self, o): return self._bin("*", o)
+    def __rmul__(self, o): return self._bin("*", o, True)
+    def __truediv__(self, o): return self._bin("/", o)
+    def __rtruediv__(self, o): return self._bin("/", o, True)
+    def __lt__(self, o): return self._bin("<", o)
+    def __gt__(self, o): return self._bin(">", o)
+    def __le__(self, o): return self._bin("<=", o)
+    def __ge__(self, o): return self._bin(">=", o)
+    def __neg__(self): return Expr("neg", (self,))
+
+    def eq(self, o): return self._bin("==", o)
+    def ne(self, o): return self._bin("!=", o)
+
+    def __str__(self) -> str:
+        if self.op == "arg":
+            return f"${self.value}"
+        if self.op == "const":
+            return repr(self.value)
+        if self.op in BINARY_OPERATORS:
+            return f"({self.args[0]} {self.op} {self.args[1]})"
+        if self.op == "cast":
+            return f"cast<{self.value}>({self.args[0]})"
+        return f"{self.op}({', '.join(str(a) for a in self.args)})"
+
+
+def arg(i: int) -> Expr:
+    return Expr("arg", value=i)
+
+
+def const(c) -> Expr:
+    return Expr("const", value=c)
+
+
+def call(fn: str, *args) -> Expr:
+    assert fn in FUNCTIONS, fn
+    return Expr(fn, tuple(a if isinstance(a, Expr) else const(a) for a in args))
+
+
+def cast(e: Expr, dtype) -> Expr:
+    return Expr("cast", (e,), np.dtype(dtype).name)
+
+
+# -- numpy evaluation (for testing expressions against reference implementations) ---------
+_NP_FUNCS = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sin": np.sin,
+    "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt,
+    "erf": np.frompyfunc(math.erf, 1, 1), "max": np.maximum, "min": np.minimum,
+    "pow": np.power, "where": np.where, "not": np.logical_not, "and": np.logical_and,
+    "or": np.logical_or,
+}
+_NP_OPS = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "<": np.less,
+    ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal, "==": np.equal,
+    "!=": np.not_equal,
+}
+
+
+def evaluate(e: Expr, args: list[np.ndarray]):
+    """Evaluate `e` elementwise with numpy over broadcast arguments."""
+    if e.op == "arg":
+        return args[e.value]
+    if e.op == "const":
+        return e.value
+    vals = [evaluate(a, args) for a in e.args]
+    if e.op == "cast":
+        return np.asarray(vals[0]).astype(e.value)
+    if e.op in _NP_OPS:
+        return _NP_OPS[e.op](*vals)
+    out = _NP_FUNCS[e.op](*vals)
+    if e.op == "erf":
+        out = out.astype(np.result_type(vals[0], np.float32))
+    return out

@@ -1,0 +1,245 @@
+"""Reductions, matmul, views, scatters, concat and creation ops."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError
+from .registry import (CREATION, MATMUL, OTHER, REDUCTION, SCATTER, VIEW, broadcast_shapes,
+                       defop, normalize_axes, promote)
+
+# -- reductions ----------------------------------------------------------------------------
+
+
+def reduced_shape(shape, axis, keepdim):
+    axes = normalize_axes(axis, len(shape))
+    if keepdim:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _reduce_infer(dtype_rule):
+    def infer(types, axis=None, keepdim=False):
+        shape, dtype = types[0]
+        return reduced_shape(shape, axis, keepdim), dtype_rule(dtype)
+    return infer
+
+
+def _sum_dtype(d):
+    return d if d.kind == "f" else np.dtype(np.int64)
+
+
+def _mean_dtype(d):
+    return d if d.kind == "f" else np.dtype(np.float32)
+
+
+def _kept(ctx, t):
+    """`t` (a reduction's output or its gradient) reshaped to keep the reduced axes as 1."""
+    shape = reduced_shape(ctx.inputs[0].shape, ctx.attrs["axis"], True)
+    return t.reshape(list(shape))
+
+
+def _sum_vjp(ctx, g):
+    return (_kept(ctx, g).broadcast_to(ctx.inputs[0].shape),)
+
+
+def _mean_vjp(ctx, g):
+    count = ctx.inputs[0].size // max(ctx.out.size, 1)
+    return (_kept(ctx, g * (1.0 / count)).broadcast_to(ctx.inputs[0].shape),)
+
+
+def _max_vjp(ctx, g):
+    # Ties share the gradient equally, as PyTorch's amax does.
+    x = ctx.inputs[0]
+    mask = (x == _kept(ctx, ctx.out)).cast(g.dtype)
+    count = mask.sum(axis=ctx.attrs["axis"], keepdim=True)
+    return (mask * (_kept(ctx, g) / count),)
+
+
+def _axes(axis):
+    return None if axis is None else tuple(axis)
+
+
+defop("sum", REDUCTION, _reduce_infer(_sum_dtype),
+      lambda x, axis=None, keepdim=False: np.sum(x, axis=_axes(axis), keepdims=keepdim,
+                                                 dtype=_sum_dtype(x.dtype)),
+      vjp={"none": _sum_vjp})
+defop("mean", REDUCTION, _reduce_infer(_mean_dtype),
+      lambda x, axis=None, keepdim=False: np.mean(x, axis=_axes(axis), keepdims=keepdim,
+                                                  dtype=_mean_dtype(x.dtype)),
+      vjp={"none": _mean_vjp})
+defop("max", REDUCTION, _reduce_infer(lambda d: d),
+      lambda x, axis=None, keepdim=False: np.max(x, axis=_axes(axis), keepdims=keepdim),
+      vjp={"input+output": _max_vjp})
+
+# -- matmul (operands of rank >= 2; the tracer lifts rank-1 operands) ----------------------
+
+
+def _matmul_infer(types):
+    (sa, da), (sb, db) = types
+    if len(sa) < 2 or len(sb) < 2:
+        raise ShapeError("matmul operands must have rank >= 2 here")
+    if sa[-1] != sb[-2]:
+        raise ShapeError(f"matmul: inner dimensions differ: {list(sa)} @ {list(sb)}")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    return batch + (sa[-2], sb[-1]), promote(da, db)
+
+
+def _swap_last(t):
+    perm = list(range(t.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return t.transpose(perm)
+
+
+def _matmul_vjp(ctx, g):
+    x, y = ctx.inputs
+    return (g.matmul(_swap_last(y)) if ctx.needs_grad[0] else None,
+            _swap_last(x).matmul(g) if ctx.needs_grad[1] else None)
+
+
+defop("matmul", MATMUL, _matmul_infer, np.matmul, vjp={"input": _matmul_vjp})
+
+# -- views: the output shares the input's storage ------------------------------------------
+
+
+def _reshape_infer(types, shape):
+    (s, d), = types
+    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(s, dtype=np.int64)):
+        raise ShapeError(f"can't reshape {list(s)} into {list(shape)}")
+    return tuple(shape), d
+
+
+defop("reshape", VIEW, _reshape_infer, lambda x, shape: x.reshape(shape),
+      vjp={"none": lambda ctx, g: (g.reshape(list(ctx.inputs[0].shape)),)})
+
+
+def _transpose_infer(types, perm):
+    (s, d), = types
+    if sorted(perm) != list(range(len(s))):
+        raise ShapeError(f"transpose: {list(perm)} is not a permutation of {len(s)} axes")
+    return tuple(s[p] for p in perm), d
+
+
+defop("transpose", VIEW, _transpose_infer, lambda x, perm: np.transpose(x, perm),
+      vjp={"none": lambda ctx, g: (g.transpose(list(np.argsort(ctx.attrs["perm"]))),)})
+
+
+def numpy_index(index):
+    """The canonical slice index (tuple of ("i", k) / ("s", start, stop, step) / ("n",))
+    as a numpy basic index."""
+    out = []
+    for entry in index:
+        if entry[0] == "i":
+            out.append(entry[1])
+        elif entry[0] == "s":
+            out.append(slice(*entry[1:]))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _probe(shape):
+    """A zero-byte stand-in array of `shape` for computing index results."""
+    return np.broadcast_to(np.zeros((), np.uint8), shape)
+
+
+def _slice_infer(types, index):
+    (s, d), = types
+    return _probe(s)[numpy_index(index)].shape, d
+
+
+def _slice_vjp(ctx, g):
+    x = ctx.inputs[0]
+    return (g.zeros_like_shape(x.shape).slice_scatter(g, ctx.attrs["index"]),)
+
+
+defop("slice", VIEW, _slice_infer, lambda x, index: x[numpy_index(index)],
+      vjp={"none": _slice_vjp}, doc="basic indexing: ints, slices, None")
+
+
+def _expand_infer(types, shape):
+    (s, d), = types
+    out = broadcast_shapes(s, tuple(shape))
+    if out != tuple(shape):
+        raise ShapeError(f"can't expand {list(s)} to {list(shape)}")
+    return out, d
+
+
+defop("expand", VIEW, _expand_infer, lambda x, shape: np.broadcast_to(x, shape),
+      vjp={"none": lambda ctx, g: (g,)},
+      doc="a stride-0 view: never written through")
+defop("detach", VIEW, lambda types: types[0], lambda x: x,
+      doc="shares storage, drops the gradient")
+
+# -- scatter: a copy of input 0 with a region replaced by input 1 ----------------------------
+
+
+def _slice_scatter_infer(types, index):
+    (sb, db), (ss, ds) = types
+    region = _probe(sb)[numpy_index(index)].shape
+    if tuple(ss) != region:
+        raise ShapeError(f"can't write a value of shape {list(ss)} into a region of shape "
+                         f"{list(region)}")
+    return tuple(sb), db
+
+
+def _slice_scatter_ref(base, src, index):
+    out = base.copy()
+    out[numpy_index(index)] = src
+    return out
+
+
+def _slice_scatter_vjp(ctx, g):
+    index = ctx.attrs["index"]
+    src = ctx.inputs[1]
+    g_base = g.slice_scatter(g.zeros_like_shape(src.shape), index) if ctx.needs_grad[0] \
+        else None
+    g_src = g.slice_index(index) if ctx.needs_grad[1] else None
+    return g_base, g_src
+
+
+defop("slice_scatter", SCATTER, _slice_scatter_infer, _slice_scatter_ref,
+      vjp={"none": _slice_scatter_vjp}, doc="base with base[index] = src")
+
+# -- concat -------------------------------------------------------------------------------
+
+
+def _concat_infer(types, axis):
+    shapes = [t[0] for t in types]
+    rank = len(shapes[0])
+    ax = normalize_axes(axis, rank)[0]
+    for s in shapes[1:]:
+        if len(s) != rank or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0]))
+                                 if i != ax):
+            raise ShapeError("concat: shapes " + ", ".join(str(list(s)) for s in shapes)
+                             + f" differ outside axis {axis}")
+    out = list(shapes[0])
+    out[ax] = sum(s[ax] for s in shapes)
+    return tuple(out), promote(*[t[1] for t in types])
+
+
+def _concat_vjp(ctx, g):
+    ax = normalize_axes(ctx.attrs["axis"], g.ndim)[0]
+    grads, start = [], 0
+    for x, needed in zip(ctx.inputs, ctx.needs_grad):
+        stop = start + x.shape[ax]
+        index = tuple(("s", start, stop, 1) if i == ax else ("s", None, None, None)
+                      for i in range(g.ndim))
+        grads.append(g.slice_index(index) if needed else None)
+        start = stop
+    return tuple(grads)
+
+
+defop("concat", OTHER, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis),
+      vjp={"none": _concat_vjp})
+
+# -- creation ------------------------------------------------------------------------------
+defop("full", CREATION, lambda types, shape, value, dtype: (tuple(shape), np.dtype(dtype)),
+      lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
+defop("arange", CREATION,
+      lambda types, start, stop, step, dtype: (
+          (max(0, math.ceil((stop - start) / step)),), np.dtype(dtype)),
+      lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=dtype))
+defop("constant", CREATION, lambda types, value: (value.shape, value.dtype),
+      lambda value: value.copy(), doc="data captured at trace time (to_tensor)")

@@ -1,0 +1,655 @@
+"""The traced `Tensor`: a Paddle-style API whose every call records SSA nodes.
+
+Functionalization (DESIGN §4): a Tensor points at a `Storage` (whose `base` is the SSA value of
+the whole buffer) plus a chain of view ops. An inplace op computes a new value functionally and
+writes it back: onto the base directly, or through the inverse of each view in the chain
+(`reshape` back, `transpose` back, `slice_scatter` into the parent). Every other Tensor on the
+storage re-derives its value from the new base the next time it is used. The Python object
+stays the same (`x.scale_(2.0) is x`).
+
+Each Tensor also carries a `layout`: a zero-byte numpy array with the real element strides, so
+that numpy itself answers "is this reshape a view?" and "does this view overlap itself?".
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from . import tracer as _tr
+from .errors import InplaceError, ShapeError, TraceError
+from .ir import Value
+from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
+from .ops.registry import DEFAULT_FLOAT, normalize_axes
+
+_BYTE = np.zeros(1, np.uint8)
+
+
+def contiguous_layout(shape) -> np.ndarray:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return as_strided(_BYTE, tuple(shape), tuple(reversed(strides)))
+
+
+class Storage:
+    """One buffer's worth of values: `base` is its current SSA value."""
+
+    def __init__(self, base: Value, input_index: int | None = None):
+        self.base = base
+        self.version = 0
+        self.input_index = input_index  # set when the buffer is a caller's argument
+        self.leaf = None                # the leaf Tensor that owns it, if any
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (numbers.Number, np.number, np.bool_)) and not isinstance(x, complex)
+
+
+def scalar_dtype(x, like: np.dtype | None) -> np.dtype:
+    """Python scalars are weakly typed (NEP 50 / Paddle): they adopt the tensor's dtype when
+    their kind fits in it."""
+    if isinstance(x, (bool, np.bool_)):
+        return like if like is not None else BOOL
+    if isinstance(x, (numbers.Integral, np.integer)):
+        return like if like is not None and like != BOOL else np.dtype(np.int64)
+    return like if like is not None and like.kind == "f" else DEFAULT_FLOAT
+
+
+def normalize_index(idx, shape) -> tuple:
+    """A Python basic index -> canonical entries ("i", k) / ("s", start, stop, step) / ("n",).
+    Ellipsis is expanded; every dimension gets an entry; ints are bounds-checked."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    for item in idx:
+        if isinstance(item, Tensor):
+            raise TraceError("indexing with a tensor (gather) is not supported; use basic "
+                             "slicing: ints, slices, None, ...", _tr.user_loc())
+        if not (item is None or item is Ellipsis or isinstance(item, (slice, numbers.Integral))):
+            raise TraceError(f"unsupported index {item!r}: use ints, slices, None, ...",
+                             _tr.user_loc())
+    consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if consumed > len(shape):
+        raise ShapeError(f"too many indices ({consumed}) for a tensor of rank {len(shape)}",
+                         _tr.user_loc())
+    if sum(1 for i in idx if i is Ellipsis) > 1:
+        raise TraceError("an index can only have a single ellipsis", _tr.user_loc())
+    out, dim = [], 0
+    for item in idx:
+        if item is Ellipsis:
+            for _ in range(len(shape) - consumed):
+                out.append(("s", None, None, None))
+                dim += 1
+        elif item is None:
+            out.append(("n",))
+        elif isinstance(item, slice):
+            out.append(("s", item.start, item.stop, item.step))
+            dim += 1
+        else:
+            k = int(item)
+            if not -shape[dim] <= k < shape[dim]:
+                raise IndexError(f"index {k} is out of bounds for axis {dim} with size "
+                                 f"{shape[dim]} (at {_tr.user_loc()})")
+            out.append(("i", k % shape[dim]))
+            dim += 1
+    while dim < len(shape):
+        out.append(("s", None, None, None))
+        dim += 1
+    return tuple(out)
+
+
+class Tensor:
+    """A value in a traced program. Create them with `cc.to_tensor`, `cc.zeros`, ... or get
+    them as the traced function's arguments."""
+
+    __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
+
+    def __init__(self, tracer, storage: Storage, chain=(), value: Value | None = None,
+                 layout=None, name: str | None = None):
+        self._tracer = tracer
+        self._storage = storage
+        self._chain = tuple(chain)
+        self._value = storage.base if value is None else value
+        self._version = storage.version
+        self._layout = layout if layout is not None else contiguous_layout(self._value.shape)
+        self._name = name
+        self._grad: Tensor | None = None
+
+    @classmethod
+    def _fresh(cls, value: Value, name=None) -> "Tensor":
+        return cls(_tr.current(), Storage(value), name=name)
+
+    # -- the current SSA value (re-derived from the base after an inplace write) ---------
+    def _v(self) -> Value:
+        if self._version != self._storage.version:
+            v = self._storage.base
+            for op, attrs in self._chain:
+                v = self._tracer.emit(op, [v], attrs)
+            self._value, self._version = v, self._storage.version
+        return self._value
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def shape(self) -> list[int]:
+        return list(self._value.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._value.shape)
+
+    @property
+    def size(self) -> int:
+        return self._value.size
+
+    @property
+    def name(self) -> str:
+        return self._name or f"tensor_{self._value.id}"
+
+    @property
+    def is_leaf(self) -> bool:
+        v = self._v()
+        return v.producer is None or not v.requires_grad or v in self._tracer.leaf_of
+
+    @property
+    def stop_gradient(self) -> bool:
+        return not self._v().requires_grad
+
+    @stop_gradient.setter
+    def stop_gradient(self, flag: bool):
+        v = self._v()
+        if flag:
+            v.requires_grad = False
+            return
+        if v.requires_grad:
+            return
+        if dtype_class(v.dtype) != "float":
+            raise TraceError(f"only floating-point tensors can require gradients; "
+                             f"'{self.name}' is {v.dtype}", _tr.user_loc())
+        v.requires_grad = True
+        self._storage.leaf = self
+        self._tracer.leaf_of[v] = self
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
+
+    def clear_grad(self):
+        self._grad = None
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype.name})"
+
+    # -- what a static graph can't express --------------------------------------------------
+    def _no_data(self, what):
+        raise TraceError(f"{what} needs the tensor's data, which doesn't exist while tracing: "
+                         "a traced value can't drive Python control flow (use cc.where / "
+                         "masking instead) or leave the graph", _tr.user_loc())
+
+    def __bool__(self):
+        self._no_data("bool(tensor)")
+
+    def __float__(self):
+        self._no_data("float(tensor)")
+
+    def __int__(self):
+        self._no_data("int(tensor)")
+
+    def __index__(self):
+        self._no_data("using a tensor as an index")
+
+    def numpy(self):
+        self._no_data(".numpy()")
+
+    def item(self):
+        self._no_data(".item()")
+
+    def tolist(self):
+        self._no_data(".tolist()")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    __hash__ = object.__hash__
+
+    # -- building blocks ----------------------------------------------------------------------
+    def _operand(self, x, like=None) -> Value:
+        """A Tensor, Python scalar or numpy array as an SSA value of this trace."""
+        if isinstance(x, Tensor):
+            return x._v()
+        if _is_scalar(x):
+            dtype = scalar_dtype(x, like if like is not None else self.dtype)
+            return self._tracer.emit("full", [], {"shape": (), "value": x, "dtype": dtype})
+        if isinstance(x, (np.ndarray, list, tuple)):
+            return to_tensor(x)._v()
+        raise TraceError(f"unsupported operand of type {type(x).__name__}", _tr.user_loc())
+
+    def _op(self, op: str, *others, **attrs) -> "Tensor":
+        """Out-of-place: emit `op(self, *others)` into a fresh buffer."""
+        ins = [self._v()] + [self._operand(o) for o in others]
+        return Tensor._fresh(self._tracer.emit(op, ins, attrs))
+
+    def _rop(self, op: str, other) -> "Tensor":
+        return Tensor._fresh(self._tracer.emit(op, [self._operand(other), self._v()], {}))
+
+    def primitive(self, op: str, *others, **attrs) -> "Tensor":
+        """Emit any registry op with `self` as its first input (used by VJP rules)."""
+        return self._op(op, *others, **attrs)
+
+    def _view(self, op: str, layout, **attrs) -> "Tensor":
+        v = self._tracer.emit(op, [self._v()], attrs)
+        return Tensor(self._tracer, self._storage, self._chain + ((op, attrs),), v, layout)
+
+    # -- inplace: compute functionally, then write back through the view chain -------------
+    def _check_writable(self, what: str):
+        tracer = self._tracer
+        leaf = self._storage.leaf
+        if leaf is not None and tracer.grad_enabled and self._storage.base.requires_grad:
+            raise InplaceError(f"leaf tensor '{leaf.name}' that doesn't stop gradient can't use "
+                               f"inplace strategy ({what})", _tr.user_loc())
+        if any(s == 0 and d > 1 for s, d in zip(self._layout.strides, self._layout.shape)):
+            raise InplaceError(f"{what} writes to an expanded (overlapping) view: several "
+                               "elements share one memory location", _tr.user_loc())
+
+    def _inplace(self, op: str, *others, keep_dtype: bool = False, **attrs) -> "Tensor":
+        what = REGISTRY[op].inplace or op
+        self._check_writable(what)
+        old = self._v()
+        ins = [old] + [self._operand(o) for o in others]
+        new = self._tracer.emit(op, ins, attrs, inplace_of=0)
+        if tuple(new.shape) != tuple(old.shape):
+            raise InplaceError(f"{what} would change the shape of its target from "
+                               f"{list(old.shape)} to {list(new.shape)}", _tr.user_loc())
+        if new.dtype != old.dtype:
+            if dtype_class(new.dtype) != dtype_class(old.dtype) and not keep_dtype:
+                raise InplaceError(f"{what} would turn a {old.dtype} tensor into "
+                                   f"{new.dtype}", _tr.user_loc())
+            new = self._tracer.emit("cast", [new], {"dtype": old.dtype})
+        self._tracer.overwritten.add(old)
+        self._write(new)
+        return self
+
+    def _write(self, new: Value):
+        """Make `new` this tensor's value, updating the storage's base through the views."""
+        tracer, storage = self._tracer, self._storage
+        # Intermediate values of the view chain, base first.
+        chain_vals = [storage.base]
+        for op, attrs in self._chain[:-1]:
+            chain_vals.append(tracer.emit(op, [chain_vals[-1]], attrs))
+        value = new
+        for (op, attrs), parent in zip(reversed(self._chain), reversed(chain_vals)):
+            if op == "reshape":
+                value = tracer.emit("reshape", [value], {"shape": parent.shape})
+            elif op == "transpose":
+                inverse = tuple(int(i) for i in np.argsort(attrs["perm"]))
+                value = tracer.emit("transpose", [value], {"perm": inverse})
+            elif op == "slice":
+                value = tracer.emit("slice_scatter", [parent, value], attrs, inplace_of=0)
+            elif op == "expand":
+                # Only an expand that broadcasts nothing is writable (checked before).
+                value = tracer.emit("reshape", [value], {"shape": parent.shape})
+            else:
+                assert op == "detach", op
+        if storage.leaf is not None and not tracer.grad_enabled:
+            # An update of a parameter under no_grad: it stays a leaf.
+            value.requires_grad = True
+            tracer.leaf_of[value] = storage.leaf
+        storage.base = value
+        storage.version += 1
+        if storage.input_index is not None:
+            tracer.graph.mutation_locs.setdefault(storage.input_index, tracer.loc())
+        self._value, self._version = new, storage.version
+
+    # -- elementwise math -------------------------------------------------------------------
+    def add(self, y, alpha=1):
+        return self._op("add", self._alpha(y, alpha))
+
+    def subtract(self, y, alpha=1):
+        return self._op("subtract", self._alpha(y, alpha))
+
+    def add_(self, y, alpha=1):
+        return self._inplace("add", self._alpha(y, alpha))
+
+    def subtract_(self, y, alpha=1):
+        return self._inplace("subtract", self._alpha(y, alpha))
+
+    def _alpha(self, y, alpha):
+        if alpha == 1:
+            return y
+        if _is_scalar(y):
+            return y * alpha
+        return Tensor._fresh(self._operand(y)).scale(alpha)
+
+    def scale(self, scale=1.0, bias=0.0, bias_after_scale=True):
+        return self._op("scale", scale=float(scale), bias=float(bias),
+                        bias_after_scale=bool(bias_after_scale))
+
+    def scale_(self, scale=1.0, bias=0.0, bias_after_scale=True):
+        return self._inplace("scale", scale=float(scale), bias=float(bias),
+                             bias_after_scale=bool(bias_after_scale))
+
+    def clip(self, min=None, max=None):
+        return self._op("clip", **self._clip_bounds(min, max))
+
+    def clip_(self, min=None, max=None):
+        return self._inplace("clip", **self._clip_bounds(min, max))
+
+    def _clip_bounds(self, lo, hi):
+        big = float(np.finfo(np.float64).max) if self.dtype.kind == "f" \
+            else int(np.iinfo(self.dtype).max) if self.dtype != BOOL else 1
+        lo = -big if lo is None else lo
+        hi = big if hi is None else hi
+        return {"min": lo, "max": hi}
+
+    def pow(self, y):
+        if _is_scalar(y) and self.dtype.kind != "f" and isinstance(y, float):
+            return self.cast(DEFAULT_FLOAT)._op("pow", y)
+        return self._op("pow", y)
+
+    def cast(self, dtype):
+        dtype = np.dtype(dtype)
+        check_dtype(dtype)
+        return self._op("cast", dtype=dtype)
+
+    astype = cast
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        self._check_writable("fill_")
+        full = self._tracer.emit("full", [], {"shape": tuple(self.shape), "value": value,
+                                              "dtype": self.dtype})
+        old = self._v()
+        self._tracer.overwritten.add(old)
+        self._write(full)
+        return self
+
+    def where_mask(self, mask):
+        """`where(mask, self, 0)`."""
+        return Tensor._fresh(self._tracer.emit(
+            "where", [mask._v(), self._v(), self._operand(0)], {}))
+
+    def where_positive(self, x):
+        return self.where_mask(x > 0)
+
+    def detach(self):
+        t = self._view("detach", self._layout)
+        t._value.requires_grad = False
+        return t
+
+    def detach_(self):
+        self._v().requires_grad = False
+        return self
+
+    # -- comparisons ------------------------------------------------------------------------
+    def __eq__(self, y):
+        return self._op("equal", y)
+
+    def __ne__(self, y):
+        return self._op("not_equal", y)
+
+    def __lt__(self, y):
+        return self._op("less_than", y)
+
+    def __le__(self, y):
+        return self._op("less_equal", y)
+
+    def __gt__(self, y):
+        return self._op("greater_than", y)
+
+    def __ge__(self, y):
+        return self._op("greater_equal", y)
+
+    # -- reductions and matmul ----------------------------------------------------------------
+    def _reduce(self, op, axis, keepdim):
+        axes = normalize_axes(axis, self.ndim) if axis is not None else None
+        if axes is not None and not self.ndim:
+            axes = None
+        return self._op(op, axis=axes, keepdim=bool(keepdim))
+
+    def sum(self, axis=None, keepdim=False):
+        return self._reduce("sum", axis, keepdim)
+
+    def mean(self, axis=None, keepdim=False):
+        return self._reduce("mean", axis, keepdim)
+
+    def max(self, axis=None, keepdim=False):
+        return self._reduce("max", axis, keepdim)
+
+    def matmul(self, y, transpose_x=False, transpose_y=False):
+        x = self.t() if transpose_x else self
+        y = y if isinstance(y, Tensor) else to_tensor(y)
+        y = y.t() if transpose_y else y
+        if x.ndim == 0 or y.ndim == 0:
+            raise ShapeError("matmul needs operands of rank >= 1", _tr.user_loc())
+        # Rank-1 operands are lifted to matrices and the result squeezed, as numpy does.
+        xs = x.unsqueeze(0) if x.ndim == 1 else x
+        ys = y.unsqueeze(-1) if y.ndim == 1 else y
+        out = xs._op("matmul", ys)
+        if x.ndim == 1:
+            out = out.squeeze(-2)
+        if y.ndim == 1:
+            out = out.squeeze(-1)
+        return out
+
+    # -- views ---------------------------------------------------------------------------------
+    def reshape(self, shape):
+        shape = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+        shape = self._resolve_shape(shape)
+        layout = self._layout.view()
+        try:
+            layout.shape = shape
+        except AttributeError:
+            # The strides don't allow a view: reshape copies (a write won't reach the base).
+            return self._op("contiguous").reshape(shape)
+        return self._view("reshape", layout, shape=tuple(shape))
+
+    def _resolve_shape(self, shape):
+        shape = [int(d) for d in shape]
+        if shape.count(-1) > 1:
+            raise ShapeError(f"reshape: only one -1 allowed in {shape}", _tr.user_loc())
+        shape = [self.shape[i] if d == 0 and i < self.ndim else d for i, d in enumerate(shape)]
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1]))
+            if known == 0 or self.size % known:
+                raise ShapeError(f"can't reshape {self.shape} into {shape}", _tr.user_loc())
+            shape[shape.index(-1)] = self.size // known
+        if int(np.prod(shape)) != self.size:
+            raise ShapeError(f"can't reshape {self.shape} into {shape}", _tr.user_loc())
+        return shape
+
+    view = reshape
+
+    def flatten(self, start_axis=0, stop_axis=-1):
+        if self.ndim == 0:
+            return self.reshape([1])
+        start = start_axis % self.ndim
+        stop = stop_axis % self.ndim
+        shape = self.shape[:start] + [int(np.prod(self.shape[start:stop + 1]))] \
+            + self.shape[stop + 1:]
+        return self.reshape(shape)
+
+    def squeeze(self, axis=None):
+        if axis is None:
+            axes = [i for i, d in enumerate(self.shape) if d == 1]
+        else:
+            axes = [a for a in normalize_axes(axis, self.ndim) if self.shape[a] == 1]
+        return self.reshape([d for i, d in enumerate(self.shape) if i not in axes])
+
+    def unsqueeze(self, axis):
+        axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
+        shape = list(self.shape)
+        for a in sorted(a % (len(shape) + len(axes)) if a < 0 else a for a in axes):
+            shape.insert(a, 1)
+        return self.reshape(shape)
+
+    def transpose(self, perm):
+        perm = tuple(int(p) % max(self.ndim, 1) for p in perm)
+        if sorted(perm) != list(range(self.ndim)):
+            raise ShapeError(f"transpose: {list(perm)} is not a permutation of {self.ndim} axes",
+                             _tr.user_loc())
+        return self._view("transpose", self._layout.transpose(perm), perm=perm)
+
+    def t(self):
+        if self.ndim < 2:
+            return self
+        return self.transpose([1, 0] if self.ndim == 2 else
+                              list(range(self.ndim - 2)) + [self.ndim - 1, self.ndim - 2])
+
+    def expand(self, shape):
+        shape = [self.shape[i - (len(shape) - self.ndim)] if d == -1 else int(d)
+                 for i, d in enumerate(shape)]
+        try:
+            layout = np.broadcast_to(self._layout, shape)
+        except ValueError:
+            raise ShapeError(f"can't expand {self.shape} to {shape}", _tr.user_loc()) from None
+        return self._view("expand", layout, shape=tuple(shape))
+
+    def broadcast_to(self, shape):
+        """A materialized broadcast (a copy); `expand` is the view form."""
+        return self._op("broadcast_to", shape=tuple(int(d) for d in shape))
+
+    def slice_index(self, index: tuple) -> "Tensor":
+        """A view through a canonical index (see `normalize_index`)."""
+        from .ops.shape_ops import numpy_index
+        return self._view("slice", self._layout[numpy_index(index)], index=index)
+
+    def slice_scatter(self, src, index) -> "Tensor":
+        """Out of place: a copy of self with `self[index] = src`."""
+        return self._op("slice_scatter", src, index=index)
+
+    def full_like_value(self, value) -> "Tensor":
+        """A 0-d tensor holding a Python scalar, typed as it would combine with self."""
+        return Tensor._fresh(self._operand(value))
+
+    def zeros_like_shape(self, shape) -> "Tensor":
+        return Tensor._fresh(self._tracer.emit(
+            "full", [], {"shape": tuple(shape), "value": 0, "dtype": self.dtype}))
+
+    def __getitem__(self, idx):
+        return self.slice_index(normalize_index(idx, self.shape))
+
+    def __setitem__(self, idx, value):
+        self[idx]._assign(value)
+
+    def _assign(self, value):
+        """`self[...] = value`: broadcast and cast `value`, write it through the views."""
+        self._check_writable("__setitem__")
+        old = self._v()
+        v = self._operand(value)
+        if v.dtype != old.dtype:
+            v = self._tracer.emit("cast", [v], {"dtype": old.dtype})
+        if v.shape != old.shape:
+            v = self._tracer.emit("broadcast_to", [v], {"shape": old.shape})
+        self._tracer.overwritten.add(old)
+        self._write(v)
+        return self
+
+    # -- Paddle's meta-changing inplace forms: the object becomes the view ----------------------
+    def _become(self, other: "Tensor") -> "Tensor":
+        self._storage, self._chain = other._storage, other._chain
+        self._value, self._version, self._layout = other._value, other._version, other._layout
+        return self
+
+    def transpose_(self, perm):
+        return self._become(self.transpose(perm))
+
+    def reshape_(self, shape):
+        return self._become(self.reshape(shape))
+
+    def squeeze_(self, axis=None):
+        return self._become(self.squeeze(axis))
+
+    def unsqueeze_(self, axis):
+        return self._become(self.unsqueeze(axis))
+
+    def flatten_(self, start_axis=0, stop_axis=-1):
+        return self._become(self.flatten(start_axis, stop_axis))
+
+    # -- autodiff -------------------------------------------------------------------------------
+    def backward(self, grad_tensor=None, retain_graph=False):
+        from passes.autodiff import backward
+        backward(self._tracer, self, grad_tensor)
+
+    # -- operators --------------------------------------------------------------------------------
+    def __add__(self, y): return self._op("add", y)
+    def __radd__(self, y): return self._rop("add", y)
+    def __sub__(self, y): return self._op("subtract", y)
+    def __rsub__(self, y): return self._rop("subtract", y)
+    def __mul__(self, y): return self._op("multiply", y)
+    def __rmul__(self, y): return self._rop("multiply", y)
+    def __truediv__(self, y): return self._op("divide", y)
+    def __rtruediv__(self, y): return self._rop("divide", y)
+    def __pow__(self, y): return self.pow(y)
+    def __rpow__(self, y): return self._rop("pow", y)
+    def __matmul__(self, y): return self.matmul(y)
+    def __rmatmul__(self, y): return to_tensor(y).matmul(self)
+    def __neg__(self): return self._op("neg")
+    def __abs__(self): return self._op("abs")
+    def __invert__(self): return self._op("logical_not")
+    def __and__(self, y): return self._op("logical_and", y)
+    def __or__(self, y): return self._op("logical_or", y)
+    # Paddle: augmented assignment is inplace.
+    def __iadd__(self, y): return self._inplace("add", y)
+    def __isub__(self, y): return self._inplace("subtract", y)
+    def __imul__(self, y): return self._inplace("multiply", y)
+    def __itruediv__(self, y): return self._inplace("divide", y)
+
+
+def _install_elementwise_methods():
+    """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
+    keeps_dtype = {"greater_than", "less_than", "greater_equal", "less_equal", "equal",
+                   "not_equal", "logical_and", "logical_or", "logical_not"}
+    for name, op in REGISTRY.items():
+        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to"):
+            continue
+        if not hasattr(Tensor, name):
+            setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))
+        if op.inplace and not hasattr(Tensor, op.inplace):
+            setattr(Tensor, op.inplace,
+                    lambda self, *ys, _n=name, **kw: self._inplace(
+                        _n, *ys, keep_dtype=_n in keeps_dtype, **kw))
+
+
+_install_elementwise_methods()
+Tensor.multiply_ = lambda self, y: self._inplace("multiply", y)
+Tensor.divide_ = lambda self, y: self._inplace("divide", y)
+Tensor.pow_ = lambda self, y: self._inplace("pow", y)
+
+
+def check_dtype(dtype, loc=None):
+    if np.dtype(dtype) not in SUPPORTED_DTYPES:
+        raise TraceError(f"unsupported dtype {np.dtype(dtype)}: use one of "
+                         + ", ".join(d.name for d in SUPPORTED_DTYPES), loc or _tr.user_loc())
+
+
+def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
+    """A constant captured at trace time (the data is copied, as Paddle does)."""
+    if isinstance(data, Tensor):
+        out = data._op("contiguous") if dtype is None else data.cast(dtype)
+    else:
+        if _is_scalar(data) and dtype is None:
+            dtype = scalar_dtype(data, None)
+        arr = np.array(data, dtype=dtype)
+        if arr.dtype == np.float64 and dtype is None and not isinstance(data, np.ndarray):
+            arr = arr.astype(DEFAULT_FLOAT)  # Python floats default to Paddle's float32
+        check_dtype(arr.dtype)
+        out = Tensor._fresh(_tr.current().emit("constant", [], {"value": arr}))
+    if not stop_gradient:
+        out.stop_gradient = False
+    return out

@@ -1,0 +1,114 @@
+"""The tracer: records every op a traced function performs as a node of an SSA `Graph`.
+
+It owns the bookkeeping that the pure IR does not: the current grad mode and phase, the user's
+source location of each call, which values a user inplace op overwrote (the autodiff pass reads
+this to choose VJP forms), and which SSA values are leaves that accumulate gradients.
+"""
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import sys
+
+from .errors import CompilerError, ShapeError, TraceError
+from .ir import Graph, Loc, Node, Value
+from .ops import REGISTRY
+
+_PACKAGE_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), pkg) + os.sep
+    for pkg in ("compiler", "passes", "runtime"))
+_SKIP_FILES = (contextlib.__file__,)
+
+
+def user_loc(depth: int = 1) -> Loc:
+    """The first stack frame outside our packages: the user's line that made this call."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        fname = os.path.abspath(frame.f_code.co_filename)
+        if not fname.startswith(_PACKAGE_DIRS) and fname not in _SKIP_FILES:
+            return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
+        frame = frame.f_back
+    return Loc("<unknown>", 0)
+
+
+_STACK: list["Tracer"] = []
+
+
+def current() -> "Tracer":
+    if not _STACK:
+        raise TraceError("no function is being traced: tensors exist only inside cc.compile "
+                         "or cc.trace", user_loc())
+    return _STACK[-1]
+
+
+class Tracer:
+    def __init__(self, name: str = "f"):
+        self.graph = Graph(name=name)
+        self.grad_enabled = True
+        self.backward_calls = 0
+        # During backward construction: the phase and the forward node being differentiated.
+        self.in_backward: Node | None = None
+        self.backward_loc: Loc | None = None   # the `backward()` call being built
+        self.overwritten: set[Value] = set()   # old values of user inplace targets
+        self.leaf_of: dict[Value, object] = {}  # leaf SSA value -> its leaf Tensor
+        self.input_storages: list = []
+
+    def __enter__(self):
+        _STACK.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _STACK.pop()
+        return False
+
+    # -- recording ------------------------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        if self.in_backward is not None or self.backward_loc is not None:
+            return "backward"
+        if not self.grad_enabled and self.backward_calls:
+            return "update"
+        return "forward"
+
+    def loc(self) -> Loc:
+        if self.in_backward is not None:
+            return self.in_backward.loc
+        if self.backward_loc is not None:
+            return self.backward_loc
+        return user_loc()
+
+    def emit(self, op: str, inputs: list[Value], attrs: dict | None = None,
+             inplace_of: int | None = None) -> Value:
+        """Append one node; infer its type with the registry's rule; track requires_grad."""
+        attrs = attrs or {}
+        opdef = REGISTRY[op]
+        loc = self.loc()
+        try:
+            shape, dtype = opdef.infer([(v.shape, v.dtype) for v in inputs], **attrs)
+        except CompilerError as e:
+            raise type(e)(f"{op}: {e.bare_message}", loc) from None
+        except (TypeError, ValueError) as e:  # bad attrs from the user
+            raise ShapeError(f"{op}: {e}", loc) from None
+        node = self.graph.add_node(op, inputs, attrs, shape, dtype, loc, self.phase,
+                                   inplace_of)
+        if self.in_backward is not None:
+            node.grad_of = self.in_backward
+        node.out.requires_grad = (self.grad_enabled and opdef.differentiable
+                                  and any(v.requires_grad for v in inputs))
+        return node.out
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Ops inside record no gradient (an optimizer update); inplace on leaves is allowed."""
+    tracer = _STACK[-1] if _STACK else None
+    if tracer is None:
+        yield
+        return
+    saved = tracer.grad_enabled
+    tracer.grad_enabled = False
+    try:
+        yield
+    finally:
+        tracer.grad_enabled = saved

@@ -1,0 +1,1 @@
+"""Execution: the numpy reference interpreter, the arena executor and native backends."""
