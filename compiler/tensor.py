@@ -15,23 +15,13 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from . import tracer as _tr
 from .errors import InplaceError, ShapeError, TraceError
 from .ir import Value
+from .layout import apply_view, overlaps_itself, value_probe
 from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
 from .ops.registry import DEFAULT_FLOAT, normalize_axes
-
-_BYTE = np.zeros(1, np.uint8)
-
-
-def contiguous_layout(shape) -> np.ndarray:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return as_strided(_BYTE, tuple(shape), tuple(reversed(strides)))
 
 
 class Storage:
@@ -113,7 +103,7 @@ class Tensor:
         self._chain = tuple(chain)
         self._value = storage.base if value is None else value
         self._version = storage.version
-        self._layout = layout if layout is not None else contiguous_layout(self._value.shape)
+        self._layout = layout if layout is not None else value_probe(self._value)
         self._name = name
         self._grad: Tensor | None = None
 
@@ -250,8 +240,9 @@ class Tensor:
         """Emit any registry op with `self` as its first input (used by VJP rules)."""
         return self._op(op, *others, **attrs)
 
-    def _view(self, op: str, layout, **attrs) -> "Tensor":
-        v = self._tracer.emit(op, [self._v()], attrs)
+    def _view(self, op: str, **attrs) -> "Tensor":
+        v = self._tracer.emit(op, [self._v()], attrs)  # checks shapes, naming the user's line
+        layout = apply_view(self._layout, op, attrs)
         return Tensor(self._tracer, self._storage, self._chain + ((op, attrs),), v, layout)
 
     # -- inplace: compute functionally, then write back through the view chain -------------
@@ -261,7 +252,7 @@ class Tensor:
         if leaf is not None and tracer.grad_enabled and self._storage.base.requires_grad:
             raise InplaceError(f"leaf tensor '{leaf.name}' that doesn't stop gradient can't use "
                                f"inplace strategy ({what})", _tr.user_loc())
-        if any(s == 0 and d > 1 for s, d in zip(self._layout.strides, self._layout.shape)):
+        if overlaps_itself(self._layout):
             raise InplaceError(f"{what} writes to an expanded (overlapping) view: several "
                                "elements share one memory location", _tr.user_loc())
 
@@ -388,7 +379,7 @@ class Tensor:
         return self.where_mask(x > 0)
 
     def detach(self):
-        t = self._view("detach", self._layout)
+        t = self._view("detach")
         t._value.requires_grad = False
         return t
 
@@ -451,13 +442,10 @@ class Tensor:
     def reshape(self, shape):
         shape = list(shape) if isinstance(shape, (list, tuple)) else [shape]
         shape = self._resolve_shape(shape)
-        layout = self._layout.view()
-        try:
-            layout.shape = shape
-        except AttributeError:
+        if apply_view(self._layout, "reshape", {"shape": shape}) is None:
             # The strides don't allow a view: reshape copies (a write won't reach the base).
             return self._op("contiguous").reshape(shape)
-        return self._view("reshape", layout, shape=tuple(shape))
+        return self._view("reshape", shape=tuple(shape))
 
     def _resolve_shape(self, shape):
         shape = [int(d) for d in shape]
@@ -503,7 +491,7 @@ class Tensor:
         if sorted(perm) != list(range(self.ndim)):
             raise ShapeError(f"transpose: {list(perm)} is not a permutation of {self.ndim} axes",
                              _tr.user_loc())
-        return self._view("transpose", self._layout.transpose(perm), perm=perm)
+        return self._view("transpose", perm=perm)
 
     def t(self):
         if self.ndim < 2:
@@ -514,11 +502,7 @@ class Tensor:
     def expand(self, shape):
         shape = [self.shape[i - (len(shape) - self.ndim)] if d == -1 else int(d)
                  for i, d in enumerate(shape)]
-        try:
-            layout = np.broadcast_to(self._layout, shape)
-        except ValueError:
-            raise ShapeError(f"can't expand {self.shape} to {shape}", _tr.user_loc()) from None
-        return self._view("expand", layout, shape=tuple(shape))
+        return self._view("expand", shape=tuple(shape))
 
     def broadcast_to(self, shape):
         """A materialized broadcast (a copy); `expand` is the view form."""
@@ -526,8 +510,7 @@ class Tensor:
 
     def slice_index(self, index: tuple) -> "Tensor":
         """A view through a canonical index (see `normalize_index`)."""
-        from .ops.shape_ops import numpy_index
-        return self._view("slice", self._layout[numpy_index(index)], index=index)
+        return self._view("slice", index=index)
 
     def slice_scatter(self, src, index) -> "Tensor":
         """Out of place: a copy of self with `self[index] = src`."""
