@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 
 from . import tracer as _tr
-from .errors import InplaceError, ShapeError, TraceError
+from .errors import InplaceError, ShapeError, SignatureError, TraceError
 from .ir import Graph, type_str
 from .ops import SUPPORTED_DTYPES
 from .tensor import Storage, Tensor, _is_scalar
@@ -144,7 +144,7 @@ class Program:
                                      f"{self.graph.name} was compiled for "
                                      f"{type_str(sig[1], np.dtype(sig[2]))}", loc)
                 if a.dtype.str != sig[2]:
-                    raise TraceError(f"argument '{name}' has dtype {a.dtype}, but "
+                    raise SignatureError(f"argument '{name}' has dtype {a.dtype}, but "
                                      f"{self.graph.name} was compiled for "
                                      f"{np.dtype(sig[2]).name}", loc)
             elif not isinstance(a, np.ndarray) and a != sig[2]:
@@ -210,6 +210,9 @@ class CompiledFunction:
 
     def lower(self, *args) -> Program:
         """The compiled program for these arguments' signature, without running it."""
+        loc = _tr.user_loc()
+        for i, (name, a) in enumerate(zip(_param_names(self.fn, len(args)), args)):
+            _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
         sig = signature_of(args)
         prog = self._cache.get(sig)
         if prog is None:

@@ -23,3 +23,9 @@ class ShapeError(CompilerError, ValueError):
 
 class TraceError(CompilerError, TypeError):
     """Something a static graph can't express: data-dependent control flow, `.numpy()`, ..."""
+
+
+class SignatureError(ShapeError, TraceError):
+    """A compiled program called with an array of another dtype than it was traced for: it
+    doesn't fit the traced signature (a `ShapeError`, DESIGN §3) and is an argument of the
+    wrong type (a `TraceError`), so either `except` clause catches it."""

@@ -252,9 +252,21 @@ class Tensor:
         if leaf is not None and tracer.grad_enabled and self._storage.base.requires_grad:
             raise InplaceError(f"leaf tensor '{leaf.name}' that doesn't stop gradient can't use "
                                f"inplace strategy ({what})", _tr.user_loc())
-        if overlaps_itself(self._layout):
+        if overlaps_itself(self._layout) or self._through_broadcast():
             raise InplaceError(f"{what} writes to an expanded (overlapping) view: several "
                                "elements share one memory location", _tr.user_loc())
+
+    def _through_broadcast(self) -> bool:
+        """Whether an `expand` in the view chain broadcasts. Its stride-0 dims may be sliced
+        away (`x.expand([2, 3])[0]`), but the write would still reach one element from several
+        positions of the expanded view, and has no inverse to write back through."""
+        shape, dtype = self._storage.base.shape, self._storage.base.dtype
+        for op, attrs in self._chain:
+            out, _ = REGISTRY[op].infer([(shape, dtype)], **attrs)
+            if op == "expand" and int(np.prod(out)) != int(np.prod(shape)):
+                return True
+            shape = out
+        return False
 
     def _inplace(self, op: str, *others, keep_dtype: bool = False, **attrs) -> "Tensor":
         what = REGISTRY[op].inplace or op

@@ -87,7 +87,8 @@ class Tracer:
         try:
             shape, dtype = opdef.infer([(v.shape, v.dtype) for v in inputs], **attrs)
         except CompilerError as e:
-            raise type(e)(f"{op}: {e.bare_message}", loc) from None
+            msg = e.bare_message  # name the op once, even when the rule already does
+            raise type(e)(msg if msg.startswith(op) else f"{op}: {msg}", loc) from None
         except (TypeError, ValueError) as e:  # bad attrs from the user
             raise ShapeError(f"{op}: {e}", loc) from None
         node = self.graph.add_node(op, inputs, attrs, shape, dtype, loc, self.phase,

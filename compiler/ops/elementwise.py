@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import scalar as S
-from ..errors import ShapeError
+from ..errors import ShapeError, TraceError
 from .registry import (BOOL, ELEMENTWISE, broadcast_shapes, defop, dtype_class, float_of,
                        promote)
 
@@ -28,6 +28,18 @@ def _float(t):
 
 def _bool(t):
     return BOOL
+
+
+def _numeric(t):
+    """Same dtype, but not bool: numpy (and Paddle) have no bool negative or difference."""
+    if t[1] == BOOL:
+        raise TraceError("not defined for bool tensors: use logical_not, or cast to a "
+                         "number first")
+    return t[1]
+
+
+def _numeric2(da, db):
+    return _numeric(((), promote(da, db)))
 
 
 def unary(name, ref, expr, *, vjp=None, dtype=_same, inplace=True, doc="", infer=None):
@@ -50,10 +62,11 @@ def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
 a, b, c = S.arg(0), S.arg(1), S.arg(2)
 
 # -- unary math ----------------------------------------------------------------------------
-unary("neg", np.negative, -a, vjp={"none": lambda ctx, g: (-g,)})
+unary("neg", np.negative, -a, dtype=_numeric, vjp={"none": lambda ctx, g: (-g,)})
 unary("abs", np.abs, S.call("abs", a),
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0].sign(),)})
-unary("sign", np.sign, S.call("where", a > 0, 1, S.call("where", a < 0, -1, 0)))
+unary("sign", np.sign, S.call("where", a > 0, 1, S.call("where", a < 0, -1, 0)),
+      dtype=_numeric)
 unary("exp", np.exp, S.call("exp", a), dtype=_float,
       vjp={"output": lambda ctx, g: (g * ctx.out,),
            "input": lambda ctx, g: (g * ctx.inputs[0].exp(),)})
@@ -73,6 +86,7 @@ unary("tanh", np.tanh, S.call("tanh", a), dtype=_float,
 
 def _sigmoid_ref(x):
     # exp of a negative argument only: no overflow warnings for large |x|.
+    x = x.astype(float_of(x.dtype), copy=False)  # bool and int inputs compute in float
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(float_of(x.dtype))
 
@@ -126,7 +140,8 @@ unary("contiguous", lambda x: np.ascontiguousarray(x).copy(), a, inplace=False,
 
 # -- binary arithmetic ---------------------------------------------------------------------
 binary("add", np.add, a + b, vjp={"none": lambda ctx, g: (g, g)})
-binary("subtract", np.subtract, a - b, vjp={"none": lambda ctx, g: (g, -g)})
+binary("subtract", np.subtract, a - b, dtype=_numeric2,
+       vjp={"none": lambda ctx, g: (g, -g)})
 binary("multiply", np.multiply, a * b,
        vjp={"input": lambda ctx, g: (g * ctx.inputs[1] if ctx.needs_grad[0] else None,
                                      g * ctx.inputs[0] if ctx.needs_grad[1] else None)})

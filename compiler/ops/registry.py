@@ -88,6 +88,15 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 
 
 def promote(*dtypes) -> np.dtype:
+    """The result dtype of mixing `dtypes` (Paddle / PyTorch): the highest category present
+    (float > int > bool) decides, and within it the widest dtype. So an int tensor times a
+    weakly typed float scalar (a float32 `full`) stays float32, as `int / int` and
+    `int ** 0.5` do, where numpy would widen int32 + float32 to float64."""
+    dtypes = [np.dtype(d) for d in dtypes]
+    for kinds in ("f", "iu"):
+        top = [d for d in dtypes if d.kind in kinds]
+        if top:
+            return np.result_type(*top)
     return np.result_type(*dtypes)
 
 
