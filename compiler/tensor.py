@@ -311,6 +311,9 @@ class Tensor:
             # An update of a parameter under no_grad: it stays a leaf.
             value.requires_grad = True
             tracer.leaf_of[value] = storage.leaf
+        # The whole buffer is written, not just this view of it: a VJP that could read either
+        # the base's old value or something else should read the other (autodiff's form choice).
+        tracer.overwritten.add(storage.base)
         storage.base = value
         storage.version += 1
         if storage.input_index is not None:

@@ -3,7 +3,8 @@
 Guarantees: after `backward(tracer, root)`, every leaf tensor whose SSA value reaches `root`
 through differentiable ops holds (or has accumulated into) `leaf.grad`, a traced Tensor equal to
 d(sum(root * grad))/d(leaf). Backward nodes carry phase "backward", `grad_of` (the forward node)
-and that node's source line. Forward values are read as they were when the forward op ran: the
+and that node's source line; the seed and the accumulation into `leaf.grad` count as the backward
+of the root's node. Forward values are read as they were when the forward op ran: the
 SSA graph keeps an overwritten value alive for as long as a VJP reads it.
 
 Algorithm:
@@ -15,7 +16,8 @@ Algorithm:
   4. Run the VJP under no_grad (no higher-order gradients) with a context that exposes only what
      the chosen form declared (values it did not declare are shape-only), reduce broadcast
      gradients to each input's shape and accumulate with `+`.
-  5. Accumulate each leaf's gradient into `leaf.grad` (in place if it already exists).
+  5. Accumulate each leaf's gradient into `leaf.grad`: a Tensor of its own the first time, then
+     in place (`add_`), as repeated `backward()` calls do in Paddle.
 """
 from __future__ import annotations
 
@@ -81,8 +83,11 @@ def backward(tracer, root: Tensor, grad=None):
                          "stop_gradient = False on the parameters it depends on", loc)
     saved_grad_mode = tracer.grad_enabled
     tracer.grad_enabled, tracer.backward_loc = False, loc
+    # The seed and the accumulation into leaf.grad belong to the backward of the root's
+    # forward node: every backward node then has a grad_of and carries its source line.
+    root_node = r.producer
     try:
-        # Step 1
+        tracer.in_backward = root_node  # Step 1
         if grad is None:
             seed = Tensor._fresh(tracer.emit(
                 "full", [], {"shape": r.shape, "value": 1, "dtype": r.dtype}))
@@ -110,7 +115,7 @@ def backward(tracer, root: Tensor, grad=None):
                         gi = gi.cast(v.dtype)
                     grads[v] = grads[v] + gi if v in grads else gi
             finally:
-                tracer.in_backward = None
+                tracer.in_backward = root_node
         # Step 5
         per_leaf: dict[int, tuple[Tensor, Tensor]] = {}  # keyed by id: Tensor.__eq__ traces
         for v, leaf in tracer.leaf_of.items():
@@ -121,9 +126,13 @@ def backward(tracer, root: Tensor, grad=None):
                     per_leaf[id(leaf)] = (leaf, grads[v])
         for leaf, g in per_leaf.values():
             if leaf.grad is None:
-                leaf.grad = g
+                # A Tensor of its own: `g` may be another leaf's gradient (add's VJP returns
+                # (g, g)) or a view of one (concat, slice_scatter), and a later accumulation
+                # (`add_`) into this leaf.grad must not write through to them.
+                leaf.grad = Tensor._fresh(g._v())
             else:
                 leaf.grad.add_(g)
         tracer.backward_calls += 1
     finally:
         tracer.grad_enabled, tracer.backward_loc = saved_grad_mode, None
+        tracer.in_backward = None
