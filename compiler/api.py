@@ -155,25 +155,46 @@ class Program:
         loc = _tr.user_loc()
         self._check_args(args, loc)
         arrays = [a for a in args if isinstance(a, np.ndarray)]
-        for i in self.graph.mutations:
-            if not arrays[i].flags.writeable:
-                raise InplaceError(
-                    f"argument '{self.graph.inputs[i].name}' is a read-only array, but the "
-                    f"function writes into it at {self.graph.mutation_locs.get(i, '?')}", loc)
-        outs, muts = self._exec.run(arrays)
-        # The whole program succeeded: only now touch the caller's arrays.
-        for i, arr in muts.items():
-            np.copyto(arrays[i], arr)
-        mutated_by_value = {id(v): i for i, v in self.graph.mutations.items()}
+        names = [v.name for v in self.graph.inputs]
+        donated = {names.index(n) for n in self.donate}
+        for k in sorted(set(self.graph.mutations) | donated):
+            if not arrays[k].flags.writeable:
+                where = self.graph.mutation_locs.get(k)
+                why = f"the function writes into it at {where}" if where else "it is donated"
+                raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",
+                                   loc)
+        for k in donated:
+            for j, other in enumerate(arrays):
+                if j != k and np.may_share_memory(arrays[k], other):
+                    raise InplaceError(f"donated argument '{names[k]}' shares memory with "
+                                       f"argument '{names[j]}'", loc)
+        # An argument the program writes into, while another argument overlaps it: run on a
+        # private copy so that the other argument reads the values it had at the call.
+        run_arrays = list(arrays)
+        for k in self.graph.mutations:
+            if any(j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
+                run_arrays[k] = arrays[k].copy()
+        outs, muts = self._exec.run(run_arrays)
+        # The whole program succeeded: the caller's arrays get their final values.
+        for k, arr in muts.items():
+            if not _same_memory(arr, arrays[k]):
+                np.copyto(arrays[k], arr)
+        mutated_by_value = {id(v): k for k, v in self.graph.mutations.items()}
         results = []
         for v, arr in zip(self.graph.outputs, outs):
             if id(v) in mutated_by_value:
                 results.append(arrays[mutated_by_value[id(v)]])  # eager: `y = x.add_(1)`
-            elif any(np.may_share_memory(arr, a) for a in arrays):
+            elif any(np.may_share_memory(arr, a) for k, a in enumerate(arrays)
+                     if k not in donated):
                 results.append(arr.copy())  # never hand out an alias of a caller's array
             else:
                 results.append(arr)
         return _rebuild(self.graph.output_tree, results)
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.shape == b.shape and a.strides == b.strides
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _param_names_from_graph(graph, signature):
@@ -187,16 +208,18 @@ def _param_names_from_graph(graph, signature):
     return names
 
 
-def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=()):
+def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
+                  sanitize=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
-    return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate)
+    return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
+                        sanitize=sanitize)
 
 
 class CompiledFunction:
     """What `cc.compile` returns: traces per input signature and caches the Program."""
 
-    def __init__(self, fn, backend="numpy", inplace="auto", donate=()):
+    def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
         if inplace not in INPLACE_MODES:
@@ -205,6 +228,7 @@ class CompiledFunction:
         self.backend = backend
         self.inplace = inplace
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
+        self.sanitize = sanitize
         self._cache: dict = {}
         functools.update_wrapper(self, fn)
 
@@ -217,7 +241,8 @@ class CompiledFunction:
         prog = self._cache.get(sig)
         if prog is None:
             graph = trace(self.fn, *args)
-            prog = build_program(graph, sig, self.backend, self.inplace, self.donate)
+            prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
+                                 self.sanitize)
             self._cache[sig] = prog
         return prog
 
@@ -228,9 +253,12 @@ class CompiledFunction:
         return trace(self.fn, *args)
 
 
-def compile(fn=None, *, backend="numpy", inplace="auto", donate=()):
+def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
-    `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`."""
+    `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
+
+    `sanitize=True` runs the planned program with every dead buffer poisoned (also switched
+    on for every program by the environment variable COMPILER_SANITIZE=1)."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, inplace, donate)
-    return CompiledFunction(fn, backend, inplace, donate)
+        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize)
+    return CompiledFunction(fn, backend, inplace, donate, sanitize)

@@ -136,7 +136,9 @@ def numpy_index(index):
             out.append(slice(*entry[1:]))
         else:
             out.append(None)
-    return tuple(out)
+    # A trailing Ellipsis makes numpy return a 0-d *view*, not a scalar copy, for all-int
+    # indices: a slice must alias its base.
+    return tuple(out) + (Ellipsis,)
 
 
 def _probe(shape):

@@ -1,0 +1,48 @@
+"""Alias analysis: which values share storage through views.
+
+Guarantees: `root[v]` is the value whose buffer `v` views (`v` itself when `v` is not a view);
+`members[r]` lists `r` and every value that views it, transitively, in program order;
+`probe[v]` is `v`'s element layout inside its root's buffer (see `compiler.layout`). Every
+VIEW-kind op (reshape, transpose, slice, expand, detach) is an alias edge; nothing else is.
+Which *non-view* values share a buffer is decided later, by the reinplace pass.
+
+Algorithm: one forward walk; a view node's output inherits its input's root and gets the
+input's probe with the view applied.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.ir import Graph, Value
+from compiler.layout import apply_view, contiguous_probe
+from compiler.ops import REGISTRY, VIEW
+
+
+@dataclass
+class AliasInfo:
+    root: dict[Value, Value]
+    members: dict[Value, list[Value]]
+    probe: dict[Value, np.ndarray]
+
+    def aliases(self, v: Value) -> list[Value]:
+        """Every value sharing `v`'s buffer through views (including `v` and its root)."""
+        return self.members[self.root[v]]
+
+
+def alias_analysis(graph: Graph) -> AliasInfo:
+    root, members, probe = {}, {}, {}
+    for v in graph.inputs:
+        root[v], members[v], probe[v] = v, [v], contiguous_probe(v.shape)
+    for node in graph.nodes:
+        out = node.out
+        if REGISTRY[node.op].kind == VIEW:
+            src = node.inputs[0]
+            root[out] = root[src]
+            members[root[out]].append(out)
+            probe[out] = apply_view(probe[src], node.op, node.attrs)
+            assert probe[out] is not None, f"reshape view of a non-contiguous layout: {node}"
+        else:
+            root[out], members[out], probe[out] = out, [out], contiguous_probe(out.shape)
+    return AliasInfo(root, members, probe)

@@ -1,0 +1,311 @@
+"""Reinplace: decide, for every candidate op, whether its output may take an input's buffer.
+
+Candidates are the ops the user wrote in the `_` form (and set-item/write-backs, marked
+`Node.inplace_of`) and, in `inplace="auto"`, every other elementwise or scatter op. The output
+of node `n` may take the buffer of its input `a` when all four conditions of DESIGN §4 hold,
+each a named predicate below that returns None or the sentence the user reads in the plan:
+
+  1. `cannot_overwrite`: `n` writes each element exactly where it reads it: elementwise with
+     the input's shape and dtype, or a scatter into its base; the input is not an expanded
+     (self-overlapping) view; no other operand reads a different region of the same buffer.
+  2. `read_later`: no node scheduled after `n` reads `a` or any view of its buffer (backward
+     and update nodes included) -- except the write-back scatter of an inplace op on a view,
+     when that scatter exactly inverts the view (then `n` writes straight into the region).
+  3. `caller_buffer`: the buffer is not a caller's array, unless donated or `n` is part of that
+     array's own mutation (the user's inplace write into an argument).
+  4. `returned`: the value is not returned or needed as an input's final value.
+
+Algorithm:
+  1. Alias analysis and liveness over the whole program (passes.alias, passes.liveness).
+  2. Find each mutated input's writers: the nodes on the chain from its final value back to it.
+  3. Walk the nodes in program order, tracking which buffer each value lives in and where
+     (its placement, an element layout inside the buffer). For each candidate, try the
+     requested input (or, for auto candidates, each same-shaped input in order) against the
+     four predicates; record a `Decision`; when taken, the output joins the input's buffer at
+     the input's placement.
+  4. In `inplace="strict"`, a requested op that was refused raises `InplaceError` naming its
+     line and the line of the op that still needs the value.
+
+Decisions are the pass's whole output: `plan_memory` rebuilds buffers from them, and the
+verifier re-checks them independently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.errors import InplaceError
+from compiler.ir import Graph, Node, Value
+from compiler.layout import apply_view, contiguous_probe, overlaps_itself, region
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
+
+from .alias import AliasInfo, alias_analysis
+from .liveness import Liveness, liveness
+
+
+@dataclass
+class Decision:
+    op: str               # as the user wrote it: "sin_" for a requested inplace sin
+    loc: str              # "file.py:LINE"
+    requested: bool       # the user wrote the inplace form (or set-item)
+    inplace: bool         # the output takes the input's buffer
+    reason: str           # why not, or what it reuses
+    input_index: int | None = None
+    node: Node | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "loc": self.loc, "requested": self.requested,
+                "inplace": self.inplace, "reason": self.reason,
+                "input_index": self.input_index,
+                "value": self.node.out.ref() if self.node is not None else None}
+
+
+def op_name(node: Node) -> str:
+    opdef = REGISTRY[node.op]
+    if node.inplace_of is not None and opdef.inplace:
+        return opdef.inplace
+    return node.op
+
+
+def describe_value(v: Value) -> str:
+    if v.producer is None:
+        return f"argument '{v.name}'"
+    p = v.producer
+    while REGISTRY[p.op].kind == VIEW and p.inputs[0].producer is not None:
+        p = p.inputs[0].producer
+    if REGISTRY[p.op].kind == VIEW:
+        return f"a view of argument '{p.inputs[0].name}'"
+    return f"{v.ref()} ({op_name(p)} at {p.loc})"
+
+
+def describe_reader(node: Node) -> str:
+    if node.phase == "backward" and node.grad_of is not None:
+        return f"the backward of {op_name(node.grad_of)} at {node.grad_of.loc}"
+    return f"{op_name(node)} at {node.loc}"
+
+
+def donated_inputs(graph: Graph, donate) -> set[int]:
+    """Donation by parameter name or by position among the graph's (array) inputs."""
+    names = {v.name: k for k, v in enumerate(graph.inputs)}
+    out = set()
+    for d in donate or ():
+        if isinstance(d, str):
+            if d not in names:
+                raise InplaceError(f"donate names '{d}', which is not an array parameter of "
+                                   f"{graph.name} ({', '.join(names)})")
+            out.add(names[d])
+        else:
+            out.add(int(d))
+    return out
+
+
+def mutation_writers(graph: Graph) -> dict[Node, int]:
+    """Step 2: node -> input index, for nodes on the chain that produces an input's final
+    value from that input (through inplace ops, scatters and views)."""
+    writers: dict[Node, int] = {}
+    for k, final in graph.mutations.items():
+        path, stack, reached = set(), [final], False
+        while stack:
+            v = stack.pop()
+            if v is graph.inputs[k]:
+                reached = True
+                continue
+            n = v.producer
+            if n is None:
+                continue
+            kind = REGISTRY[n.op].kind
+            if kind == VIEW:
+                stack.append(n.inputs[0])
+            elif kind == SCATTER:
+                path.add(n)
+                stack.extend(n.inputs[:2])
+            elif n.inplace_of is not None:
+                path.add(n)
+                stack.append(n.inputs[n.inplace_of])
+        if reached:
+            writers.update({n: k for n in path})
+    return writers
+
+
+class _State:
+    """Step 3's bookkeeping: which buffer each value lives in, and where inside it."""
+
+    def __init__(self, graph, aliases, live, inplace, donated, writers):
+        self.graph, self.aliases, self.live = graph, aliases, live
+        self.inplace, self.donated, self.writers = inplace, donated, writers
+        self.index = {n: i for i, n in enumerate(graph.nodes)}
+        self.buffer: dict[Value, Value] = {}  # value -> the value that created its buffer
+        self.place: dict = {}
+        self.final = {id(v) for v in graph.live_outputs()}
+        for v in graph.inputs:
+            self.buffer[v], self.place[v] = v, contiguous_probe(v.shape)
+
+    def take(self, node: Node, i: int | None):
+        out = node.out
+        if i is None:
+            self.buffer[out], self.place[out] = out, contiguous_probe(out.shape)
+        else:
+            a = node.inputs[i]
+            self.buffer[out], self.place[out] = self.buffer[a], self.place[a]
+
+    def view(self, node: Node):
+        src = node.inputs[0]
+        self.buffer[node.out] = self.buffer[src]
+        self.place[node.out] = apply_view(self.place[src], node.op, node.attrs)
+
+
+# -- the four conditions -----------------------------------------------------------------
+def cannot_overwrite(node: Node, i: int, st: _State) -> str | None:
+    a, out = node.inputs[i], node.out
+    kind = REGISTRY[node.op].kind
+    if kind == SCATTER:
+        if i != 0:
+            return "a scatter can only write into its base"
+        src = node.inputs[1]
+        target = apply_view(st.place[a], "slice", node.attrs)
+        if st.buffer[src] is st.buffer[a] and region(st.place[src]) != region(target):
+            return "the written value overlaps the region it is written to"
+        return None
+    if kind != ELEMENTWISE:
+        return f"{node.op} can't write its output over an input"
+    if tuple(a.shape) != tuple(out.shape):
+        return (f"output {list(out.shape)} is larger than the input {list(a.shape)} "
+                "(broadcast)")
+    if a.dtype != out.dtype:
+        return f"output is {out.dtype}, the input is {a.dtype}"
+    if overlaps_itself(st.place[a]):
+        return "the input is an expanded view: several elements share one location"
+    for j, other in enumerate(node.inputs):
+        if j != i and st.buffer[other] is st.buffer[a] \
+                and region(st.place[other]) != region(st.place[a]):
+            return (f"operand {j} reads another part of the same buffer, which the op "
+                    "would overwrite")
+    if not _views_fit(out, st.place[a], st):
+        return "a later reshape of the output can't be expressed in the input's layout"
+    return None
+
+
+def _views_fit(out: Value, placement, st: _State) -> bool:
+    """Can every view of `out` be taken if `out` lives at `placement`?"""
+    if region(placement) == region(contiguous_probe(out.shape)):
+        return True
+    probes = {out: placement}
+    for m in st.aliases.members[out][1:]:
+        p = m.producer
+        probes[m] = apply_view(probes[p.inputs[0]], p.op, p.attrs)
+        if probes[m] is None:
+            return False
+    return True
+
+
+def read_later(node: Node, i: int, st: _State) -> str | None:
+    a = node.inputs[i]
+    root = st.aliases.root[a]
+    t = st.index[node]
+    later = [k for k in st.live.read_after(root, t) if k != st.live.end]
+    if not later:
+        return None
+    if a is not root and len(later) == 1 and _is_exact_writeback(st.graph.nodes[later[0]],
+                                                                 node, a, st):
+        return None
+    return f"input {describe_value(a)} is read later by " \
+           f"{describe_reader(st.graph.nodes[later[0]])}"
+
+
+def _is_exact_writeback(s: Node, node: Node, a: Value, st: _State) -> bool:
+    """`s` scatters `node`'s output back into exactly the region `a` views, and `s` itself
+    can write into that buffer: then `node` may write the region directly (DESIGN §8.3)."""
+    if REGISTRY[s.op].kind != SCATTER or s.inputs[1] is not node.out:
+        return False
+    base = s.inputs[0]
+    if st.aliases.root[base] is not st.aliases.root[a]:
+        return False
+    written = apply_view(st.aliases.probe[base], "slice", s.attrs)
+    if region(written) != region(st.aliases.probe[a]):
+        return False
+    return all(check(s, 0, st) is None for check in (read_later, caller_buffer, returned))
+
+
+def caller_buffer(node: Node, i: int, st: _State) -> str | None:
+    # Through the root: in a look-ahead (`_is_exact_writeback`) the input may be a view that
+    # is created after the node being decided.
+    owner = st.buffer[st.aliases.root[node.inputs[i]]]
+    if owner.producer is not None:
+        return None
+    k = st.graph.inputs.index(owner)
+    if k in st.donated or st.writers.get(node) == k:
+        return None
+    return f"input {describe_value(node.inputs[i])} is a caller's array that was not donated"
+
+
+def returned(node: Node, i: int, st: _State) -> str | None:
+    a = node.inputs[i]
+    for m in st.aliases.aliases(a):
+        if id(m) in st.final:
+            what = "returned by the program" if m in st.graph.outputs \
+                else "the final value of a mutated argument"
+            return f"input {describe_value(a)} is {what}"
+    return None
+
+
+CONDITIONS = (cannot_overwrite, read_later, caller_buffer, returned)
+
+
+def _candidates(node: Node) -> list[int]:
+    kind = REGISTRY[node.op].kind
+    if node.inplace_of is not None:
+        return [node.inplace_of]
+    if kind == SCATTER:
+        return [0]
+    if kind == ELEMENTWISE:
+        same = [i for i, v in enumerate(node.inputs) if tuple(v.shape) == tuple(node.out.shape)]
+        if same:
+            return same
+        if any(v.shape for v in node.inputs):
+            return [0]  # refused as a broadcast, and said so
+    return []
+
+
+def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, list[Decision]]:
+    """Decide every inplace candidate of `graph`. Returns the graph unchanged and the
+    decisions (in program order)."""
+    assert inplace in ("auto", "off", "strict"), inplace
+    aliases: AliasInfo = alias_analysis(graph)  # Step 1
+    live: Liveness = liveness(graph, aliases)
+    st = _State(graph, aliases, live, inplace, donated_inputs(graph, donate),
+                mutation_writers(graph))  # Step 2
+    decisions: list[Decision] = []
+    for node in graph.nodes:  # Step 3
+        if REGISTRY[node.op].kind == VIEW:
+            st.view(node)
+            continue
+        candidates = _candidates(node)
+        if not candidates:
+            st.take(node, None)
+            continue
+        requested = node.inplace_of is not None
+        taken, first_reason = None, None
+        for i in candidates:
+            if inplace == "off":
+                reason = "inplace='off': every op writes a fresh buffer"
+            else:
+                reason = next((r for r in (c(node, i, st) for c in CONDITIONS) if r), None)
+            if reason is None:
+                taken = i
+                break
+            first_reason = first_reason or (i, reason)
+        if taken is not None:
+            a = node.inputs[taken]
+            text = f"writes over {describe_value(a)}"
+            decisions.append(Decision(op_name(node), str(node.loc), requested, True, text,
+                                      taken, node))
+        else:
+            i, reason = first_reason
+            if requested and inplace == "strict":  # Step 4
+                raise InplaceError(f"{op_name(node)} can't run in place (inplace='strict'): "
+                                   f"{reason}", node.loc)
+            if requested and inplace == "auto":
+                reason += "; the old value is kept in its own buffer"
+            decisions.append(Decision(op_name(node), str(node.loc), requested, False, reason,
+                                      i, node))
+        st.take(node, taken)
+    return graph, decisions

@@ -1,0 +1,27 @@
+"""Dead-code elimination.
+
+Guarantees: the returned graph computes the same outputs and input mutations, and every node in
+it contributes to one of them. Nodes are shared with the input graph (they are never mutated).
+
+Algorithm:
+  1. Mark the values the program must produce: returns and input mutations.
+  2. Walk the nodes in reverse; a node is live when its output is marked; mark its inputs.
+  3. Keep the live nodes in their original order.
+"""
+from __future__ import annotations
+
+import copy
+
+from compiler.ir import Graph
+
+
+def dce(graph: Graph) -> Graph:
+    needed = {id(v) for v in graph.live_outputs()}  # Step 1
+    live = []
+    for node in reversed(graph.nodes):  # Step 2
+        if id(node.out) in needed:
+            live.append(node)
+            needed.update(id(v) for v in node.inputs)
+    out = copy.copy(graph)  # Step 3
+    out.nodes = live[::-1]
+    return out

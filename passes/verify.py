@@ -1,0 +1,144 @@
+"""The verifier: SSA well-formedness of a graph, and the soundness of a memory plan.
+
+`verify_plan` re-derives everything it checks from the graph and the plan's buffer membership,
+sharing no code with the planner's liveness or reinplace logic:
+  1. every value is in exactly one buffer, a view in its input's, big enough for it;
+  2. arena offsets are aligned and inside the arena;
+  3. each buffer's interval covers every read of its values (through views) and their
+     definitions; returned values and input mutations live to the end;
+  4. no two arena buffers live at the same program point overlap in address range;
+  5. inside one buffer, successive values never live at once: the older one's last read is
+     at the node that overwrites it (an op writing element-for-element over its operand), or
+     it is the write-back scatter that replaces exactly the region the newer value occupies.
+A failure raises `PlanError` with the IR around the offending node.
+"""
+from __future__ import annotations
+
+from compiler.ir import Graph, format_node
+from compiler.layout import apply_view, contiguous_probe, region
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
+
+
+class PlanError(AssertionError):
+    """An internal invariant of a graph or plan is broken (a compiler bug, not user error)."""
+
+
+def _context(graph: Graph, index: int, radius: int = 3) -> str:
+    lo, hi = max(0, index - radius), min(len(graph.nodes), index + radius + 1)
+    return "\n".join(("> " if i == index else "  ") + f"[{i}] {format_node(graph.nodes[i])}"
+                     for i in range(lo, hi))
+
+
+def verify_graph(graph: Graph) -> None:
+    """SSA: each value defined once, before use; types agree with the registry's rules."""
+    defined = {id(v) for v in graph.inputs}
+    for i, n in enumerate(graph.nodes):
+        for v in n.inputs:
+            if id(v) not in defined:
+                raise PlanError(f"{v.ref()} used before definition\n{_context(graph, i)}")
+        shape, dtype = REGISTRY[n.op].infer([(v.shape, v.dtype) for v in n.inputs], **n.attrs)
+        if tuple(shape) != n.out.shape or dtype != n.out.dtype:
+            raise PlanError(f"type of {n.out.ref()} disagrees with {n.op}'s rule\n"
+                            f"{_context(graph, i)}")
+        if id(n.out) in defined:
+            raise PlanError(f"{n.out.ref()} defined twice\n{_context(graph, i)}")
+        defined.add(id(n.out))
+    for v in graph.live_outputs():
+        if id(v) not in defined:
+            raise PlanError(f"output {v.ref()} is never defined")
+
+
+def _is_view(v) -> bool:
+    return v.producer is not None and REGISTRY[v.producer.op].kind == VIEW
+
+
+def verify_plan(graph: Graph, plan) -> None:
+    end = len(graph.nodes)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    defined = {id(v): -1 for v in graph.inputs}
+    defined.update({id(n.out): i for i, n in enumerate(graph.nodes)})
+
+    # 1. membership
+    owner = {}
+    for b in plan.buffers:
+        for v in b.values:
+            if id(v) in owner:
+                raise PlanError(f"{v.ref()} is in two buffers")
+            owner[id(v)] = b
+            if not _is_view(v) and v.nbytes > b.size:
+                raise PlanError(f"{v.ref()} ({v.nbytes} B) doesn't fit buffer #{b.id}")
+    for v in graph.all_values():
+        if id(v) not in owner:
+            raise PlanError(f"{v.ref()} has no buffer")
+        if _is_view(v) and owner[id(v)] is not owner[id(v.producer.inputs[0])]:
+            raise PlanError(f"view {v.ref()} is not in its input's buffer")
+    # 2. arena bounds and alignment
+    for b in plan.buffers:
+        if b.kind == "arena":
+            if b.offset % plan.alignment or b.offset + b.size > plan.arena_bytes:
+                raise PlanError(f"buffer #{b.id} at {b.offset} (+{b.size}) is misaligned or "
+                                f"outside the arena of {plan.arena_bytes} B")
+    # 3. intervals: each non-view value's own live range, reads through views included
+    def root(v):
+        while _is_view(v):
+            v = v.producer.inputs[0]
+        return v
+    last_read = {id(v): defined[id(v)] for v in graph.all_values()}
+    for i, n in enumerate(graph.nodes):
+        if REGISTRY[n.op].kind != VIEW:
+            for v in n.inputs:
+                r = root(v)
+                last_read[id(r)] = max(last_read[id(r)], i)
+    for v in graph.live_outputs():
+        last_read[id(root(v))] = end
+    for v in graph.all_values():
+        if _is_view(v):
+            continue
+        b = owner[id(v)]
+        if b.kind != "input" and not (b.start <= defined[id(v)] and last_read[id(v)] <= b.end):
+            raise PlanError(f"buffer #{b.id} [{b.start}, {b.end}] doesn't cover {v.ref()} "
+                            f"live [{defined[id(v)]}, {last_read[id(v)]}]")
+    # 4. no overlap of simultaneously live arena buffers (sweep by start)
+    arena = sorted((b for b in plan.buffers if b.kind == "arena" and b.size),
+                   key=lambda b: b.start)
+    for i, a in enumerate(arena):
+        for c in arena[i + 1:]:
+            if c.start > a.end:
+                break
+            if a.offset < c.offset + c.size and c.offset < a.offset + a.size:
+                raise PlanError(f"buffers #{a.id} and #{c.id} are live together and overlap "
+                                f"in the arena")
+    # 5. successive values inside one buffer
+    for b in plan.buffers:
+        versions = sorted((v for v in b.values if not _is_view(v)), key=lambda v: defined[id(v)])
+        place = {}
+        for v in b.values:  # placement of each value inside the buffer, re-derived
+            if _is_view(v):
+                p = v.producer
+                place[id(v)] = apply_view(place[id(p.inputs[0])], p.op, p.attrs)
+            elif v.producer is not None and v.producer in plan.reuse:
+                place[id(v)] = place[id(v.producer.inputs[plan.reuse[v.producer]])]
+            else:
+                place[id(v)] = contiguous_probe(v.shape)
+        for old, new in zip(versions, versions[1:]):
+            writer = new.producer
+            if writer is None or REGISTRY[writer.op].kind not in (ELEMENTWISE, SCATTER):
+                raise PlanError(f"{new.ref()} reuses buffer #{b.id} but {writer and writer.op} "
+                                "can't write over its operand")
+            t = index[id(writer)]
+            if last_read[id(old)] <= t:
+                continue
+            if last_read[id(old)] == end:
+                raise PlanError(f"{new.ref()} overwrites {old.ref()}, which is still needed at "
+                                f"the end\n{_context(graph, t)}")
+            # Allowed only as the exact write-back of a region (DESIGN §8.3).
+            later = [i for i in range(t + 1, end) if REGISTRY[graph.nodes[i].op].kind != VIEW
+                     and any(root(v) is old for v in graph.nodes[i].inputs)]
+            s = graph.nodes[later[0]] if len(later) == 1 else None
+            ok = (s is not None and REGISTRY[s.op].kind == SCATTER and s.inputs[1] is new
+                  and root(s.inputs[0]) is old
+                  and region(apply_view(place[id(s.inputs[0])], "slice", s.attrs))
+                  == region(place[id(new)]))
+            if not ok:
+                raise PlanError(f"{new.ref()} overwrites {old.ref()} in buffer #{b.id}, but "
+                                f"{old.ref()} is read later\n{_context(graph, t)}")

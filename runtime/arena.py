@@ -1,0 +1,96 @@
+"""The planned numpy executor: runs a program inside one preallocated arena.
+
+Every value is an ndarray view of its buffer: arena buffers at their planned offsets, caller's
+arrays for inputs (written only where the plan lets an op write into them: the program's own
+mutations, and donated arguments), fresh arrays for returned buffers. Each inplace decision is
+honoured: the op's result lands in its input's memory, and a scatter into a dead base writes
+only the touched region. With `sanitize=True` the arena starts as garbage and every buffer is
+poisoned (all bytes 0xFF: NaN for floats, -1 for ints) right after its last use, so a plan that
+lets two live values share memory produces a wrong answer instead of a lucky right one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.ops import REGISTRY, SCATTER, VIEW
+from compiler.ops.shape_ops import numpy_index
+
+from .reference import run_node
+
+POISON = 0xFF
+
+
+def _view_of(array: np.ndarray, op: str, attrs: dict) -> np.ndarray:
+    """Apply a view op to a real array, never copying (as `compiler.layout.apply_view` does
+    to probes)."""
+    if op == "reshape":
+        out = array.view()
+        out.shape = tuple(attrs["shape"])  # raises rather than silently copying
+        return out
+    if op == "expand":
+        return np.broadcast_to(array, tuple(attrs["shape"]))
+    if op == "transpose":
+        return array.transpose(attrs["perm"])
+    if op == "slice":
+        return array[numpy_index(attrs["index"])]
+    return array  # detach
+
+
+class ArenaExecutable:
+    def __init__(self, graph, plan, sanitize: bool = False):
+        self.graph, self.plan, self.sanitize = graph, plan, sanitize
+        self.source = ""
+        self.arena = np.empty(plan.arena_bytes, np.uint8)  # allocated once per program
+        index = {id(n): i for i, n in enumerate(graph.nodes)}
+        # Buffers to poison after each node (sanitizer): arena buffers whose life ends there.
+        self._dies_after: dict[int, list] = {}
+        for b in plan.buffers:
+            if b.kind == "arena" and b.size:
+                self._dies_after.setdefault(b.end, []).append(b)
+        self._index = index
+
+    def _fresh(self, value, buffer, outputs_storage):
+        if buffer.kind == "arena":
+            return np.ndarray(value.shape, value.dtype, buffer=self.arena, offset=buffer.offset)
+        # A returned buffer: allocated per call, shared by the values that live in it.
+        storage = outputs_storage.get(id(buffer))
+        if storage is None:
+            storage = outputs_storage[id(buffer)] = np.empty(buffer.size, np.uint8)
+        return np.ndarray(value.shape, value.dtype, buffer=storage, offset=0)
+
+    def run(self, inputs):
+        graph, plan = self.graph, self.plan
+        if self.sanitize:
+            self.arena.fill(POISON)
+        arrays: dict[int, np.ndarray] = {}
+        for v, arr in zip(graph.inputs, inputs):
+            arrays[id(v)] = arr
+        outputs_storage: dict[int, np.ndarray] = {}
+        with np.errstate(all="ignore"):
+            for t, node in enumerate(graph.nodes):
+                kind = REGISTRY[node.op].kind
+                args = [arrays[id(v)] for v in node.inputs]
+                if kind == VIEW:
+                    arrays[id(node.out)] = _view_of(args[0], node.op, node.attrs)
+                    continue
+                taken = plan.reuse.get(node)
+                if taken is None:
+                    dest = self._fresh(node.out, plan.buffer_of[node.out], outputs_storage)
+                    np.copyto(dest, run_node(node, args))
+                elif kind == SCATTER:
+                    dest = args[0]  # in place: write only the touched region
+                    region = dest[numpy_index(node.attrs["index"])]
+                    src = args[1]
+                    if not (region.ctypes.data == src.ctypes.data
+                            and region.strides == src.strides):
+                        region[...] = src  # (skipped when the op already wrote it there)
+                else:
+                    dest = args[taken]
+                    np.copyto(dest, run_node(node, args))
+                arrays[id(node.out)] = dest
+                if self.sanitize:
+                    for b in self._dies_after.get(t, ()):
+                        self.arena[b.offset:b.offset + b.size] = POISON
+        outs = [arrays[id(v)] for v in graph.outputs]
+        muts = {k: arrays[id(v)] for k, v in graph.mutations.items()}
+        return outs, muts
