@@ -42,10 +42,19 @@ def _numeric2(da, db):
     return _numeric(((), promote(da, db)))
 
 
+def _in_float(ref):
+    def ref_in_float(x, **attrs):
+        return ref(np.asarray(x).astype(float_of(x.dtype), copy=False), **attrs)
+    return ref_in_float
+
+
 def unary(name, ref, expr, *, vjp=None, dtype=_same, inplace=True, doc="", infer=None):
     def infer_same_shape(types, **attrs):
         return types[0][0], dtype(types[0])
     infer = infer or infer_same_shape
+    if dtype is _float:
+        # Compute in the output's float: numpy would evaluate `exp(bool)` in float16.
+        ref = _in_float(ref)
     return defop(name, ELEMENTWISE, infer, ref, vjp=vjp, expr=expr,
                  inplace=(name + "_") if inplace else None, doc=doc)
 
@@ -86,7 +95,6 @@ unary("tanh", np.tanh, S.call("tanh", a), dtype=_float,
 
 def _sigmoid_ref(x):
     # exp of a negative argument only: no overflow warnings for large |x|.
-    x = x.astype(float_of(x.dtype), copy=False)  # bool and int inputs compute in float
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(float_of(x.dtype))
 
@@ -217,7 +225,15 @@ def expr_for(op, attrs, in_dtypes, out_dtype):
         return S.call("min", S.call("max", a, attrs["min"]), attrs["max"])
     if op.name == "cast":
         return S.cast(a, attrs["dtype"])
-    return op.expr
+    # Operands that are not of the output's float dtype are cast to it first: a typed
+    # emitter would otherwise divide ints as ints (`int / int` is a float op here) or call
+    # `exp` on an integer. `where`'s condition stays bool.
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype.kind != "f":
+        return op.expr
+    casts = {i: S.cast(S.arg(i), out_dtype) for i, d in enumerate(in_dtypes)
+             if np.dtype(d) != out_dtype and not (op.name == "where" and i == 0)}
+    return S.substitute(op.expr, casts) if casts else op.expr
 
 
 def is_same_class(d1, d2) -> bool:

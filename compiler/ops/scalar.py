@@ -73,6 +73,15 @@ def cast(e: Expr, dtype) -> Expr:
     return Expr("cast", (e,), np.dtype(dtype).name)
 
 
+def substitute(e: Expr, args: dict) -> Expr:
+    """`e` with `arg(i)` replaced by `args[i]` where given."""
+    if e.op == "arg":
+        return args.get(e.value, e)
+    if not e.args:
+        return e
+    return Expr(e.op, tuple(substitute(x, args) for x in e.args), e.value)
+
+
 # -- numpy evaluation (for testing expressions against reference implementations) ---------
 _NP_FUNCS = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sin": np.sin,
