@@ -296,6 +296,10 @@ class Tensor:
         value = new
         for (op, attrs), parent in zip(reversed(self._chain), reversed(chain_vals)):
             if op == "reshape":
+                if apply_view(value_probe(value), "reshape", {"shape": parent.shape}) is None:
+                    # `value` came back through a transpose: a reshape of it can't be a view
+                    # (the IR's rule for reshape), so it is made contiguous first.
+                    value = tracer.emit("contiguous", [value])
                 value = tracer.emit("reshape", [value], {"shape": parent.shape})
             elif op == "transpose":
                 inverse = tuple(int(i) for i in np.argsort(attrs["perm"]))
@@ -543,7 +547,11 @@ class Tensor:
         return self.slice_index(normalize_index(idx, self.shape))
 
     def __setitem__(self, idx, value):
-        self[idx]._assign(value)
+        target = self[idx]
+        if isinstance(value, Tensor) and value._storage is target._storage \
+                and value._chain == target._chain:
+            return  # `x[i] = x[i]`, the tail of `x[i] += 1`: the region already holds it
+        target._assign(value)
 
     def _assign(self, value):
         """`self[...] = value`: broadcast and cast `value`, write it through the views."""
