@@ -1,0 +1,72 @@
+"""The example programs: plans near the lower bound, sanitized arena runs equal to the
+reference, the seed experiments, and the CLI."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from compiler.cli import load_example
+from runtime.arena import ArenaExecutable
+from runtime.reference import evaluate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer_block"])
+def test_training_step_plan_is_within_5_percent_of_the_lower_bound(name):
+    module = load_example(name)
+    plan = module.build_program().plan
+    assert plan.peak_bytes <= 1.05 * plan.lower_bound_bytes
+    assert plan.peak_bytes < plan.no_inplace_peak_bytes < plan.naive_bytes
+    # the requested relu_ / scale_ and every parameter update run in place
+    requested = [d for d in plan.decisions if d.requested]
+    assert requested and all(d.inplace for d in requested)
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer_block"])
+def test_sanitized_arena_run_equals_the_reference(name):
+    module = load_example(name)
+    prog = module.build_program()
+    args = [a for a in module.example_inputs() if isinstance(a, np.ndarray)]
+    want_outs, want_muts = evaluate(prog.graph, [a.copy() for a in args])
+    got_outs, got_muts = ArenaExecutable(prog.graph, prog.plan, sanitize=True).run(
+        [a.copy() for a in args])
+    for got, want in zip(got_outs, want_outs):
+        np.testing.assert_array_equal(got, want)
+    assert set(got_muts) == set(want_muts) and len(want_muts) == len(args) - 2
+    for k in want_muts:
+        np.testing.assert_array_equal(got_muts[k], want_muts[k])
+
+
+def test_mlp_training_reduces_the_loss_and_updates_the_callers_weights():
+    import compiler as cc
+    mlp = load_example("mlp")
+    args = mlp.example_inputs(batch=64)
+    w1_before = args[2].copy()
+    step = cc.compile(mlp.train_step, sanitize=True)
+    losses = [float(step(*args)) for _ in range(3)]
+    assert losses[2] < losses[1] < losses[0]
+    assert not np.array_equal(args[2], w1_before)
+
+
+def test_every_seed_experiment_matches_numpy_in_sanitizer_mode():
+    import compiler as cc
+    seeds = load_example("seeds")
+    for title, fn, args, check in seeds.SEEDS:
+        out = cc.compile(fn, sanitize=True)(*[a.copy() for a in args])
+        if check is not None:
+            assert check(out, *args), title
+
+
+def test_cli_demo_and_plan():
+    demo = subprocess.run([sys.executable, "-m", "compiler", "demo"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert demo.returncode == 0, demo.stderr
+    assert "15/15 checks passed" in demo.stdout
+    assert "sin_" in demo.stdout and "NOT in place" in demo.stdout
+    plan = subprocess.run([sys.executable, "-m", "compiler", "plan", "examples/mlp.py"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.startswith("plan train_step: peak") and "decisions:" in plan.stdout
