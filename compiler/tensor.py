@@ -249,12 +249,18 @@ class Tensor:
     def _check_writable(self, what: str):
         tracer = self._tracer
         leaf = self._storage.leaf
-        if leaf is not None and tracer.grad_enabled and self._storage.base.requires_grad:
+        if leaf is not None and tracer.grad_enabled and self._storage.base.requires_grad \
+                and not self._through_detach():
             raise InplaceError(f"leaf tensor '{leaf.name}' that doesn't stop gradient can't use "
                                f"inplace strategy ({what})", _tr.user_loc())
         if overlaps_itself(self._layout) or self._through_broadcast():
             raise InplaceError(f"{what} writes to an expanded (overlapping) view: several "
                                "elements share one memory location", _tr.user_loc())
+
+    def _through_detach(self) -> bool:
+        """Whether this tensor is (a view of) a `detach()`: writes through it record no
+        gradient, as PyTorch's `w.detach().zero_()` idiom for parameters relies on."""
+        return any(op == "detach" for op, _ in self._chain)
 
     def _through_broadcast(self) -> bool:
         """Whether an `expand` in the view chain broadcasts. Its stride-0 dims may be sliced
@@ -311,10 +317,18 @@ class Tensor:
                 value = tracer.emit("reshape", [value], {"shape": parent.shape})
             else:
                 assert op == "detach", op
-        if storage.leaf is not None and not tracer.grad_enabled:
-            # An update of a parameter under no_grad: it stays a leaf.
+                # The inverse of a detach is a detach: the base takes the data of `new`, not
+                # its history (which stays with the detached tensor: `d.add_(y)`).
+                value = tracer.emit("detach", [value], {})
+        if (not tracer.grad_enabled or self._through_detach()) and storage.base.requires_grad:
+            # A write that records no gradient changes the data, not the history (Paddle,
+            # PyTorch): a parameter updated under no_grad stays a leaf; an intermediate passes
+            # its gradient on to its old value unchanged.
             value.requires_grad = True
-            tracer.leaf_of[value] = storage.leaf
+            if storage.leaf is not None:
+                tracer.leaf_of[value] = storage.leaf
+            else:
+                tracer.grad_alias[value] = storage.base
         # The whole buffer is written, not just this view of it: a VJP that could read either
         # the base's old value or something else should read the other (autodiff's form choice).
         tracer.overwritten.add(storage.base)
@@ -403,8 +417,9 @@ class Tensor:
         return t
 
     def detach_(self):
-        self._v().requires_grad = False
-        return self
+        # Becomes a detached view rather than clearing requires_grad on the current SSA value:
+        # ops that already read that value keep their gradient.
+        return self._become(self.detach())
 
     # -- comparisons ------------------------------------------------------------------------
     def __eq__(self, y):

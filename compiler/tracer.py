@@ -52,6 +52,10 @@ class Tracer:
         self.backward_loc: Loc | None = None   # the `backward()` call being built
         self.overwritten: set[Value] = set()   # old values of user inplace targets
         self.leaf_of: dict[Value, object] = {}  # leaf SSA value -> its leaf Tensor
+        # A value written by an op that records no gradient (under no_grad, or through a
+        # detach()) onto a non-leaf that needs one -> the old value: the write changes the data,
+        # not the history, so autodiff passes the new value's gradient on to the old one.
+        self.grad_alias: dict[Value, Value] = {}
         self.input_storages: list = []
 
     def __enter__(self):

@@ -11,6 +11,8 @@ Algorithm:
   1. Seed the root's gradient (ones for a non-scalar root, as Paddle does).
   2. Walk the nodes recorded so far in reverse program order; skip nodes whose output has no
      gradient, does not require grad, or is a leaf (parameters updated under no_grad stay leaves).
+     A value that a write recording no gradient produced (under no_grad or through a detach,
+     `tracer.grad_alias`) hands its gradient to the value it overwrote.
   3. For each node, choose a VJP form: an op that can read either its input or its output reads
      the one no user inplace op overwrote, so the other buffer can be reused (DESIGN §4).
   4. Run the VJP under no_grad (no higher-order gradients) with a context that exposes only what
@@ -101,6 +103,10 @@ def backward(tracer, root: Tensor, grad=None):
         for node in reversed(list(tracer.graph.nodes)):  # Step 2
             g = grads.get(node.out)
             if g is None or not node.out.requires_grad or node.out in tracer.leaf_of:
+                continue
+            old = tracer.grad_alias.get(node.out)
+            if old is not None:  # a write that recorded no gradient: pass it on unchanged
+                grads[old] = grads[old] + g if old in grads else g
                 continue
             opdef = REGISTRY[node.op]
             form = choose_vjp_form(opdef, node, tracer.overwritten)  # Step 3

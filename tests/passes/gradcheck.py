@@ -18,8 +18,10 @@ import contextlib
 import numpy as np
 
 import compiler as cc
+from compiler.api import _rebuild
 from compiler.ops import REGISTRY
 from passes import autodiff
+from runtime.reference import evaluate
 
 RTOL = 1e-6
 ATOL = 1e-9
@@ -55,9 +57,30 @@ def loss_program(body):
     return program
 
 
-def analytic_grads(body, arrays, wrt=None):
+class Reference:
+    """`fn` traced once and run by the numpy reference interpreter (no passes, no planning):
+    the semantics the autodiff pass is responsible for, independent of the memory planner."""
+
+    def __init__(self, fn, *example):
+        self.graph = cc.trace(fn, *example)
+
+    def __call__(self, *arrays):
+        outs, _ = evaluate(self.graph, list(arrays))
+        return _rebuild(self.graph.output_tree, outs)
+
+
+def build(fn, arrays, executor):
+    """A callable running `fn`: "numpy" is `cc.compile(fn, backend="numpy")` (the whole
+    pipeline), "reference" the traced graph in the reference interpreter."""
+    if executor == "numpy":
+        return cc.compile(fn, backend="numpy")
+    assert executor == "reference", executor
+    return Reference(fn, *[a.copy() for a in arrays])
+
+
+def analytic_grads(body, arrays, wrt=None, executor="numpy"):
     wrt = float_positions(arrays) if wrt is None else list(wrt)
-    fn = cc.compile(grad_program(body, wrt), backend="numpy")
+    fn = build(grad_program(body, wrt), arrays, executor)
     loss, grads = fn(*[a.copy() for a in arrays])
     return loss, grads
 
@@ -75,13 +98,13 @@ def numeric_grad(f, arrays, i, h=STEP) -> np.ndarray:
     return g
 
 
-def check_grads(body, *arrays, wrt=None, rtol=RTOL, atol=ATOL):
+def check_grads(body, *arrays, wrt=None, rtol=RTOL, atol=ATOL, executor="numpy"):
     """Assert that the traced gradients of `(body(*arrays) * W).sum()` match finite
     differences; returns the analytic gradients."""
     arrays = [np.asarray(a) for a in arrays]
     wrt = float_positions(arrays) if wrt is None else list(wrt)
-    loss, grads = analytic_grads(body, arrays, wrt)
-    f = cc.compile(loss_program(body), backend="numpy")
+    loss, grads = analytic_grads(body, arrays, wrt, executor)
+    f = build(loss_program(body), arrays, executor)
     np.testing.assert_allclose(loss, f(*[a.copy() for a in arrays]), rtol=1e-12)
     for i, g in zip(wrt, grads):
         assert g is not None, f"input {i} got no gradient"
