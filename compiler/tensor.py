@@ -90,6 +90,14 @@ def normalize_index(idx, shape) -> tuple:
     return tuple(out)
 
 
+def _user_axes(axis, ndim: int) -> tuple[int, ...]:
+    """`normalize_axes`, its ShapeError naming the user's line."""
+    try:
+        return normalize_axes(axis, ndim)
+    except ShapeError as e:
+        raise ShapeError(e.bare_message, _tr.user_loc()) from None
+
+
 class Tensor:
     """A value in a traced program. Create them with `cc.to_tensor`, `cc.zeros`, ... or get
     them as the traced function's arguments."""
@@ -442,7 +450,7 @@ class Tensor:
 
     # -- reductions and matmul ----------------------------------------------------------------
     def _reduce(self, op, axis, keepdim):
-        axes = normalize_axes(axis, self.ndim) if axis is not None else None
+        axes = _user_axes(axis, self.ndim) if axis is not None else None
         if axes is not None and not self.ndim:
             axes = None
         return self._op(op, axis=axes, keepdim=bool(keepdim))
@@ -510,7 +518,7 @@ class Tensor:
         if axis is None:
             axes = [i for i, d in enumerate(self.shape) if d == 1]
         else:
-            axes = [a for a in normalize_axes(axis, self.ndim) if self.shape[a] == 1]
+            axes = [a for a in _user_axes(axis, self.ndim) if self.shape[a] == 1]
         return self.reshape([d for i, d in enumerate(self.shape) if i not in axes])
 
     def unsqueeze(self, axis):

@@ -99,7 +99,10 @@ class Tracer:
                                    inplace_of)
         if self.in_backward is not None:
             node.grad_of = self.in_backward
+        # Only float values carry gradients (Paddle, PyTorch): `x.cast("int64")` ends the
+        # graph instead of passing a gradient through the rounding.
         node.out.requires_grad = (self.grad_enabled and opdef.differentiable
+                                  and node.out.dtype.kind == "f"
                                   and any(v.requires_grad for v in inputs))
         return node.out
 

@@ -259,8 +259,6 @@ def test_self_assignment_of_a_region_is_a_no_op():
     assert [n.op for n in graph.nodes].count("slice_scatter") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="memory planner: verify_plan rejects a slice_scatter "
-                   "that reads a value another scatter already put in place (passes/)")
 def test_a_written_view_copied_into_another_region():
     def fn(x):
         v = x[0]
