@@ -23,7 +23,7 @@ from compiler.ops import REGISTRY
 from passes import autodiff
 from runtime.reference import evaluate
 
-RTOL = 1e-6
+RTOL = 1e-8
 ATOL = 1e-9
 STEP = 1e-4
 

@@ -129,6 +129,7 @@ def _reduction_and_matmul_cases():
                    (lambda x, y: x.matmul(y), [normal(2, 1, 3, 4), normal(3, 4, 2)]),
                    (lambda x, y: x @ y, [normal(4), normal(4, 5)]),
                    (lambda x, y: x @ y, [normal(3, 4), normal(4)]),
+                   (lambda x, y: x @ y, [normal(4), normal(4)]),
                    (lambda x, y: x.matmul(y, transpose_y=True), [normal(3, 4), normal(5, 4)])],
     }
 

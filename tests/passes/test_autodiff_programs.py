@@ -553,6 +553,41 @@ def test_grad_through_views_of_a_leaf():
     np.testing.assert_allclose(run(f, X), expect, rtol=1e-14)
 
 
+def test_cast_to_int_ends_the_graph():
+    def f(x):
+        x.stop_gradient = False
+        i = (x * 3.0).cast("int64")
+        assert i.stop_gradient
+        (i * x).sum().backward()   # only the float path carries a gradient
+        return x.grad
+
+    x = np.array([0.4, 1.6, -2.3])
+    np.testing.assert_array_equal(run(f, x), np.trunc(3 * x))
+
+
+def test_backward_of_a_leaf_itself():
+    def f(a):
+        a.stop_gradient = False
+        a.backward()
+        return a.grad
+
+    np.testing.assert_array_equal(run(f, X), np.ones(X.shape))
+
+
+def test_grad_used_in_later_forward_is_a_constant():
+    """No higher-order gradients: x.grad doesn't need a gradient itself."""
+    def f(x):
+        x.stop_gradient = False
+        (x * x).sum().backward()
+        g = x.grad
+        assert g.stop_gradient
+        x.clear_grad()
+        (g * x).sum().backward()
+        return x.grad
+
+    np.testing.assert_array_equal(run(f, X), 2.0 * X)
+
+
 def test_float32_leaf_gets_float32_gradient():
     def f(x):
         x.stop_gradient = False
