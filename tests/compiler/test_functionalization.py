@@ -20,7 +20,7 @@ def f32(*shape, start=0.0):
     return (np.arange(int(np.prod(shape)), dtype=np.float32) + start).reshape(shape)
 
 
-# -- inplace ops return the same object ----------------------------------------------------------
+# -- inplace ops return the same object --------------------------------------------------------
 def test_scale_inplace_returns_the_same_object():
     def fn(x):
         y = x.scale_(2.0)
@@ -70,7 +70,7 @@ def test_inplace_values_written_back(call, want):
     assert out is x
 
 
-# -- views share data with their base -----------------------------------------------------------
+# -- views share data with their base ----------------------------------------------------------
 def test_write_through_reshape_view_reaches_base():
     def fn(x):
         b = x.reshape([6])
@@ -407,7 +407,7 @@ def test_many_inplace_ops_in_a_row():
     np.testing.assert_array_equal(x, f32(4))
 
 
-# -- comparison and logical inplace ops keep the target's dtype ---------------------------------------
+# -- comparison and logical inplace ops keep the target's dtype --------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 @pytest.mark.parametrize("name,ref", [
     ("greater_than", np.greater), ("less_than", np.less), ("equal", np.equal),
@@ -437,7 +437,7 @@ def test_logical_not_inplace_keeps_dtype():
     assert x.dtype == np.float64
 
 
-# -- augmented assignment is inplace -------------------------------------------------------------
+# -- augmented assignment is inplace -----------------------------------------------------------
 @pytest.mark.parametrize("op,want", [("+=", lambda a: a + 2), ("-=", lambda a: a - 2),
                                      ("*=", lambda a: a * 2), ("/=", lambda a: a / 2)])
 def test_augmented_assignment_is_inplace(op, want):
@@ -475,7 +475,7 @@ def test_augmented_assignment_on_an_index():
     np.testing.assert_array_equal(x, want)
 
 
-# -- write-back into the caller's arrays -------------------------------------------------------------
+# -- write-back into the caller's arrays -------------------------------------------------------
 def test_mutated_input_is_written_back_every_call():
     fn = cc.compile(lambda x: x.add_(1.0), backend="numpy")
     x = f32(3)
