@@ -310,10 +310,6 @@ class Tensor:
         value = new
         for (op, attrs), parent in zip(reversed(self._chain), reversed(chain_vals)):
             if op == "reshape":
-                if apply_view(value_probe(value), "reshape", {"shape": parent.shape}) is None:
-                    # `value` came back through a transpose: a reshape of it can't be a view
-                    # (the IR's rule for reshape), so it is made contiguous first.
-                    value = tracer.emit("contiguous", [value])
                 value = tracer.emit("reshape", [value], {"shape": parent.shape})
             elif op == "transpose":
                 inverse = tuple(int(i) for i in np.argsort(attrs["perm"]))
@@ -344,7 +340,13 @@ class Tensor:
         storage.version += 1
         if storage.input_index is not None:
             tracer.graph.mutation_locs.setdefault(storage.input_index, tracer.loc())
-        self._value, self._version = new, storage.version
+        if any(op == "slice" for op, _ in self._chain):
+            # A view of a region re-derives its value from the new base when next used, so no
+            # value that was scattered back into a region is read after its write-back (the
+            # planner may then reuse the whole buffer).
+            self._version = -1
+        else:
+            self._value, self._version = new, storage.version
 
     # -- elementwise math -------------------------------------------------------------------
     def add(self, y, alpha=1):

@@ -13,6 +13,7 @@ import sys
 
 from .errors import CompilerError, ShapeError, TraceError
 from .ir import Graph, Loc, Node, Value
+from .layout import apply_view, value_probe
 from .ops import REGISTRY
 
 _PACKAGE_DIRS = tuple(
@@ -95,6 +96,13 @@ class Tracer:
             raise type(e)(msg if msg.startswith(op) else f"{op}: {msg}", loc) from None
         except (TypeError, ValueError) as e:  # bad attrs from the user
             raise ShapeError(f"{op}: {e}", loc) from None
+        if op == "reshape" and inputs and \
+                apply_view(value_probe(inputs[0]), "reshape", attrs) is None:
+            # In the IR a reshape is always a view. A value whose memory layout can't take this
+            # one (it came back through a transpose: `h.t()[1:].add_(1)` leaves the base as a
+            # transposed view) is copied first. What user code *sees* as a view or a copy is
+            # decided by the Tensor's own layout, not here.
+            inputs = [self.emit("contiguous", inputs)]
         node = self.graph.add_node(op, inputs, attrs, shape, dtype, loc, self.phase,
                                    inplace_of)
         if self.in_backward is not None:

@@ -216,6 +216,10 @@ def _is_exact_writeback(s: Node, node: Node, a: Value, st: _State) -> bool:
     can write into that buffer: then `node` may write the region directly (DESIGN §8.3)."""
     if REGISTRY[s.op].kind != SCATTER or s.inputs[1] is not node.out:
         return False
+    if st.live.readers[node.out] != [st.index[s]]:
+        # The region value must die at its write-back: read later, it would sit in a buffer
+        # that later inplace ops on the scatter's result may overwrite.
+        return False
     base = s.inputs[0]
     if st.aliases.root[base] is not st.aliases.root[a]:
         return False
