@@ -1,0 +1,107 @@
+"""The planned numpy executor: caller's arrays, donation, aliasing arguments, the arena."""
+import numpy as np
+import pytest
+
+import compiler as cc
+import compiler.nn.functional as F
+from runtime.arena import ArenaExecutable
+
+X = np.arange(12, dtype=np.float64).reshape(3, 4)
+
+
+def test_arena_is_allocated_once_per_program_and_reused():
+    def f(x):
+        return ((x * 2.0).exp() + 1.0).sum()
+    fn = cc.compile(f)
+    prog = fn.lower(X)
+    arena = prog._exec.arena
+    assert arena.nbytes == prog.plan.arena_bytes > 0
+    first = fn(X)
+    assert fn(X) == first and prog._exec.arena is arena
+
+
+def test_sanitizer_poisons_dead_buffers_but_not_live_ones():
+    def f(x):
+        a = x * 2.0
+        b = a.sin()      # a dies here (b can't take it: a is read below)
+        c = b * a
+        return c.sum()
+    prog = cc.compile(f, sanitize=False).lower(X)
+    exe = ArenaExecutable(prog.graph, prog.plan, sanitize=True)
+    outs, _ = exe.run([X.copy()])
+    np.testing.assert_allclose(outs[0], (np.sin(2 * X) * 2 * X).sum())
+    assert np.all(exe.arena == 0xFF)  # everything in the arena is dead at the end
+
+
+def test_outputs_never_alias_the_arena_or_an_undonated_input():
+    def f(x):
+        y = x * 2.0
+        return y, x.reshape([12]), x
+    x = X.copy()
+    fn = cc.compile(f)
+    y, flat, same = fn(x)
+    prog = fn.lower(x)
+    for out in (y, flat, same):
+        assert not np.shares_memory(out, x)
+        assert not np.shares_memory(out, prog._exec.arena)
+    y2, _, _ = fn(x)
+    assert y2 is not y and np.array_equal(y, 2 * X)  # a second call doesn't clobber results
+
+
+def test_mutated_input_returned_is_the_callers_array():
+    def f(x):
+        return x.add_(1.0)
+    x = X.copy()
+    out = cc.compile(f)(x)
+    assert out is x and np.array_equal(x, X + 1)
+
+
+def test_same_array_passed_twice_keeps_argument_semantics():
+    def f(x, y):
+        x.add_(1.0)          # writes x...
+        return y * 1.0       # ...while y, the same array, is read
+    a = X.copy()
+    out = cc.compile(f)(a, a)
+    np.testing.assert_array_equal(out, X)       # y is the value at the call
+    np.testing.assert_array_equal(a, X + 1)     # x's update lands in the caller's array
+
+
+def test_overlapping_arguments_are_detected():
+    def f(x, y):
+        x.scale_(2.0)
+        return y.sum()
+    a = X.copy()
+    total = cc.compile(f)(a[0:2], a[1:3])
+    assert total == X[1:3].sum()
+    np.testing.assert_array_equal(a[0:2], 2 * X[0:2])
+
+
+def test_donation_errors():
+    def f(x, y):
+        return F.relu(x) + y
+    a = X.copy()
+    with pytest.raises(cc.InplaceError, match="donated twice"):
+        cc.compile(f, donate=("x", 0)).lower(a, a.copy())
+    with pytest.raises(cc.InplaceError, match="shares memory with argument 'y'"):
+        cc.compile(f, donate=("x",))(a, a)
+    with pytest.raises(cc.InplaceError, match="not an array argument"):
+        cc.compile(f, donate=(5,)).lower(a, a.copy())
+
+
+def test_donated_input_buffer_is_reused_by_the_program():
+    def f(x):
+        return (x * 2.0).exp()
+    x = X.copy()
+    fn = cc.compile(f, donate=("x",))
+    prog = fn.lower(x)
+    assert prog.plan.arena_bytes == 64 and prog.plan.output_bytes == 0  # just a constant
+    out = fn(x)
+    np.testing.assert_allclose(out, np.exp(2 * X))
+    assert np.shares_memory(out, x)  # the result lives in the donated buffer
+
+
+def test_read_only_donated_array_is_refused():
+    x = X.copy()
+    x.flags.writeable = False
+    with pytest.raises(cc.InplaceError, match="read-only"):
+        cc.compile(lambda x: x * 2.0, donate=(0,))(x)
