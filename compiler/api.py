@@ -174,6 +174,11 @@ class Program:
         for k in self.graph.mutations:
             if any(j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
                 run_arrays[k] = arrays[k].copy()
+        for k, a in enumerate(arrays):
+            if not a.flags.c_contiguous:
+                # The trace took every input as a row-major buffer (a reshape of it is a view):
+                # run on a contiguous copy; mutations are copied back below.
+                run_arrays[k] = np.ascontiguousarray(a)
         outs, muts = self._exec.run(run_arrays)
         # The whole program succeeded: the caller's arrays get their final values.
         for k, arr in muts.items():

@@ -571,3 +571,49 @@ def test_read_only_input_that_is_not_written_is_fine():
     x.flags.writeable = False
     out = run(lambda t: t + 1.0, x)
     np.testing.assert_array_equal(out, f32(3) + 1)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "reversed", "fortran"])
+def test_non_contiguous_inputs(layout):
+    base = f32(4, 6)
+    make = {"transposed": lambda a: a.T, "strided": lambda a: a[:, ::2],
+            "reversed": lambda a: a[::-1, 1:5], "fortran": np.asfortranarray}[layout]
+
+    def fn(x):
+        flat = x.reshape([-1]) * 1.0  # a view of a row-major buffer
+        x[0].add_(100.0)
+        return flat, x
+
+    x = make(base)
+    want_flat = np.array(x).reshape(-1)
+    want_x = np.array(x)
+    want_x[0] += 100
+    flat, xo = run(fn, x)
+    np.testing.assert_array_equal(flat, want_flat)
+    np.testing.assert_array_equal(x, want_x)  # written back through the caller's strides
+    assert xo is x
+
+
+def test_scalar_arguments_are_compile_time_constants():
+    fn = cc.compile(lambda x, s: x * s, backend="numpy")
+    x = f32(3)
+    np.testing.assert_array_equal(fn(x, 2.0), x * 2)
+    np.testing.assert_array_equal(fn(x, 3), x * 3)
+    np.testing.assert_array_equal(fn(x, np.float32(0.5)), x * 0.5)
+    assert fn(x, True).dtype == np.float32
+
+
+def test_compile_as_decorator():
+    @cc.compile
+    def plain(x):
+        return x.add_(1.0)
+
+    @cc.compile(backend="numpy", inplace="off")
+    def configured(x):
+        return x.add_(1.0)
+
+    for fn in (plain, configured):
+        x = f32(2)
+        assert fn(x) is x
+        np.testing.assert_array_equal(x, [1, 2])
+    assert plain.__name__ == "plain"
