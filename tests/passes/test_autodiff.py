@@ -11,11 +11,11 @@ import os
 
 import numpy as np
 import pytest
+from gradcheck import check_grads, forced_vjp_form
 
 import compiler as cc
 import compiler.nn.functional as F
 from compiler.ops import REGISTRY
-from gradcheck import check_grads, forced_vjp_form
 
 THIS_FILE = os.path.basename(__file__)
 RNG = np.random.default_rng(20240607)
