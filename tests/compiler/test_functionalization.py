@@ -617,3 +617,52 @@ def test_compile_as_decorator():
         assert fn(x) is x
         np.testing.assert_array_equal(x, [1, 2])
     assert plain.__name__ == "plain"
+
+
+@pytest.mark.parametrize("case", ["shifted", "transposed", "self", "reversed", "setitem_t"])
+def test_inplace_reads_overlapping_operands_before_writing(case):
+    def fn(x):
+        if case == "shifted":
+            x[1:].add_(x[:-1])
+        elif case == "transposed":
+            x.add_(x.t())
+        elif case == "self":
+            x.multiply_(x)
+        elif case == "reversed":
+            x[0].subtract_(x[0, ::-1])
+        else:
+            x[:, :] = x.t()
+        return x
+
+    x = f32(3, 3)
+    want = f32(3, 3)
+    if case == "shifted":
+        want[1:] += want[:-1].copy()
+    elif case == "transposed":
+        want += want.T.copy()
+    elif case == "self":
+        want *= want.copy()
+    elif case == "reversed":
+        want[0] -= want[0, ::-1].copy()
+    else:
+        want[:, :] = want.T.copy()
+    run(fn, x)
+    np.testing.assert_array_equal(x, want)
+
+
+def test_inplace_on_views_of_zero_dim_and_none_views():
+    def fn(x, s):
+        s[...] = 5.0
+        s.add_(1.0)
+        x[None][0, 1] = -1.0
+        F.relu_(x[0])
+        return s
+
+    x = f32(2, 3, start=-3.0)
+    s = np.array(0.0)
+    out = run(fn, x, s)
+    assert out is s and s == 6.0
+    want = f32(2, 3, start=-3.0)
+    want[1] = -1.0
+    want[0] = np.maximum(want[0], 0)
+    np.testing.assert_array_equal(x, want)
