@@ -166,6 +166,19 @@ class Graph:
     def __str__(self) -> str:
         return format_graph(self)
 
+    def to_networkx(self):
+        """A networkx DiGraph over values (node keys are the printed names, e.g. "%3"), with
+        each edge from an operand to the value computed from it; for graph algorithms."""
+        import networkx as nx
+        g = nx.DiGraph()
+        for v in self.inputs:
+            g.add_node(v.ref(), op="input", type=v.type)
+        for n in self.nodes:
+            g.add_node(n.out.ref(), op=n.op, type=n.out.type, loc=str(n.loc), phase=n.phase)
+            for v in n.inputs:
+                g.add_edge(v.ref(), n.out.ref())
+        return g
+
     def to_dot(self) -> str:
         """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red."""
         lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", "  node [fontname=monospace];"]

@@ -181,3 +181,15 @@ def test_alias_analysis_follows_every_view():
              if n.op in ("reshape", "slice", "transpose", "detach", "expand")]
     assert len(views) == 6
     assert views and all(aliases.root[v] is x for v in views)
+
+
+def test_graph_exports_to_networkx_in_topological_order():
+    import networkx as nx
+
+    def f(x):
+        return (x * 2.0).sin() + x
+    graph = cc.trace(f, np.ones(3))
+    g = graph.to_networkx()
+    order = list(nx.topological_sort(g))
+    assert order[0] == "%x" and set(order) == {v.ref() for v in graph.all_values()}
+    assert g.nodes[graph.outputs[0].ref()]["op"] == "add"
