@@ -28,7 +28,9 @@ def _view_of(array: np.ndarray, op: str, attrs: dict) -> np.ndarray:
         out.shape = tuple(attrs["shape"])  # raises rather than silently copying
         return out
     if op == "expand":
-        return np.broadcast_to(array, tuple(attrs["shape"]))
+        # broadcast_to is read-only; an expand that broadcasts nothing may be written through.
+        b = np.broadcast_to(array, tuple(attrs["shape"]))
+        return np.lib.stride_tricks.as_strided(array, b.shape, b.strides)
     if op == "transpose":
         return array.transpose(attrs["perm"])
     if op == "slice":

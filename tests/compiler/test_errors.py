@@ -373,9 +373,6 @@ def test_writes_into_an_expanded_view(case):
     np.testing.assert_array_equal(x, arr(1, 3))
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="runtime/arena.py: _view_of('expand') is np.broadcast_to, a read-only "
-                   "view, so the planned in-place write through it fails")
 def test_expand_that_broadcasts_nothing_is_writable():
     def fn(x):
         x.expand([1, 2, 3]).add_(1.0)
