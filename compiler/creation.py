@@ -27,10 +27,9 @@ def _shape(shape):
 
 
 def full(shape, fill_value, dtype=None) -> Tensor:
+    """Paddle's rule: without a dtype, the result is float32 (a bool fill gives bool)."""
     if dtype is None and isinstance(fill_value, (bool, np.bool_)):
         dtype = np.bool_
-    elif dtype is None and isinstance(fill_value, numbers.Integral):
-        dtype = np.int64
     return Tensor._fresh(_tr.current().emit(
         "full", [], {"shape": _shape(shape), "value": fill_value, "dtype": _dtype(dtype)}))
 

@@ -492,8 +492,9 @@ def test_zeros_ones_full(dtype):
     check(run(lambda: cc.full([2, 2], 1.0, dtype)), np.full((2, 2), 1, d))
 
 
-def test_full_infers_dtype_from_value():
-    check(run(lambda: cc.full([2], 7)), np.full(2, 7, np.int64))
+def test_full_defaults_to_float32_as_paddle():
+    check(run(lambda: cc.full([2], 7)), np.full(2, 7, np.float32))
+    check(run(lambda: cc.full([2], 7, "int64")), np.full(2, 7, np.int64))
     check(run(lambda: cc.full([2], 7.5)), np.full(2, 7.5, np.float32))
     check(run(lambda: cc.full([2], True)), np.full(2, True))
     check(run(lambda: cc.full((1, 2), -1.25, "float64")), np.full((1, 2), -1.25))
