@@ -162,7 +162,16 @@ class Tensor:
     def stop_gradient(self, flag: bool):
         v = self._v()
         if flag:
-            v.requires_grad = False
+            if not v.requires_grad:
+                return
+            if self._tracer.leaf_of.get(v) is self:  # un-marking a parameter
+                v.requires_grad = False
+                del self._tracer.leaf_of[v]
+                self._storage.leaf = None
+            else:
+                # An intermediate: ops that already read its value keep their gradient; from
+                # here on this tensor is a detached view of the same storage.
+                self._become(self.detach())
             return
         if v.requires_grad:
             return

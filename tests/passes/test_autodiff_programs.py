@@ -692,3 +692,30 @@ def test_mlp_training_matches_numpy_over_three_steps():
         losses.append(float(loss))
     assert losses[2] < losses[1] < losses[0]  # it learns
     assert len(step._cache) == 1              # traced once, called three times
+
+
+def test_stop_gradient_on_an_intermediate_cuts_later_uses_only():
+    """`h.stop_gradient = True` stops gradients through later uses of h; an op that read h
+    before keeps its gradient."""
+    def f(a):
+        a.stop_gradient = False
+        h = a * 3.0
+        early = h * 2.0
+        h.stop_gradient = True
+        late = h * 5.0
+        (early + late).sum().backward()
+        return a.grad
+
+    np.testing.assert_array_equal(cc.compile(f)(X), np.full(X.shape, 6.0))
+
+
+def test_un_marking_a_parameter_makes_it_a_plain_input_again():
+    def f(a):
+        a.stop_gradient = False
+        a.stop_gradient = True
+        a.scale_(2.0)  # no leaf error: it no longer needs a gradient
+        return a
+
+    x = X.copy()
+    cc.compile(f)(x)
+    np.testing.assert_array_equal(x, 2 * X)
