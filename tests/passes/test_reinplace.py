@@ -125,13 +125,16 @@ def test_an_unconsumed_view_is_not_a_use():
     assert one(decide(f, X), "exp").inplace
 
 
+def sin_twice(a):
+    a.stop_gradient = False
+    x = cc.sin(a)
+    y = x.sin_()  # sin's backward needs x
+    y.sum().backward()
+    return y, a.grad
+
+
 def test_backward_read_blocks_requested_inplace_and_old_value_is_kept():
-    def f(a):
-        a.stop_gradient = False
-        x = cc.sin(a)
-        y = x.sin_()
-        y.sum().backward()
-        return y, a.grad
+    f = sin_twice
     d = one(decide(f, X), "sin_")
     assert d.requested and not d.inplace
     assert f"is read later by the backward of sin_ at test_reinplace.py:{line_of(f, 'sin_')}" \
@@ -143,12 +146,7 @@ def test_backward_read_blocks_requested_inplace_and_old_value_is_kept():
 
 
 def test_strict_mode_names_both_lines():
-    def f(a):
-        a.stop_gradient = False
-        x = cc.sin(a)
-        y = x.sin_()
-        y.sum().backward()
-        return y, a.grad
+    f = sin_twice
     with pytest.raises(cc.InplaceError) as err:
         cc.compile(f, inplace="strict").lower(X)
     msg = str(err.value)
