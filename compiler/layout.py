@@ -55,6 +55,16 @@ def overlaps_itself(probe: np.ndarray) -> bool:
     return any(s == 0 and d > 1 for s, d in zip(probe.strides, probe.shape))
 
 
+def extent(probe: np.ndarray) -> tuple[int, int]:
+    """[first, last] element offset a view can touch."""
+    offset, shape, strides = region(probe)
+    if 0 in shape:
+        return offset, offset - 1
+    lo = offset + sum((d - 1) * s for d, s in zip(shape, strides) if s < 0)
+    hi = offset + sum((d - 1) * s for d, s in zip(shape, strides) if s > 0)
+    return lo, hi
+
+
 def element_offsets(probe: np.ndarray) -> np.ndarray:
     """The set of element offsets a view covers (for overlap tests on small shapes)."""
     offset, shape, strides = region(probe)

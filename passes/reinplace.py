@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from compiler.errors import InplaceError
 from compiler.ir import Graph, Node, Value
-from compiler.layout import apply_view, contiguous_probe, overlaps_itself, region
+from compiler.layout import apply_view, contiguous_probe, extent, overlaps_itself, region
 from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
 from .alias import AliasInfo, alias_analysis
@@ -163,7 +163,10 @@ def cannot_overwrite(node: Node, i: int, st: _State) -> str | None:
         src = node.inputs[1]
         target = apply_view(st.place[a], "slice", node.attrs)
         if st.buffer[src] is st.buffer[a] and region(st.place[src]) != region(target):
-            return "the written value overlaps the region it is written to"
+            (lo, hi), (tlo, thi) = extent(st.place[src]), extent(target)
+            if lo <= thi and tlo <= hi:
+                return "the written value overlaps the region it is written to"
+            return "the written value is read from another region of the same buffer"
         return None
     if kind != ELEMENTWISE:
         return f"{node.op} can't write its output over an input"

@@ -304,3 +304,16 @@ def test_requested_decisions_are_marked():
     ds = decide(f, X)
     assert [(d.op, d.requested, d.inplace) for d in ds] == [
         ("multiply", False, False), ("add_", True, True), ("tanh_", True, True)]
+
+
+def test_scatter_from_a_disjoint_region_of_the_same_buffer_says_so():
+    def f(x):
+        y = x * 1.0
+        y[2] = y[0]
+        return y
+    d = one(decide(f, X), "slice_scatter")
+    assert not d.inplace
+    assert d.reason.startswith("the written value is read from another region of the same buffer")
+    want = X.copy()
+    want[2] = X[0]
+    np.testing.assert_allclose(run(f, X), want)
