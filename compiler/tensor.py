@@ -535,7 +535,11 @@ class Tensor:
     def unsqueeze(self, axis):
         axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
         shape = list(self.shape)
-        for a in sorted(a % (len(shape) + len(axes)) if a < 0 else a for a in axes):
+        rank = len(shape) + len(axes)
+        if any(not -rank <= int(a) < rank for a in axes):
+            raise ShapeError(f"unsqueeze: axis {axes} is out of range for a result of rank "
+                             f"{rank}", _tr.user_loc())
+        for a in sorted(int(a) % rank for a in axes):
             shape.insert(a, 1)
         return self.reshape(shape)
 

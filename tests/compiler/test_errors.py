@@ -492,3 +492,11 @@ def test_a_failed_call_leaves_every_caller_array_unchanged(failure):
             f(*args)
     for got, want in zip(args, originals):
         np.testing.assert_array_equal(got, want)
+
+
+def test_unsqueeze_axis_out_of_range_is_a_shape_error():
+    def fn(x):
+        return x.unsqueeze(5)  # <- unsqueeze_range
+    with pytest.raises(cc.ShapeError) as err:
+        cc.trace(fn, np.ones((2, 3)))
+    check_error(err, cc.ShapeError, "unsqueeze_range", "out of range")
