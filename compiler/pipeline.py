@@ -91,7 +91,9 @@ def donated_names(graph, signature, donate) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise InplaceError(f"argument '{next(n for n in names if names.count(n) > 1)}' is "
                            "donated twice")
-    return tuple(names)
+    # A mutated argument's buffer must end up holding its new value: donating it frees nothing.
+    mutated = {graph.inputs[k].name for k in graph.mutations}
+    return tuple(n for n in names if n not in mutated)
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),

@@ -84,7 +84,8 @@ def describe_reader(node: Node) -> str:
 
 
 def donated_inputs(graph: Graph, donate) -> set[int]:
-    """Donation by parameter name or by position among the graph's (array) inputs."""
+    """Donation by parameter name or by position among the graph's (array) inputs. Arguments
+    the program mutates are never treated as donated."""
     names = {v.name: k for k, v in enumerate(graph.inputs)}
     out = set()
     for d in donate or ():
@@ -95,7 +96,8 @@ def donated_inputs(graph: Graph, donate) -> set[int]:
             out.add(names[d])
         else:
             out.add(int(d))
-    return out
+    # A mutated argument's buffer must end up holding its new value: donating it frees nothing.
+    return out - set(graph.mutations)
 
 
 def mutation_writers(graph: Graph) -> dict[Node, int]:
