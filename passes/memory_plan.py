@@ -12,9 +12,10 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
      ("output"); the rest live in the arena.
   3. Live interval of a buffer: from the first definition of any value in it to the last read of
      any of them or of their views (program end for returned values and input mutations).
-  4. Place arena buffers largest first, each at the best-fitting gap among the buffers already
+  4. Place arena buffers one by one, each at the best-fitting gap among the buffers already
      placed whose intervals intersect its own (touching intervals conflict: a copy never
-     shares with its source).
+     shares with its source); try a few orders (largest first, earliest first, longest-lived
+     first, ...) and keep the smallest arena.
   5. Account: peak (inputs + arena counted whole + outputs allocated so far, at the worst
      point), the lower bound (live bytes with perfect packing at the worst point), naive (no
      reuse at all) and, by replanning with inplace="off", the no-inplace peak.
@@ -197,23 +198,49 @@ def _build_buffers(graph: Graph, reuse: dict[Node, int]):
     return buffers, buffer_of, live
 
 
-def _place(buffers: list[Buffer], alignment: int) -> int:
-    """Step 4: best fit, largest first. Returns the arena size."""
-    placed: list[Buffer] = []
-    arena = 0
-    for b in sorted((b for b in buffers if b.kind == "arena"),
-                    key=lambda b: (-b.size, b.start, b.id)):
-        conflicts = sorted((p for p in placed if p.start <= b.end and b.start <= p.end),
-                           key=lambda p: p.offset)
+# Orders in which buffers are offered to the allocator; the smallest arena wins. Largest-first
+# is TFLite's "greedy by size"; the others break its ties in favour of long or early lifetimes,
+# which packs better when many buffers have similar sizes.
+PLACEMENT_ORDERS = {
+    "size": lambda b: (-b.size, b.start, b.id),
+    "start": lambda b: (b.start, -b.size, b.id),
+    "lifetime": lambda b: (-(b.end - b.start), -b.size, b.id),
+    "area": lambda b: (-b.size * (b.end - b.start + 1), b.id),
+}
+
+
+def _place_in_order(arena_buffers: list[Buffer], alignment: int) -> tuple[int, dict]:
+    """Best fit: each buffer goes into the smallest gap, among the buffers already placed
+    whose intervals intersect its own, that holds it; else on top of them."""
+    placed: list[tuple[Buffer, int]] = []
+    offsets, arena = {}, 0
+    for b in arena_buffers:
+        conflicts = sorted(((off, p) for p, off in placed
+                            if p.start <= b.end and b.start <= p.end), key=lambda c: c[0])
         best, best_gap, cursor = None, None, 0
-        for p in conflicts:
-            gap = p.offset - cursor
+        for off, p in conflicts:
+            gap = off - cursor
             if gap >= b.size and (best_gap is None or gap < best_gap):
                 best, best_gap = cursor, gap
-            cursor = max(cursor, align(p.offset + p.size, alignment))
-        b.offset = cursor if best is None else best
-        placed.append(b)
-        arena = max(arena, align(b.offset + b.size, alignment))
+            cursor = max(cursor, align(off + p.size, alignment))
+        offsets[b.id] = cursor if best is None else best
+        placed.append((b, offsets[b.id]))
+        arena = max(arena, align(offsets[b.id] + b.size, alignment))
+    return arena, offsets
+
+
+def _place(buffers: list[Buffer], alignment: int) -> int:
+    """Step 4: place the arena buffers in each order of PLACEMENT_ORDERS, keep the smallest
+    arena. Returns its size."""
+    arena_buffers = [b for b in buffers if b.kind == "arena"]
+    best = None
+    for key in PLACEMENT_ORDERS.values():
+        arena, offsets = _place_in_order(sorted(arena_buffers, key=key), alignment)
+        if best is None or arena < best[0]:
+            best = (arena, offsets)
+    arena, offsets = best or (0, {})
+    for b in arena_buffers:
+        b.offset = offsets[b.id]
     return arena
 
 
