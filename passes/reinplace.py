@@ -169,6 +169,8 @@ def cannot_overwrite(node: Node, i: int, st: _State) -> str | None:
             if lo <= thi and tlo <= hi:
                 return "the written value overlaps the region it is written to"
             return "the written value is read from another region of the same buffer"
+        if not _views_fit(out, st.place[a], st):
+            return "a later reshape of the result can't be expressed in the base's layout"
         return None
     if kind != ELEMENTWISE:
         return f"{node.op} can't write its output over an input"
@@ -179,6 +181,11 @@ def cannot_overwrite(node: Node, i: int, st: _State) -> str | None:
         return f"output is {out.dtype}, the input is {a.dtype}"
     if overlaps_itself(st.place[a]):
         return "the input is an expanded view: several elements share one location"
+    if node.inplace_of is None and a.nbytes < st.buffer[a].nbytes:
+        # Only a user's write through a view (whose write-back follows) may land in a region:
+        # otherwise the whole bigger buffer would stay alive as long as the output.
+        return (f"the input is a view of a bigger buffer ({st.buffer[a].nbytes} B), which "
+                "would stay alive as long as the output")
     for j, other in enumerate(node.inputs):
         if j != i and st.buffer[other] is st.buffer[a] \
                 and region(st.place[other]) != region(st.place[a]):

@@ -317,3 +317,26 @@ def test_scatter_from_a_disjoint_region_of_the_same_buffer_says_so():
     want = X.copy()
     want[2] = X[0]
     np.testing.assert_allclose(run(f, X), want)
+
+
+def test_an_auto_candidate_never_lands_in_a_region_of_a_bigger_buffer():
+    def f(x):
+        b = x * 2.0
+        return b[0] * 3.0  # b is dead, but b[0] is a third of its buffer
+    d = [d for d in decide(f, np.ones((3, 4))) if d.op == "multiply"][1]
+    assert not d.inplace
+    assert d.reason == ("the input is a view of a bigger buffer (96 B), which would stay alive "
+                        "as long as the output")
+
+
+def test_a_scatter_into_a_transposed_base_keeps_later_reshapes_expressible():
+    def f(a):
+        b = a * 2.0
+        b.t().zero_()   # b's base now lives transposed in the zeros' buffer
+        b[0] = 0.5
+        return b.reshape([12]) + 1.0
+    d = one(decide(f, X), "slice_scatter")
+    assert not d.inplace and "reshape of the result" in d.reason
+    want = np.zeros((3, 4))
+    want[0] = 0.5
+    np.testing.assert_array_equal(run(f, X), want.reshape(12) + 1.0)
