@@ -1,0 +1,628 @@
+"""Random straight-line programs over the traced tensor API, each with a numpy twin.
+
+`programs()` is a hypothesis strategy of `RandomProgram`s: Python source text of a function
+written against `compiler` (Paddle style) and, for programs without `backward()`, the same
+program written against plain numpy (views are numpy views, inplace ops write through them with
+`out=`/`[...] =`, so numpy's own aliasing is the oracle for inplace-through-view semantics).
+
+The generator runs the numpy twin step by step while it draws, so every choice sees the real
+shapes, which values are views of which buffer (`np.shares_memory`), which are read-only
+(expanded views), and their magnitudes (multiplicative steps are only drawn on small values, so
+every program stays finite and well-conditioned). Unsafe functions only appear in safe forms:
+`log(|x| + 1)`, `sqrt(x^2 + 0.5)`, `exp(tanh(x))`, `(|x| + 0.5) ** 1.5`, `x / (|y| + 1)`.
+
+Menu: out-of-place unary/binary ops with broadcasting and Python scalars, user inplace ops
+(`add_ subtract_ multiply_ scale_ sin_ exp_ relu_ tanh_ sigmoid_ clip_ zero_ fill_ +=`) on
+variables and through views (`x[1:].add_(1)`, `x.transpose([1, 0]).scale_(2)`, `x[i] += y`),
+views (reshape, flatten, transpose, `t()`, slices with steps, unsqueeze/squeeze, expand,
+detach), set-item, reductions, matmul, concat; optionally leaves with `stop_gradient = False`,
+`loss.backward()`, more steps after it, and an SGD update under `cc.no_grad()` that mutates the
+leaves. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace
+op on a leaf that needs a gradient, a write through an expanded view, or an inplace op whose
+result would be bigger than its target.
+
+The source is compiled under the virtual file name `random_program.py` (registered in
+`linecache`), so the compiler's error messages and plan decisions name its lines.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from hypothesis import strategies as st
+
+PROGRAM_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "random_program.py")
+
+INPUTS = {"a": (3, 4), "b": (4,), "c": (2, 3, 4), "d": (4, 3)}
+
+# Helpers the numpy twin calls: each writes its result into `t` (a numpy view or array) after
+# reading every operand, and returns `t` (Paddle: an inplace op returns the same Tensor).
+NUMPY_PRELUDE = '''
+import numpy as np
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+def inplace(t, value):
+    t[...] = value
+    return t
+
+arr = np.asarray  # numpy ops on 0-d arrays give scalars; the compiler's give 0-d tensors
+
+'''
+
+
+@dataclass
+class RandomProgram:
+    inputs: dict                      # name -> shape
+    seed: int                         # input values: default_rng(seed).standard_normal
+    lines: list = field(default_factory=list)      # body lines, compiler API
+    np_lines: list = field(default_factory=list)   # body lines, numpy twin (None: skip)
+    returns: list = field(default_factory=list)    # (compiler expr, numpy expr or None)
+    leaves: list = field(default_factory=list)
+    has_backward: bool = False
+    expect_error: str | None = None   # "leaf" | "expand" | "broadcast"
+    error_step: int | None = None     # index into lines of the refused step
+    inplace_steps: set = field(default_factory=set)  # indices of lines with inplace writes
+
+    # -- rendering --------------------------------------------------------------------------
+    HEADER_LINES = 3  # two imports and `def program(...)` precede body line 0
+
+    def line_number(self, step: int) -> int:
+        """The line of `random_program.py` that holds body line `step`."""
+        return step + 1 + self.HEADER_LINES
+
+    def source(self) -> str:
+        params = ", ".join(self.inputs)
+        body = list(self.lines)
+        if self.expect_error is None:
+            body.append("return (" + "".join(r[0] + ", " for r in self.returns) + ")")
+        else:
+            body.append("return None")
+        return ("import compiler as cc\nimport compiler.nn.functional as F\n"
+                f"def program({params}):\n" + "".join("    " + l + "\n" for l in body))
+
+    def numpy_source(self) -> str | None:
+        if self.has_backward or self.expect_error is not None:
+            return None
+        params = ", ".join(self.inputs)
+        body = [l for l in self.np_lines if l is not None]
+        body.append("return (" + "".join(r[1] + ", " for r in self.returns) + ")")
+        return (NUMPY_PRELUDE + f"def program({params}):\n"
+                + "".join("    " + l + "\n" for l in body))
+
+    def arrays(self) -> list[np.ndarray]:
+        rng = np.random.default_rng(self.seed)
+        return [rng.standard_normal(shape) for shape in self.inputs.values()]
+
+    def build(self):
+        """The compiler-API function, compiled under PROGRAM_FILE (lines of `source()`)."""
+        src = self.source()
+        linecache.cache[PROGRAM_FILE] = (len(src), None, src.splitlines(True), PROGRAM_FILE)
+        ns: dict = {}
+        exec(compile(src, PROGRAM_FILE, "exec"), ns)  # noqa: S102
+        return ns["program"]
+
+    def build_numpy(self):
+        src = self.numpy_source()
+        if src is None:
+            return None
+        ns: dict = {}
+        exec(compile(src, "<numpy twin>", "exec"), ns)  # noqa: S102
+        return ns["program"]
+
+    def __str__(self) -> str:
+        return self.source().split("\n", 2)[2]  # without the imports
+
+
+# -- the generator ------------------------------------------------------------------------------
+def _mag(x: np.ndarray) -> float:
+    return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def _np_shape(shape) -> str:
+    return "(" + "".join(f"{int(d)}, " for d in shape) + ")"
+
+
+def _np_index(idx: str) -> str:
+    """numpy returns a scalar copy, not a 0-d view, when ints index every axis: an Ellipsis
+    keeps it a view (as the compiler's indexing always is)."""
+    return idx if "..." in idx else idx + ", ..."
+
+
+def _broadcast(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
+def _factorizations(n: int, parts: int):
+    if parts == 1:
+        yield (n,)
+        return
+    for d in range(1, n + 1):
+        if n % d == 0:
+            for rest in _factorizations(n // d, parts - 1):
+                yield (d,) + rest
+
+
+def _reshape_targets(shape) -> list:
+    n = int(np.prod(shape))
+    out = {(n,)}
+    for parts in (2, 3):
+        out.update(f for f in _factorizations(n, parts) if sum(d == 1 for d in f) <= 1)
+    out.discard(tuple(shape))
+    return sorted(out)
+
+
+class _Gen:
+    """One program being drawn; `ns` holds the numpy twin's live arrays."""
+
+    def __init__(self, draw, prog: RandomProgram):
+        self.draw, self.prog = draw, prog
+        arrays = prog.arrays()
+        self.ns = {"np": np}
+        exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
+        self.vars: list[str] = []
+        for name, arr in zip(prog.inputs, arrays):
+            self.ns[name] = arr
+            self.vars.append(name)
+        self.count = 0
+        self.detached: set[str] = set()  # variables that view a buffer through a detach()
+
+    # -- state queries -------------------------------------------------------------------------
+    def arr(self, name) -> np.ndarray:
+        return self.ns[name]
+
+    def on_leaf(self, name) -> bool:
+        """Whether an inplace write through `name` would write a leaf that needs a gradient:
+        it views a leaf's buffer, not through a `detach()` (`w.detach().zero_()` is allowed)."""
+        return name not in self.detached and any(
+            np.shares_memory(self.arr(name), self.arr(leaf)) for leaf in self.prog.leaves)
+
+    def writable(self, name, grad_enabled=True) -> bool:
+        a = self.arr(name)
+        return a.flags.writeable and a.size > 0 and not (grad_enabled and self.on_leaf(name))
+
+    def pick(self, names):
+        return self.draw(st.sampled_from(sorted(names, key=self.vars.index)))
+
+    def choice(self, options):
+        return self.draw(st.sampled_from(options))
+
+    def fresh(self) -> str:
+        name = f"v{self.count}"
+        self.count += 1
+        return name
+
+    # -- emitting ------------------------------------------------------------------------------
+    def emit(self, line: str, np_line: str | None, inplace=False, define: str | None = None):
+        self.prog.lines.append(line)
+        self.prog.np_lines.append(np_line)
+        if inplace:
+            self.prog.inplace_steps.add(len(self.prog.lines) - 1)
+        if np_line is not None:
+            with np.errstate(all="ignore"):
+                exec(np_line, self.ns)  # noqa: S102
+        if define is not None and define not in self.vars:
+            self.vars.append(define)
+
+    # -- views ---------------------------------------------------------------------------------
+    def draw_index(self, shape) -> str:
+        items = []
+        for d in shape:
+            kind = self.choice(["all", "all", "int", "range", "step", "neg"])
+            if kind == "all":
+                items.append(":")
+            elif kind == "int":
+                k = self.draw(st.integers(-d, d - 1))
+                items.append(str(k))
+            elif kind == "range":
+                lo = self.draw(st.integers(0, d - 1))
+                hi = self.draw(st.integers(lo + 1, d))
+                items.append(f"{lo}:{hi}" if hi < d else f"{lo}:")
+            elif kind == "step":
+                lo = self.draw(st.integers(0, d - 1))
+                items.append(f"{lo or ''}::{self.choice([2, 3])}")
+            else:
+                hi = self.draw(st.integers(0, d - 1))
+                items.append(f"{hi}::-{self.choice([1, 2])}")
+        if shape and self.draw(st.booleans()):
+            # Trailing full slices are implicit; sometimes write an Ellipsis or a None instead.
+            extra = self.choice(["ellipsis", "none", "trim"])
+            if extra == "ellipsis":
+                k = self.draw(st.integers(0, len(items)))
+                items[k:] = ["..."]
+            elif extra == "none":
+                items.insert(self.draw(st.integers(0, len(items))), "None")
+            else:
+                while len(items) > 1 and items[-1] == ":":
+                    items.pop()
+        if not items:
+            items = ["..."]
+        return ", ".join(items)
+
+    def draw_view(self, name) -> tuple[str, str] | None:
+        """(compiler expr, numpy expr) of one view of `name`."""
+        a = self.arr(name)
+        shape = a.shape
+        kinds = ["slice", "reshape", "flatten", "unsqueeze", "detach", "expand"]
+        if len(shape) >= 2:
+            kinds += ["transpose", "transpose"]
+        if len(shape) == 2:
+            kinds += ["t"]
+        if 1 in shape:
+            kinds += ["squeeze"]
+        kind = self.choice(kinds)
+        if kind == "slice" and shape:
+            idx = self.draw_index(shape)
+            return f"{name}[{idx}]", f"{name}[{_np_index(idx)}]"
+        if kind == "reshape" and a.size:
+            target = self.choice(_reshape_targets(shape) or [(a.size,)])
+            if self.draw(st.booleans()) and len(target) > 1:
+                t = list(target)
+                t[self.draw(st.integers(0, len(t) - 1))] = -1
+                target = tuple(t)
+            return (f"{name}.reshape({_fmt_shape(target)})",
+                    f"{name}.reshape({_np_shape(target)})")
+        if kind == "flatten" and len(shape) >= 1:
+            return f"{name}.flatten()", f"{name}.reshape(-1)"
+        if kind == "unsqueeze":
+            ax = self.draw(st.integers(-len(shape) - 1, len(shape)))
+            return f"{name}.unsqueeze({ax})", f"np.expand_dims({name}, {ax})"
+        if kind == "squeeze":
+            ax = self.choice([i for i, d in enumerate(shape) if d == 1])
+            return f"{name}.squeeze({ax})", f"{name}.squeeze({ax})"
+        if kind == "transpose":
+            perm = list(self.draw(st.permutations(range(len(shape)))))
+            return f"{name}.transpose({perm})", f"{name}.transpose({tuple(perm)})"
+        if kind == "t":
+            return f"{name}.t()", f"{name}.T"
+        if kind == "expand":
+            target = [self.choice([d, 2]) if d == 1 else d for d in shape]
+            if self.draw(st.booleans()) or target == list(shape):
+                target = [self.choice([1, 2])] + target
+            if int(np.prod(target)) == a.size:  # broadcasts nothing: a plain writable view
+                return (f"{name}.expand({_fmt_shape(target)})",
+                        f"{name}.reshape({_np_shape(target)})")
+            return (f"{name}.expand({_fmt_shape(target)})",
+                    f"np.broadcast_to({name}, {_np_shape(target)})")
+        return f"{name}.detach()", f"{name}.view()"
+
+    # -- operand choices --------------------------------------------------------------------------
+    def scalar(self) -> str:
+        return repr(self.choice([0.5, -1.5, 2.0, 0.25, 1, -3, 3.0]))
+
+    def operand_for(self, target_shape, max_mag=None, alias=None) -> tuple[str, str]:
+        """A variable that broadcasts into `target_shape`, a scalar, or (given `alias`, the
+        (compiler, numpy) expressions of a target) a view of that target itself, so that the
+        operand overlaps what the op writes: `x.add_(x[::-1])`, `x += x[0]`."""
+        if alias is not None and target_shape and self.draw(st.integers(0, 3)) == 1:
+            t, n = alias
+            view = self.choice(["", "[::-1]", "[0]", "[-1:]"]
+                               + (["[1:2]"] if target_shape[0] >= 2 else []))
+            if view == "[0]":
+                return f"{t}[0]", f"{n}[0, ...]"
+            return f"{t}{view}", f"{n}{view}"
+        fits = [v for v in self.vars if _broadcast(self.arr(v).shape, target_shape)
+                == tuple(target_shape) and (max_mag is None or _mag(self.arr(v)) <= max_mag)]
+        if fits and self.draw(st.integers(0, 3)) > 0:
+            v = self.pick(fits)
+            return v, v
+        s = self.scalar()
+        return s, s
+
+    # -- steps -----------------------------------------------------------------------------------
+    def step(self, grad_enabled=True):
+        kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
+                            "inplace", "view", "view", "view_inplace", "view_inplace",
+                            "setitem", "setitem", "reduce", "matmul", "concat"])
+        getattr(self, "step_" + kind)(grad_enabled)
+
+    def step_unary(self, grad_enabled):
+        x = self.pick(self.vars)
+        m = _mag(self.arr(x))
+        ops = [("-{x}", "-{x}"), ("{x}.abs()", "np.abs({x})"), ("{x}.sin()", "np.sin({x})"),
+               ("{x}.cos()", "np.cos({x})"), ("{x}.tanh()", "np.tanh({x})"),
+               ("F.sigmoid({x})", "sigmoid({x})"), ("{x}.sigmoid()", "sigmoid({x})"),
+               ("F.relu({x})", "np.maximum({x}, 0.0)"),
+               ("{x}.scale(0.5, bias=1.0)", "{x} * 0.5 + 1.0"),
+               ("{x}.scale(-2.0, bias=0.5, bias_after_scale=False)", "({x} + 0.5) * -2.0"),
+               ("{x}.clip(-0.5, 0.75)", "np.clip({x}, -0.5, 0.75)"),
+               ("{x}.clip(min=0.1)", "np.maximum({x}, 0.1)"),
+               ("{x}.tanh().exp()", "np.exp(np.tanh({x}))"),
+               ("({x}.abs() + 1.0).log()", "np.log(np.abs({x}) + 1.0)"),
+               ("({x}.square() + 0.5).sqrt()", "np.sqrt(np.square({x}) + 0.5)")]
+        if m <= 10:
+            ops += [("{x}.square()", "np.square({x})"),
+                    ("({x}.abs() + 0.5) ** 1.5", "(np.abs({x}) + 0.5) ** 1.5")]
+        if self.arr(x).ndim >= 1:
+            ax = self.draw(st.integers(-1, self.arr(x).ndim - 1))
+            ops.append((f"F.softmax({{x}}, axis={ax})", f"softmax({{x}}, {ax})"))
+        pd, npx = self.choice(ops)
+        out = self.fresh()
+        self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")", define=out)
+
+    def step_binary(self, grad_enabled):
+        x = self.pick(self.vars)
+        sx = self.arr(x).shape
+        partners = [v for v in self.vars if _broadcast(sx, self.arr(v).shape) is not None]
+        y = self.pick(partners) if self.draw(st.integers(0, 3)) > 0 else None
+        mx = _mag(self.arr(x))
+        my = _mag(self.arr(y)) if y is not None else 3.0
+        ny = y
+        if y is not None and sx and self.draw(st.integers(0, 4)) == 3:
+            # Operands that overlap: `x + x[::-1]` can't be computed over x element by element.
+            y, ny, my = f"{x}[::-1]", f"{x}[::-1]", mx
+        if y is None:
+            s = self.scalar()
+            ops = [("{x} + {s}", "{x} + {s}"), ("{s} - {x}", "{s} - {x}"),
+                   ("{x} * {s}", "{x} * {s}"), ("{x} / {s}", "{x} / {s}"),
+                   ("{s} / ({x}.abs() + 1.0)", "{s} / (np.abs({x}) + 1.0)"),
+                   ("{x}.maximum({s})", "np.maximum({x}, {s})")]
+            pd, npx = self.choice(ops)
+            pd, npx = pd.format(x=x, s=s), npx.format(x=x, s=s)
+        else:
+            ops = [("{x} + {y}", "{x} + {y}"), ("{x} - {y}", "{x} - {y}"),
+                   ("{x}.add({y})", "{x} + {y}"), ("{x}.subtract({y})", "{x} - {y}"),
+                   ("{x} / ({y}.abs() + 1.0)", "{x} / (np.abs({y}) + 1.0)"),
+                   ("{x}.maximum({y})", "np.maximum({x}, {y})"),
+                   ("{x}.minimum({y})", "np.minimum({x}, {y})"),
+                   ("cc.where({x} > {y}, {x}, {y} * 0.5)", "np.where({x} > {y}, {x}, {y} * 0.5)")]
+            if mx * my <= 100:
+                ops += [("{x} * {y}", "{x} * {y}"), ("{x}.multiply({y})", "{x} * {y}")]
+            pd, npx = self.choice(ops)
+            pd, npx = pd.format(x=x, y=y), npx.format(x=x, y=ny)
+        out = self.fresh()
+        self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
+
+    def inplace_op(self, target_pd, target_np, shape, mag, grad_enabled):
+        """One inplace op on the target expression: (compiler line, numpy line)."""
+        ops = ["add_", "subtract_", "scale_", "sin_", "relu_", "F.relu_", "tanh_",
+               "sigmoid_", "clip_", "zero_", "fill_", "add_alpha"]
+        if mag <= 3:
+            ops.append("exp_")
+        if mag <= 10:
+            ops.append("multiply_")
+        op = self.choice(ops)
+        t, n = target_pd, target_np
+        if op in ("add_", "subtract_", "add_alpha"):
+            y, ny = self.operand_for(shape, alias=(t, n))
+            sign = "-" if op == "subtract_" else "+"
+            if op == "add_alpha":
+                return f"{t}.add_({y}, alpha=0.5)", f"inplace({n}, {n} + 0.5 * {ny})"
+            return f"{t}.{op}({y})", f"inplace({n}, {n} {sign} {ny})"
+        if op == "multiply_":
+            y, ny = self.operand_for(shape, max_mag=10, alias=(t, n))
+            return f"{t}.multiply_({y})", f"inplace({n}, {n} * {ny})"
+        if op == "scale_":
+            return f"{t}.scale_(2.0, bias=-0.5)", f"inplace({n}, {n} * 2.0 - 0.5)"
+        if op == "clip_":
+            return f"{t}.clip_(-1.0, 0.5)", f"inplace({n}, np.clip({n}, -1.0, 0.5))"
+        if op == "zero_":
+            return f"{t}.zero_()", f"inplace({n}, 0.0)"
+        if op == "fill_":
+            return f"{t}.fill_(1.5)", f"inplace({n}, 1.5)"
+        if op == "F.relu_":
+            return f"F.relu_({t})", f"inplace({n}, np.maximum({n}, 0.0))"
+        fn = {"sin_": "np.sin", "relu_": "np.maximum", "tanh_": "np.tanh",
+              "sigmoid_": "sigmoid", "exp_": "np.exp"}[op]
+        extra = ", 0.0" if op == "relu_" else ""
+        return f"{t}.{op}()", f"inplace({n}, {fn}({n}{extra}))"
+
+    def step_inplace(self, grad_enabled):
+        targets = [v for v in self.vars if self.writable(v, grad_enabled)]
+        if not targets:
+            return self.step_unary(grad_enabled)
+        x = self.pick(targets)
+        a = self.arr(x)
+        if self.draw(st.integers(0, 4)) == 0:  # Python's augmented assignment
+            op = self.choice(["+=", "-="] + (["*="] if _mag(a) <= 10 else []))
+            y, ny = self.operand_for(a.shape, max_mag=10 if op == "*=" else None,
+                                     alias=(x, x))
+            return self.emit(f"{x} {op} {y}", f"{x} {op} {ny}", inplace=True)
+        pd, npx = self.inplace_op(x, x, a.shape, _mag(a), grad_enabled)
+        if self.draw(st.booleans()):  # the result is the same object
+            out = self.fresh()
+            if x in self.detached:
+                self.detached.add(out)
+            return self.emit(f"{out} = {pd}", f"{out} = {npx}", inplace=True, define=out)
+        self.emit(pd, npx, inplace=True)
+
+    def step_view(self, grad_enabled):
+        x = self.pick(self.vars)
+        view = self.draw_view(x)
+        out = self.fresh()
+        self.emit(f"{out} = {view[0]}", f"{out} = {view[1]}", define=out)
+        if (x in self.detached or view[0].endswith(".detach()")) \
+                and np.shares_memory(self.arr(out), self.arr(x)):
+            self.detached.add(out)
+
+    def step_view_inplace(self, grad_enabled):
+        """An inplace op through a view that is never named (`x[1:].add_(1)`), or `x[i] += y`."""
+        targets = [v for v in self.vars if self.writable(v, grad_enabled)]
+        if not targets:
+            return self.step_view(grad_enabled)
+        x = self.pick(targets)
+        view = self.draw_view(x)
+        with np.errstate(all="ignore"):
+            v = eval(view[1], self.ns)
+        if not v.flags.writeable or v.size == 0:
+            return self.step_view(grad_enabled)
+        if view[0].startswith(f"{x}[") and self.draw(st.integers(0, 2)) == 0:
+            y, ny = self.operand_for(v.shape, alias=(x, x) if v.shape == self.arr(x).shape
+                                     else None)
+            return self.emit(f"{view[0]} += {y}", f"{view[1]} += {ny}", inplace=True)
+        pd, npx = self.inplace_op(view[0], view[1], v.shape, _mag(v), grad_enabled)
+        self.emit(pd, npx, inplace=True)
+
+    def step_setitem(self, grad_enabled):
+        targets = [v for v in self.vars if self.writable(v, grad_enabled)
+                   and self.arr(v).ndim >= 1]
+        if not targets:
+            return self.step_binary(grad_enabled)
+        x = self.pick(targets)
+        idx = self.draw_index(self.arr(x).shape)
+        region = self.arr(x)[eval(f"np.index_exp[{idx}]", self.ns)]
+        if region.size == 0:
+            return self.step_binary(grad_enabled)
+        y, ny = self.operand_for(region.shape, alias=(x, x) if region.shape == self.arr(x).shape
+                                 else None)
+        if y in self.vars and self.draw(st.booleans()):
+            y, ny = f"{y}.tanh()", f"np.tanh({ny})"
+        self.emit(f"{x}[{idx}] = {y}", f"{x}[{idx}] = {ny}", inplace=True)
+
+    def step_reduce(self, grad_enabled):
+        x = self.pick(self.vars)
+        a = self.arr(x)
+        op = self.choice(["sum", "mean", "max"])
+        if op == "sum" and _mag(a) * a.size > 1000:
+            op = "mean"
+        out = self.fresh()
+        if a.ndim == 0 or self.draw(st.integers(0, 3)) == 0:
+            npx = {"sum": "np.sum({x})", "mean": "np.mean({x})", "max": "np.max({x})"}[op]
+            return self.emit(f"{out} = {x}.{op}()", f"{out} = arr(" + npx.format(x=x) + ")",
+                             define=out)
+        ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+        keep = self.draw(st.booleans())
+        kw = ", keepdim=True" if keep else ""
+        nkw = ", keepdims=True" if keep else ""
+        self.emit(f"{out} = {x}.{op}(axis={ax}{kw})", f"{out} = arr(np.{op}({x}, axis={ax}{nkw}))",
+                  define=out)
+
+    def step_matmul(self, grad_enabled):
+        pairs = []
+        for x, y in itertools.product(self.vars, repeat=2):
+            sx, sy = self.arr(x).shape, self.arr(y).shape
+            if len(sx) >= 1 and len(sy) in (1, 2) and sx[-1] == sy[0] and (
+                    _mag(self.arr(x)) * _mag(self.arr(y)) * sx[-1] <= 100):
+                pairs.append((x, y))
+        if not pairs:
+            return self.step_unary(grad_enabled)
+        x, y = self.choice(pairs)
+        out = self.fresh()
+        if self.draw(st.booleans()):
+            self.emit(f"{out} = {x} @ {y}", f"{out} = arr({x} @ {y})", define=out)
+        else:
+            self.emit(f"{out} = {x}.matmul({y})", f"{out} = arr(np.matmul({x}, {y}))", define=out)
+
+    def step_concat(self, grad_enabled):
+        x = self.pick([v for v in self.vars if self.arr(v).ndim >= 1])
+        sx = self.arr(x).shape
+        ax = self.draw(st.integers(0, len(sx) - 1))
+        partners = [v for v in self.vars if self.arr(v).ndim == len(sx) and all(
+            d == e for i, (d, e) in enumerate(zip(sx, self.arr(v).shape)) if i != ax)]
+        y = self.pick(partners)
+        out = self.fresh()
+        self.emit(f"{out} = cc.concat([{x}, {y}], axis={ax})",
+                  f"{out} = np.concatenate([{x}, {y}], axis={ax})", define=out)
+
+    # -- refused steps ----------------------------------------------------------------------------
+    def error_step(self) -> bool:
+        kinds = ["expand", "broadcast"] + (["leaf"] if self.prog.leaves else [])
+        kind = self.choice(kinds)
+        if kind == "leaf":
+            x = self.pick([v for v in self.vars if self.on_leaf(v)])
+            pd, _ = self.inplace_op(x, x, self.arr(x).shape, 0.0, True)
+            if self.draw(st.booleans()) and self.arr(x).ndim:
+                idx = self.draw_index(self.arr(x).shape)
+                pd = f"{x}[{idx}] = 0.5"
+        elif kind == "expand":
+            free = [v for v in self.vars if not self.on_leaf(v)]
+            if not free:
+                return False
+            x = self.pick(free)
+            shape = self.arr(x).shape
+            target = _fmt_shape((2,) + shape)
+            pd = self.choice([f"{x}.expand({target}).add_(1.0)",
+                              f"{x}.expand({target})[1].zero_()",
+                              f"{x}.expand({target}).sin_()",
+                              f"{x}.expand({target})[0] = 1.0"])
+        else:
+            small = [v for v in self.vars if not self.on_leaf(v) and self.arr(v).ndim
+                     and any(len(self.arr(w).shape) > self.arr(v).ndim
+                             and _broadcast(self.arr(w).shape, self.arr(v).shape)
+                             for w in self.vars)]
+            if not small:
+                return False
+            x = self.pick(small)
+            y = self.pick([w for w in self.vars if len(self.arr(w).shape) > self.arr(x).ndim
+                           and _broadcast(self.arr(w).shape, self.arr(x).shape)])
+            pd = self.choice([f"{x}.add_({y})", f"{x}.multiply_({y})", f"{x} += {y}"])
+        self.prog.lines.append(pd)
+        self.prog.np_lines.append(None)
+        self.prog.expect_error = kind
+        self.prog.error_step = len(self.prog.lines) - 1
+        return True
+
+
+@st.composite
+def programs(draw, max_steps: int = 10, backward: bool | None = None,
+             errors: bool = True) -> RandomProgram:
+    names = list(INPUTS)
+    k = draw(st.integers(2, len(names)))
+    inputs = {n: INPUTS[n] for n in names[:k]}
+    prog = RandomProgram(inputs, draw(st.integers(0, 2**16)))
+    g = _Gen(draw, prog)
+    if backward is None:
+        backward = draw(st.booleans())
+    mark = backward or draw(st.integers(0, 3)) == 0
+    if mark:
+        prog.leaves = draw(st.lists(st.sampled_from(list(inputs)), min_size=1, max_size=k,
+                                    unique=True).map(lambda ls: sorted(ls, key=names.index)))
+        for leaf in prog.leaves:
+            g.emit(f"{leaf}.stop_gradient = False", None)
+    for _ in range(draw(st.integers(1, max_steps))):
+        g.step()
+    if errors and draw(st.integers(0, 9)) == 7 and g.error_step():
+        return prog
+    if backward:
+        prog.has_backward = True
+        terms = [f"{w}.tanh().sum()" for w in prog.leaves]
+        new = [v for v in g.vars if v not in inputs]
+        for v in draw(st.lists(st.sampled_from(new), max_size=3, unique=True)) if new else []:
+            terms.append(draw(st.sampled_from([f"{v}.sum()", f"({v} * {v}).mean()",
+                                               f"{v}.sin().sum()"])))
+        terms = draw(st.permutations(terms))
+        g.emit("loss = " + " + ".join(terms), None, define=None)
+        g.emit("loss.backward()", None)
+        for _ in range(draw(st.integers(0, 2))):
+            g.step()
+        if draw(st.integers(0, 3)) == 2:  # a second backward accumulates into the grads
+            w = draw(st.sampled_from(prog.leaves))
+            new = [v for v in g.vars if v not in inputs]
+            extra = f" + {draw(st.sampled_from(new))}.sum()" if new else ""
+            g.emit(f"loss2 = ({w} * {w}).sum(){extra}", None)
+            g.emit("loss2.backward()", None)
+        updated = draw(st.lists(st.sampled_from(prog.leaves), max_size=len(prog.leaves),
+                                unique=True))
+        if updated:
+            g.emit("with cc.no_grad():", None)
+            for w in updated:
+                form = draw(st.sampled_from([f"{w}.subtract_(0.1 * {w}.grad)",
+                                             f"{w} -= 0.1 * {w}.grad",
+                                             f"{w}.add_({w}.grad, alpha=-0.1)"]))
+                g.emit("    " + form, None, inplace=True)
+    # What to return: some variables (views included), the grads, maybe the loss.
+    pool = [v for v in g.vars if v not in inputs] or list(g.vars)
+    chosen = draw(st.lists(st.sampled_from(g.vars), min_size=0, max_size=3, unique=True))
+    last = pool[-1]
+    rets = [(last, last)] + [(v, v) for v in chosen if v != last]
+    if backward:
+        rets += [(f"{w}.grad", None) for w in prog.leaves]
+        if draw(st.booleans()):
+            rets.append(("loss", None))
+    prog.returns = rets
+    return prog

@@ -1,0 +1,334 @@
+"""Property-based tests: random straight-line programs (tests/passes/program_gen.py) with views,
+user inplace ops (also through views), set-item, reductions, matmul, concat, detach, backward
+and an SGD update, compiled with every inplace mode and with donation, against two oracles.
+
+For each program and inputs:
+  1. `backend="numpy"`, `sanitize=True`, `inplace="auto"` and `"off"`, with and without donating
+     some arguments: the outputs and the caller's mutated arrays equal the op-by-op reference
+     interpreter (`runtime.reference.evaluate` on `cc.trace`'s graph) and, for programs without
+     `backward()`, a numpy re-implementation of the same program whose views are numpy views
+     (numpy's own aliasing decides what an inplace write through a view reaches). Donated
+     arguments' contents after the call are unspecified and not compared.
+  2. `passes.verify.verify_plan` accepts the plan; `peak_bytes >= lower_bound_bytes`;
+     `naive_bytes >= lower_bound_bytes`; `no_inplace_peak_bytes` is the peak of the
+     inplace="off" plan. `peak_bytes <= no_inplace_peak_bytes` does NOT always hold, nor does
+     lower_bound(auto) <= lower_bound(off): see the xfail counterexamples at the end of the
+     file. Both are only counted (`--hypothesis-show-statistics`), not asserted.
+  3. `inplace="strict"` either gives the same values or raises `cc.InplaceError` naming a line
+     of the program.
+  4. Caller arrays the program does not mutate and that are not donated are bit-identical after
+     the call; an output never aliases an undonated argument, except as that argument's own
+     mutated value (`y = x.add_(1)`).
+Programs whose last step the compiler must refuse (inplace on a leaf that needs a gradient,
+writes through an expanded view, inplace results bigger than their target) raise
+`cc.InplaceError` naming that step's line, in every mode, before touching any argument.
+
+Set RANDOM_PROGRAMS_EXAMPLES=N to run N random (not derandomized) examples per property, and
+RANDOM_PROGRAMS_STEPS=K for longer programs (the defaults are sized for CI).
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+from program_gen import PROGRAM_FILE, RandomProgram, programs
+
+import compiler as cc
+import compiler.nn.functional as F
+from compiler.api import _rebuild
+from passes.verify import verify_plan
+from runtime.reference import evaluate
+
+EXAMPLES = int(os.environ.get("RANDOM_PROGRAMS_EXAMPLES", "0")) or None
+STEPS = int(os.environ.get("RANDOM_PROGRAMS_STEPS", "10"))  # most random steps per program
+RTOL = 1e-12
+
+
+def _settings(n):
+    return settings(max_examples=EXAMPLES or n, deadline=None, derandomize=EXAMPLES is None,
+                    database=None, print_blob=False,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.filter_too_much])
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _assert_close(actual, expected, what):
+    if expected is None or not isinstance(expected, np.ndarray):
+        assert actual is None if expected is None else actual == expected, what
+        return
+    assert isinstance(actual, np.ndarray), f"{what}: got {type(actual).__name__}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=RTOL * (1.0 + scale),
+                               equal_nan=False, err_msg=what)
+
+
+def _flat(tree):
+    if isinstance(tree, (tuple, list)):
+        out = []
+        for t in tree:
+            out += _flat(t)
+        return out
+    return [tree]
+
+
+def _check_result(result, expected, what):
+    got, want = _flat(result), _flat(expected)
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        _assert_close(g, w, f"{what}: output {i}")
+
+
+class Expected:
+    """What the program must produce, from the reference interpreter (and the numpy twin)."""
+
+    def __init__(self, prog: RandomProgram, fn):
+        self.arrays = prog.arrays()
+        graph = cc.trace(fn, *[a.copy() for a in self.arrays])
+        outs, muts = evaluate(graph, [a.copy() for a in self.arrays])
+        self.outputs = _rebuild(graph.output_tree, outs)
+        self.mutated = set(muts)
+        self.final = [muts.get(k, a) for k, a in enumerate(self.arrays)]
+        for i, v in enumerate(_flat(self.outputs) + self.final):
+            if isinstance(v, np.ndarray):
+                assert np.all(np.isfinite(v)), f"generator made a non-finite value ({i})\n{prog}"
+        twin = prog.build_numpy()
+        if twin is not None:  # the independent oracle: numpy's own views and inplace writes
+            copies = [a.copy() for a in self.arrays]
+            with np.errstate(all="ignore"):
+                twin_out = [None if t is None else np.asarray(t) for t in twin(*copies)]
+            _check_result(self.outputs, twin_out, "reference vs numpy twin")
+            for k, (ref, mine) in enumerate(zip(self.final, copies)):
+                _assert_close(ref, mine, f"reference vs numpy twin: final value of argument {k}")
+
+
+def _run(fn, expected: Expected, inplace: str, donate=()):
+    """Compile and call on fresh copies; check values, untouched arguments and the plan."""
+    args = [a.copy() for a in expected.arrays]
+    before = [a.copy() for a in args]
+    cf = cc.compile(fn, backend="numpy", inplace=inplace, donate=donate, sanitize=True)
+    program = cf.lower(*args)
+    check_plan(program)
+    what = f"inplace={inplace!r} donate={donate}"
+    result = cf(*args)
+    _check_result(result, expected.outputs, what)
+    for k, (arr, old) in enumerate(zip(args, before)):
+        if k in donate:
+            continue  # unspecified after the call
+        if k in expected.mutated:
+            _assert_close(arr, expected.final[k], f"{what}: caller's argument {k} after the call")
+        else:
+            assert arr.tobytes() == old.tobytes(), f"{what}: argument {k} was written"
+    mutated_results = {id(args[k]) for k in program.graph.mutations}
+    if not donate:  # a second call reuses the program and its arena
+        again = [a.copy() for a in expected.arrays]
+        _check_result(cf(*again), expected.outputs, what + " (second call)")
+    for i, out in enumerate(_flat(result)):
+        if isinstance(out, np.ndarray) and id(out) not in mutated_results:
+            for k, arr in enumerate(args):
+                assert k in donate or not np.may_share_memory(out, arr), \
+                    f"{what}: output {i} aliases undonated argument {k}"
+    return program
+
+
+def check_plan(program):
+    plan = program.plan
+    verify_plan(program.graph, plan)
+    assert plan.peak_bytes >= plan.lower_bound_bytes, plan.summary()
+    assert plan.naive_bytes >= plan.lower_bound_bytes, plan.summary()
+    assert plan.arena_bytes % plan.alignment == 0
+    if program.inplace == "off":
+        assert plan.no_inplace_peak_bytes == plan.peak_bytes
+        assert not any(d.inplace for d in plan.decisions)
+
+
+def _error_line(message: str) -> int | None:
+    """The line of the program that an error names as the offending call: `(at file.py:N: ...)`
+    ends every CompilerError's message (other `file.py:N` may come before it, in the reason)."""
+    found = re.findall(r"\(at " + re.escape(os.path.basename(PROGRAM_FILE)) + r":(\d+)", message)
+    return int(found[-1]) if found else None
+
+
+def check_program(prog: RandomProgram, donate_mask: int = 0):
+    fn = prog.build()
+    note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
+    event(f"refused step: {prog.expect_error}" if prog.expect_error else
+          "backward" if prog.has_backward else "forward only")
+    if prog.expect_error:
+        line = prog.line_number(prog.error_step)
+        with pytest.raises(cc.InplaceError) as err:
+            cc.trace(fn, *prog.arrays())
+        assert _error_line(str(err.value)) == line, (str(err.value), line)
+        args = prog.arrays()
+        before = [a.copy() for a in args]
+        for mode in ("auto", "off", "strict"):
+            with pytest.raises(cc.InplaceError):
+                cc.compile(fn, inplace=mode, sanitize=True)(*args)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(args, before))
+        return
+    expected = Expected(prog, fn)
+    n = len(prog.inputs)
+    # Donated arguments may also be ones the program mutates (the mutation wins: see
+    # test_donated_argument_that_is_also_mutated_does_not_clobber_an_output).
+    donate = tuple(k for k in range(n) if donate_mask >> k & 1)
+    auto = _run(fn, expected, "auto")
+    off = _run(fn, expected, "off")
+    if auto.plan.lower_bound_bytes > off.plan.lower_bound_bytes:
+        event("inplace='auto' raised the lower bound above inplace='off'")
+    assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
+    if auto.plan.peak_bytes > auto.plan.no_inplace_peak_bytes:
+        event("inplace='auto' placed a higher peak than inplace='off'")
+    if donate:
+        _run(fn, expected, "auto", donate)
+        _run(fn, expected, "off", donate)
+    # strict: the same values, or a refusal that names a line of the program
+    try:
+        cc.compile(fn, inplace="strict").lower(*expected.arrays)
+    except cc.InplaceError as e:
+        event("inplace='strict' refused")
+        line = _error_line(str(e))
+        assert line in {prog.line_number(i) for i in prog.inplace_steps}, (str(e), line)
+    else:
+        _run(fn, expected, "strict")
+
+
+# -- the properties ---------------------------------------------------------------------------
+@_settings(150)
+@given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
+def test_forward_programs_match_reference_and_numpy(prog, donate_mask):
+    check_program(prog, donate_mask)
+
+
+@_settings(120)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_training_programs_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask)
+
+
+# -- regressions: minimal programs found by the properties above ------------------------------
+def _regression_input():
+    return np.random.default_rng(0).standard_normal((3, 4))
+
+
+def test_donated_argument_that_is_also_mutated_does_not_clobber_an_output():
+    # Found by the properties (fixed in 471c40d): `-a` wrote over donated argument 'a', whose
+    # buffer then received a's new value (zeros) after the call, clobbering the output.
+    def program(a):
+        v = -a
+        a.zero_()
+        return v
+
+    x = _regression_input()
+    out = cc.compile(program, donate=(0,), sanitize=True)(x.copy())
+    np.testing.assert_array_equal(out, -x)
+    y = x.copy()
+    out = cc.compile(program, donate=("a",), sanitize=True)(y)
+    np.testing.assert_array_equal(out, -x)
+
+
+def _peak_program(x):
+    a = F.softmax(x)
+    b = F.softmax(a)
+    c = b.sin()  # auto: sin writes over b, so b+c is one longer-lived buffer
+    d = F.softmax(c)
+    return cc.concat([d, d]).sum()
+
+
+def test_inplace_does_not_raise_the_placed_peak_of_a_packing_counterexample():
+    # Found while checking peak <= no_inplace_peak (fixed in 312bfb7): with one best-fit order,
+    # the merged b+c buffer packed into a 384-byte arena where inplace="off" needed 320
+    # (peak 488 B against 424 B).
+    x = _regression_input()
+    auto = cc.compile(_peak_program).lower(x).plan
+    off = cc.compile(_peak_program, inplace="off").lower(x).plan
+    assert [d.inplace for d in auto.decisions] == [True]
+    assert auto.lower_bound_bytes <= off.lower_bound_bytes
+    assert auto.no_inplace_peak_bytes == off.peak_bytes
+    assert auto.peak_bytes <= auto.no_inplace_peak_bytes, auto.summary()
+    np.testing.assert_allclose(cc.compile(_peak_program, sanitize=True)(x.copy()),
+                               cc.compile(_peak_program, inplace="off")(x.copy()), rtol=RTOL)
+
+
+def _peak_program_2(x, y):
+    a = F.softmax(x)
+    b = F.softmax(y)
+    s = b.sum()
+    c = F.softmax(a)
+    d = c.sin()  # auto: sin writes over c
+    e = d * y
+    return s, e.sum()
+
+
+@pytest.mark.xfail(strict=True, reason="peak <= no_inplace_peak is not a property of the "
+                   "planner: here the one inplace decision (sin over c) makes every placement "
+                   "order pack into 256 B where inplace='off' packs into 192 B (peak 400 B "
+                   "against 336 B); the planner could fall back to the no-inplace plan")
+def test_inplace_never_raises_the_placed_peak():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(4), rng.standard_normal((3, 4))
+    plan = cc.compile(_peak_program_2).lower(x, y).plan
+    off = cc.compile(_peak_program_2, inplace="off").lower(x, y).plan
+    assert plan.lower_bound_bytes <= off.lower_bound_bytes
+    assert plan.peak_bytes <= plan.no_inplace_peak_bytes, plan.summary()
+
+
+def _pinned_base_program(x):
+    b = x * 2.0
+    r = b[0] * 3.0  # auto: r is written over b[0], which keeps all 192 B of b's buffer live
+    c = x.sum(axis=0, keepdim=True) @ x.transpose([0, 2, 1])
+    return r.sum() + c.sum()
+
+
+def test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_bound():
+    # Found by the properties (fixed in 6611ace): `b[0] * 3.0` wrote its [3,4] result into a
+    # region of the dead [2,3,4] buffer of b, which then lived as long as the result: inplace
+    # raised the lower bound (624 B against 528 B with inplace="off") and the peak (712 against
+    # 648 B).
+    x = np.random.default_rng(0).standard_normal((2, 3, 4))
+    auto = cc.compile(_pinned_base_program).lower(x).plan
+    off = cc.compile(_pinned_base_program, inplace="off").lower(x).plan
+    np.testing.assert_allclose(cc.compile(_pinned_base_program, sanitize=True)(x.copy()),
+                               cc.compile(_pinned_base_program, inplace="off")(x.copy()),
+                               rtol=RTOL)
+    assert auto.lower_bound_bytes <= off.lower_bound_bytes, (auto.summary(), off.summary())
+    assert auto.peak_bytes <= auto.no_inplace_peak_bytes, auto.summary()
+
+
+def test_setitem_after_a_write_through_a_transpose_then_reshape_of_an_intermediate():
+    # Found by the properties (fixed in 6611ace): the scatter of `b[0] = 0.5` wrote over b's
+    # base, laid out transposed by the write-back of `b.t().zero_()`, although the later
+    # reshape can't view that layout; the reinplace pass crashed on a None probe.
+    def program(a):
+        b = a * 2.0
+        b.t().zero_()
+        b[0] = 0.5
+        return b.reshape([12]) + 1.0
+
+    x = _regression_input()
+    expected = np.zeros((3, 4))
+    expected[0] = 0.5
+    for mode in ("auto", "off"):
+        out = cc.compile(program, inplace=mode, sanitize=True)(x.copy())
+        np.testing.assert_array_equal(out, expected.reshape(12) + 1.0)
+
+
+def test_setitem_after_a_write_through_a_transpose_then_reshape_of_an_argument():
+    # The same on a caller's array (fixed in 6611ace): the arena executor failed to take the
+    # planned reshape view ("Incompatible shape for in-place modification").
+    def program(a):
+        a.t().zero_()
+        a[0] = 0.5
+        return a.reshape([12])
+
+    x = _regression_input()
+    expected = np.zeros((3, 4))
+    expected[0] = 0.5
+    args = x.copy()
+    out = cc.compile(program, sanitize=True)(args)
+    np.testing.assert_array_equal(out, expected.reshape(12))
+    np.testing.assert_array_equal(args, expected)
