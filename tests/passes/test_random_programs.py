@@ -11,9 +11,11 @@ For each program and inputs:
      arguments' contents after the call are unspecified and not compared.
   2. `passes.verify.verify_plan` accepts the plan; `peak_bytes >= lower_bound_bytes`;
      `naive_bytes >= lower_bound_bytes`; `no_inplace_peak_bytes` is the peak of the
-     inplace="off" plan. `peak_bytes <= no_inplace_peak_bytes` does NOT always hold, nor does
-     lower_bound(auto) <= lower_bound(off): see the xfail counterexamples at the end of the
-     file. Both are only counted (`--hypothesis-show-statistics`), not asserted.
+     inplace="off" plan; inplace decisions never raise the lower bound (auto <= off; see
+     test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_bound).
+     `peak_bytes <= no_inplace_peak_bytes` does NOT always hold (placement is a heuristic:
+     test_inplace_never_raises_the_placed_peak is an xfail counterexample), so it is only
+     counted (`--hypothesis-show-statistics`), not asserted.
   3. `inplace="strict"` either gives the same values or raises `cc.InplaceError` naming a line
      of the program.
   4. Caller arrays the program does not mutate and that are not donated are bit-identical after
@@ -178,8 +180,8 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
     donate = tuple(k for k in range(n) if donate_mask >> k & 1)
     auto = _run(fn, expected, "auto")
     off = _run(fn, expected, "off")
-    if auto.plan.lower_bound_bytes > off.plan.lower_bound_bytes:
-        event("inplace='auto' raised the lower bound above inplace='off'")
+    assert auto.plan.lower_bound_bytes <= off.plan.lower_bound_bytes, \
+        f"inplace raised the lower bound\n{auto.plan.summary()}\n{off.plan.summary()}"
     assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
     if auto.plan.peak_bytes > auto.plan.no_inplace_peak_bytes:
         event("inplace='auto' placed a higher peak than inplace='off'")
@@ -198,13 +200,13 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
 
 
 # -- the properties ---------------------------------------------------------------------------
-@_settings(150)
+@_settings(300)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
 def test_forward_programs_match_reference_and_numpy(prog, donate_mask):
     check_program(prog, donate_mask)
 
 
-@_settings(120)
+@_settings(250)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_match_reference(prog, donate_mask):
     check_program(prog, donate_mask)
