@@ -19,6 +19,8 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
   5. Account: peak (inputs + arena counted whole + outputs allocated so far, at the worst
      point), the lower bound (live bytes with perfect packing at the worst point), naive (no
      reuse at all) and, by replanning with inplace="off", the no-inplace peak.
+  6. In "auto", if that plan without reuse has the lower peak, it is the plan (its decisions
+     say why): inplace="auto" never costs memory.
 """
 from __future__ import annotations
 
@@ -282,7 +284,22 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
         n.out.nbytes for n in graph.nodes if REGISTRY[n.op].kind != VIEW)
     if inplace == "off" or not baseline:
         plan.no_inplace_peak_bytes = plan.peak_bytes if inplace == "off" else 0
-    else:
-        plan.no_inplace_peak_bytes = plan_memory(graph, "off", donate, alignment,
-                                                 baseline=False).peak_bytes
+        return plan
+    off = plan_memory(graph, "off", donate, alignment, baseline=False)
+    plan.no_inplace_peak_bytes = off.peak_bytes
+    if inplace == "auto" and off.peak_bytes < plan.peak_bytes:
+        # Step 6: placement is a heuristic, and reuse can pack worse (rarely, and by a few
+        # cache lines). "auto" promises never to cost memory: take the plan without reuse.
+        off.inplace, off.no_inplace_peak_bytes = "auto", off.peak_bytes
+        off.decisions = [_without_reuse(d, plan.peak_bytes, off.peak_bytes)
+                         for d in decisions]
+        return off
     return plan
+
+
+def _without_reuse(d: Decision, auto_peak: int, off_peak: int) -> Decision:
+    if not d.inplace:
+        return d
+    return Decision(d.op, d.loc, d.requested, False,
+                    f"reuse would pack worse: the plan without it peaks at {off_peak} B, with "
+                    f"it at {auto_peak} B", d.input_index, d.node)
