@@ -199,21 +199,13 @@ PROGRAMS = {
 }
 
 
-# The memory planner's bugs that these programs expose (not autodiff's: the same gradients are
-# right in the reference interpreter). Strict: remove an entry once the planner is fixed.
-PLANNER_BUGS: dict[str, str] = {
-}
-
-
 def _program_cases():
     for name in sorted(PROGRAMS):
         yield pytest.param(name, "reference", id=f"{name}-reference")
-        marks = [pytest.mark.xfail(strict=True, reason=PLANNER_BUGS[name])] \
-            if name in PLANNER_BUGS else []
-        yield pytest.param(name, "numpy", id=f"{name}-numpy", marks=marks)
+        yield pytest.param(name, "numpy", id=f"{name}-numpy")
 
 
-@pytest.mark.parametrize("name, executor", _program_cases())
+@pytest.mark.parametrize("name, executor", list(_program_cases()))
 def test_program_gradient_matches_finite_differences(name, executor):
     body, arrays = PROGRAMS[name]
     check_grads(body, *arrays, executor=executor)
