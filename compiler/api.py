@@ -85,7 +85,8 @@ def trace(fn, *args, name: str | None = None) -> Graph:
         graph.outputs = [t._v() for t in tensors]
     graph.mutations = {k: s.base for k, s in enumerate(storages)
                        if s.base is not graph.inputs[k]}
-    graph.mutation_locs = {k: l for k, l in graph.mutation_locs.items() if k in graph.mutations}
+    graph.mutation_locs = {k: loc for k, loc in graph.mutation_locs.items()
+                           if k in graph.mutations}
     return graph
 
 

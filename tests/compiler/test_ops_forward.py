@@ -418,7 +418,7 @@ class _Index:
         return idx
 
 
-I = _Index()
+I = _Index()  # noqa: E741  (reads like numpy.s_)
 INDICES = [I[0], I[-1], I[1:], I[:, 1], I[1, 2, 3], I[-1, -2, -3], I[::-1], I[:, ::-2],
            I[..., ::-1], I[:, 1:3, ::2], I[None], I[:, None, 0], I[..., None], I[..., 0],
            I[1, ...], I[0, ..., 1], I[None, 1, None, :, 2:0:-1], I[-2:, -3:-1, -1::-3],

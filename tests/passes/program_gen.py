@@ -87,16 +87,16 @@ class RandomProgram:
         else:
             body.append("return None")
         return ("import compiler as cc\nimport compiler.nn.functional as F\n"
-                f"def program({params}):\n" + "".join("    " + l + "\n" for l in body))
+                f"def program({params}):\n" + "".join("    " + line + "\n" for line in body))
 
     def numpy_source(self) -> str | None:
         if self.has_backward or self.expect_error is not None:
             return None
         params = ", ".join(self.inputs)
-        body = [l for l in self.np_lines if l is not None]
+        body = [line for line in self.np_lines if line is not None]
         body.append("return (" + "".join(r[1] + ", " for r in self.returns) + ")")
         return (NUMPY_PRELUDE + f"def program({params}):\n"
-                + "".join("    " + l + "\n" for l in body))
+                + "".join("    " + line + "\n" for line in body))
 
     def arrays(self) -> list[np.ndarray]:
         rng = np.random.default_rng(self.seed)
