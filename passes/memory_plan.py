@@ -141,7 +141,9 @@ class MemoryPlan:
         ax.axhline(self.lower_bound_bytes, color="r", linestyle=":", label="lower bound")
         ax.set_xlabel("program point (node index)")
         ax.set_ylabel("bytes live")
-        ax.set_title(self.summary()[:110])
+        ax.set_title(f"{self.graph_name}: peak {self.peak_bytes} B, lower bound "
+                     f"{self.lower_bound_bytes} B, no-inplace peak "
+                     f"{self.no_inplace_peak_bytes} B", fontsize=10)
         ax.legend(loc="upper left")
         fig.tight_layout()
         fig.savefig(path)
