@@ -291,7 +291,7 @@ class Tensor:
             shape = out
         return False
 
-    def _inplace(self, op: str, *others, keep_dtype: bool = False, **attrs) -> "Tensor":
+    def _inplace(self, op: str, *others, **attrs) -> "Tensor":
         what = REGISTRY[op].inplace or op
         self._check_writable(what)
         old = self._v()
@@ -301,7 +301,9 @@ class Tensor:
             raise InplaceError(f"{what} would change the shape of its target from "
                                f"{list(old.shape)} to {list(new.shape)}", _tr.user_loc())
         if new.dtype != old.dtype:
-            if dtype_class(new.dtype) != dtype_class(old.dtype) and not keep_dtype:
+            # A bool result (comparisons, logic) keeps the target's dtype as 1/0, as in Paddle;
+            # any other change of dtype class can't be written into the target.
+            if dtype_class(new.dtype) != dtype_class(old.dtype) and new.dtype != BOOL:
                 raise InplaceError(f"{what} would turn a {old.dtype} tensor into "
                                    f"{new.dtype}", _tr.user_loc())
             new = self._tracer.emit("cast", [new], {"dtype": old.dtype})
@@ -657,8 +659,6 @@ class Tensor:
 
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
-    keeps_dtype = {"greater_than", "less_than", "greater_equal", "less_equal", "equal",
-                   "not_equal", "logical_and", "logical_or", "logical_not"}
     for name, op in REGISTRY.items():
         if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to"):
             continue
@@ -666,8 +666,7 @@ def _install_elementwise_methods():
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))
         if op.inplace and not hasattr(Tensor, op.inplace):
             setattr(Tensor, op.inplace,
-                    lambda self, *ys, _n=name, **kw: self._inplace(
-                        _n, *ys, keep_dtype=_n in keeps_dtype, **kw))
+                    lambda self, *ys, _n=name, **kw: self._inplace(_n, *ys, **kw))
 
 
 _install_elementwise_methods()
