@@ -23,7 +23,8 @@ def contiguous_probe(shape) -> np.ndarray:
 
 
 def apply_view(probe: np.ndarray, op: str, attrs: dict):
-    """The probe of `op(probe)`, or None when `op` is a reshape the strides can't express."""
+    """`op(probe)` as a numpy view, or None when `op` is a reshape the strides can't express.
+    Never copies, so it serves probes (layouts) and real arrays (the arena executor) alike."""
     if op == "reshape":
         out = probe.view()
         try:
@@ -37,7 +38,9 @@ def apply_view(probe: np.ndarray, op: str, attrs: dict):
         from .ops.shape_ops import numpy_index
         return probe[numpy_index(attrs["index"])]
     if op == "expand":
-        return np.broadcast_to(probe, tuple(attrs["shape"]))
+        # broadcast_to's view is read-only; an expand that broadcasts nothing may be written.
+        b = np.broadcast_to(probe, tuple(attrs["shape"]))
+        return as_strided(probe, b.shape, b.strides)
     if op == "detach":
         return probe
     raise KeyError(f"{op} is not a view op")

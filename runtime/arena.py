@@ -12,30 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.layout import apply_view
 from compiler.ops import REGISTRY, SCATTER, VIEW
 from compiler.ops.shape_ops import numpy_index
 
 from .reference import run_node
 
 POISON = 0xFF
-
-
-def _view_of(array: np.ndarray, op: str, attrs: dict) -> np.ndarray:
-    """Apply a view op to a real array, never copying (as `compiler.layout.apply_view` does
-    to probes)."""
-    if op == "reshape":
-        out = array.view()
-        out.shape = tuple(attrs["shape"])  # raises rather than silently copying
-        return out
-    if op == "expand":
-        # broadcast_to is read-only; an expand that broadcasts nothing may be written through.
-        b = np.broadcast_to(array, tuple(attrs["shape"]))
-        return np.lib.stride_tricks.as_strided(array, b.shape, b.strides)
-    if op == "transpose":
-        return array.transpose(attrs["perm"])
-    if op == "slice":
-        return array[numpy_index(attrs["index"])]
-    return array  # detach
 
 
 class ArenaExecutable:
@@ -73,7 +56,9 @@ class ArenaExecutable:
                 kind = REGISTRY[node.op].kind
                 args = [arrays[id(v)] for v in node.inputs]
                 if kind == VIEW:
-                    arrays[id(node.out)] = _view_of(args[0], node.op, node.attrs)
+                    view = apply_view(args[0], node.op, node.attrs)
+                    assert view is not None, f"plan bug: {node} is not a view of its input"
+                    arrays[id(node.out)] = view
                     continue
                 taken = plan.reuse.get(node)
                 if taken is None:
