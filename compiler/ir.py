@@ -115,7 +115,8 @@ class Graph:
     `inputs` are the caller's arguments (one Value each, named after the parameter);
     `outputs` are the values returned, `output_tree` rebuilds the returned Python structure
     from them; `mutations` maps an input's position to the value the caller's array must hold
-    after the call (the function wrote into that argument), `mutation_locs` says where.
+    after the call (the function wrote into that argument), `mutation_locs` says where;
+    `removed` lists the requested inplace nodes that dead-code elimination dropped.
     """
 
     name: str = "f"
@@ -125,6 +126,9 @@ class Graph:
     output_tree: Any = None
     mutations: dict[int, Value] = field(default_factory=dict)
     mutation_locs: dict[int, Loc] = field(default_factory=dict)
+    # Nodes the user asked to run in place (`Node.inplace_of`) that dead-code elimination
+    # removed: the plan still reports them, so a user looking for `x.sin_()` finds it.
+    removed: list[Node] = field(default_factory=list)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------

@@ -25,6 +25,8 @@ Algorithm:
      the input's placement.
   4. In `inplace="strict"`, a requested op that was refused raises `InplaceError` naming its
      line and the line of the op that still needs the value.
+  5. Requested inplace ops that dead-code elimination removed (`Graph.removed`) get a decision
+     "removed: its result is never used" (strict mode has nothing to refuse there).
 
 Decisions are the pass's whole output: `plan_memory` rebuilds buffers from them, and the
 verifier re-checks them independently.
@@ -324,4 +326,8 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, li
             decisions.append(Decision(op_name(node), str(node.loc), requested, False, reason,
                                       i, node))
         st.take(node, taken)
+    for node in graph.removed:
+        decisions.append(Decision(op_name(node), str(node.loc), True, False,
+                                  "removed: its result is never used", node.inplace_of, node))
+    decisions.sort(key=lambda d: d.node.out.id)  # program order (ids grow as nodes are traced)
     return graph, decisions
