@@ -9,7 +9,9 @@ An entry holds everything any part of the compiler needs to know about the op:
   ("none", "input", "output", "input+output"); ops that can be written either way offer both
   and the autodiff pass picks the one that leaves a buffer free for an inplace op;
 - `expr`: for elementwise ops, the scalar expression both code emitters render;
-- `inplace`: the name of the Paddle-style `_` method, when the op has one.
+- `inplace`: the name of the Paddle-style `_` method, when the op has one;
+- `random`: each call draws fresh random numbers, so two identical calls are not one value
+  (common-subexpression elimination never merges them).
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class OpDef:
     expr: Callable | None = None
     inplace: str | None = None
     doc: str = ""
+    random: bool = False
 
     @property
     def differentiable(self) -> bool:
@@ -64,12 +67,13 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="") -> OpDef:
+def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="",
+          random=False) -> OpDef:
     assert kind in KINDS, kind
     assert name not in REGISTRY, f"op {name} defined twice"
     for need in (vjp or {}):
         assert need in VJP_NEEDS, (name, need)
-    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc)
+    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, random)
     REGISTRY[name] = op
     return op
 
