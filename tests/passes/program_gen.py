@@ -102,13 +102,33 @@ class RandomProgram:
         rng = np.random.default_rng(self.seed)
         return [rng.standard_normal(shape) for shape in self.inputs.values()]
 
-    def build(self):
-        """The compiler-API function, compiled under PROGRAM_FILE (lines of `source()`)."""
-        src = self.source()
+    def build(self, src: str | None = None):
+        """The compiler-API function, compiled under PROGRAM_FILE (lines of `source()`, or of
+        `src`: one of `gradient_sources()`)."""
+        src = self.source() if src is None else src
         linecache.cache[PROGRAM_FILE] = (len(src), None, src.splitlines(True), PROGRAM_FILE)
         ns: dict = {}
         exec(compile(src, PROGRAM_FILE, "exec"), ns)  # noqa: S102
         return ns["program"]
+
+    def gradient_sources(self) -> tuple[str, str]:
+        """Two programs cut from a training program, for finite-difference checks: the loss
+        (`loss`, plus `loss2` when a second `backward()` accumulates into the same leaves) as a
+        function of the arguments, and the leaves' `.grad` after the backward calls. Both stop
+        before the update."""
+        assert self.has_backward
+        lines = list(self.lines)
+        last = lines.index("loss2.backward()") if "loss2.backward()" in lines \
+            else lines.index("loss.backward()")
+        forward = [line for line in lines[:last] if not line.endswith(".backward()")]
+        total = "loss + loss2" if "loss2.backward()" in lines else "loss"
+        grads = "".join(f"{w}.grad, " for w in self.leaves)
+        head = ("import compiler as cc\nimport compiler.nn.functional as F\n"
+                f"def program({', '.join(self.inputs)}):\n")
+        loss_src = head + "".join(f"    {line}\n" for line in forward + [f"return {total}"])
+        grad_src = head + "".join(f"    {line}\n" for line in lines[:last + 1]
+                                  + [f"return ({grads})"])
+        return loss_src, grad_src
 
     def build_numpy(self):
         src = self.numpy_source()
@@ -170,8 +190,9 @@ def _reshape_targets(shape) -> list:
 class _Gen:
     """One program being drawn; `ns` holds the numpy twin's live arrays."""
 
-    def __init__(self, draw, prog: RandomProgram):
+    def __init__(self, draw, prog: RandomProgram, detach: bool = True):
         self.draw, self.prog = draw, prog
+        self.allow_detach = detach
         arrays = prog.arrays()
         self.ns = {"np": np}
         exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
@@ -258,7 +279,9 @@ class _Gen:
         """(compiler expr, numpy expr) of one view of `name`."""
         a = self.arr(name)
         shape = a.shape
-        kinds = ["slice", "reshape", "flatten", "unsqueeze", "detach", "expand"]
+        kinds = ["slice", "reshape", "flatten", "unsqueeze", "expand"]
+        if self.allow_detach:
+            kinds.append("detach")
         if len(shape) >= 2:
             kinds += ["transpose", "transpose"]
         if len(shape) == 2:
@@ -299,6 +322,8 @@ class _Gen:
                         f"{name}.reshape({_np_shape(target)})")
             return (f"{name}.expand({_fmt_shape(target)})",
                     f"np.broadcast_to({name}, {_np_shape(target)})")
+        if not self.allow_detach:  # what's left for a 0-d value (a slice kind, say)
+            return f"{name}.unsqueeze(0)", f"np.expand_dims({name}, 0)"
         return f"{name}.detach()", f"{name}.view()"
 
     # -- operand choices --------------------------------------------------------------------------
@@ -570,12 +595,16 @@ class _Gen:
 
 @st.composite
 def programs(draw, max_steps: int = 10, backward: bool | None = None,
-             errors: bool = True) -> RandomProgram:
+             errors: bool = True, detach: bool = True, whole_loss: bool = False) -> RandomProgram:
+    """`detach=False` leaves out `detach()` views: a write through one changes data without
+    history (PyTorch's semantics), which finite differences of the program can't follow.
+    `whole_loss=True` puts every value the program made into the loss (by default, up to 3
+    of them), so that every step is on the gradient's path."""
     names = list(INPUTS)
     k = draw(st.integers(2, len(names)))
     inputs = {n: INPUTS[n] for n in names[:k]}
     prog = RandomProgram(inputs, draw(st.integers(0, 2**16)))
-    g = _Gen(draw, prog)
+    g = _Gen(draw, prog, detach)
     if backward is None:
         backward = draw(st.booleans())
     mark = backward or draw(st.integers(0, 3)) == 0
@@ -592,7 +621,9 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
         prog.has_backward = True
         terms = [f"{w}.tanh().sum()" for w in prog.leaves]
         new = [v for v in g.vars if v not in inputs]
-        for v in draw(st.lists(st.sampled_from(new), max_size=3, unique=True)) if new else []:
+        chosen = new if whole_loss else \
+            draw(st.lists(st.sampled_from(new), max_size=3, unique=True)) if new else []
+        for v in chosen:
             terms.append(draw(st.sampled_from([f"{v}.sum()", f"({v} * {v}).mean()",
                                                f"{v}.sin().sum()"])))
         terms = draw(st.permutations(terms))

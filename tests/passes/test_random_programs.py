@@ -21,6 +21,11 @@ For each program and inputs:
   4. Caller arrays the program does not mutate and that are not donated are bit-identical after
      the call; an output never aliases an undonated argument, except as that argument's own
      mutated value (`y = x.add_(1)`).
+Training programs also get their gradients checked against finite differences (the two oracles
+above run the same traced graph, so they can't see a wrong VJP): float64 inputs, the directional
+derivative of the loss along a random direction per leaf (five-point stencil, two step sizes that
+must agree: otherwise the loss has a kink or jump on that line and the example is discarded)
+against `<leaf.grad, direction>` from the compiled program.
 Programs whose last step the compiler must refuse (inplace on a leaf that needs a gradient,
 writes through an expanded view, inplace results bigger than their target) raise
 `cc.InplaceError` naming that step's line, in every mode, before touching any argument.
@@ -35,7 +40,8 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from gradcheck import Reference
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 from program_gen import PROGRAM_FILE, RandomProgram, programs
 
@@ -209,6 +215,49 @@ def test_forward_programs_match_reference_and_numpy(prog, donate_mask):
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_match_reference(prog, donate_mask):
     check_program(prog, donate_mask)
+
+
+FD_STEP = 1e-4
+FD_RTOL = 1e-6
+
+
+def _five_point(phi, h):
+    return (-phi(2 * h) + 8 * phi(h) - 8 * phi(-h) + phi(-2 * h)) / (12 * h)
+
+
+def check_gradients(prog: RandomProgram):
+    """The compiled program's leaf gradients against finite differences of its loss."""
+    loss_src, grad_src = prog.gradient_sources()
+    note(f"loss program:\n{loss_src}\ngradient program:\n{grad_src}")
+    arrays = prog.arrays()
+    grads = cc.compile(prog.build(grad_src), sanitize=True)(*[a.copy() for a in arrays])
+    loss = Reference(prog.build(loss_src), *[a.copy() for a in arrays])
+    rng = np.random.default_rng(prog.seed)
+    names = list(prog.inputs)
+    for leaf, grad in zip(prog.leaves, grads):
+        k = names.index(leaf)
+        direction = rng.standard_normal(arrays[k].shape)
+
+        def phi(t):
+            args = [a.copy() for a in arrays]
+            args[k] = arrays[k] + t * direction
+            return float(loss(*args))
+
+        coarse, fine = _five_point(phi, FD_STEP), _five_point(phi, FD_STEP / 2)
+        scale = 1.0 + abs(coarse) + abs(phi(0.0))
+        smooth = abs(coarse - fine) <= 0.1 * FD_RTOL * scale
+        event("gradient checked" if smooth else "loss not smooth along the direction")
+        assume(smooth)
+        analytic = float(np.sum(grad * direction))
+        assert abs(analytic - coarse) <= FD_RTOL * scale, (
+            f"d loss / d {leaf} along a random direction: compiled {analytic!r}, finite "
+            f"differences {coarse!r}")
+
+
+@_settings(60)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
+def test_training_program_gradients_match_finite_differences(prog):
+    check_gradients(prog)
 
 
 # -- regressions: minimal programs found by the properties above ------------------------------
