@@ -8,7 +8,8 @@ import numbers
 import numpy as np
 
 from . import tracer as _tr
-from .errors import InplaceError, ShapeError, SignatureError, TraceError
+from .arguments import as_index, bind, is_array
+from .errors import CompilerError, InplaceError, ShapeError, SignatureError, TraceError
 from .ir import Graph, type_str
 from .ops import SUPPORTED_DTYPES
 from .tensor import Storage, Tensor, _is_scalar
@@ -62,23 +63,46 @@ def _flatten_result(result, tensors: list, loc):
 
 def trace(fn, *args, name: str | None = None) -> Graph:
     """Trace `fn` on example arguments (numpy arrays and Python scalars) into an SSA graph,
-    backward included when `fn` calls `backward()`."""
-    loc = _tr.user_loc()
+    backward included when `fn` calls `backward()`. Arguments that share memory are traced
+    as views of one storage (see `compiler.arguments`)."""
+    return _trace(fn, args, _tr.user_loc(), name)[0]
+
+
+def _trace(fn, args, loc, name=None) -> tuple[Graph, tuple]:
+    """(graph, signature) of `fn` on `args`."""
     names = _param_names(fn, len(args))
     for i, (n, a) in enumerate(zip(names, args)):
         _check_arg(i, n, a, loc)
+    signature, _ = _bind(args, names, loc)
     tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
     graph = tracer.graph
     targs, storages = [], []  # storages[k]: the buffer of graph input k
+    shared: dict = {}         # alias group -> the Tensor of its one storage
     with tracer:
-        for n, a in zip(names, args):
-            if isinstance(a, np.ndarray):
+        for n, a, entry in zip(names, args, signature):
+            if entry[0] == "scalar":
+                targs.append(a)
+            elif entry[0] == "array":
                 storage = Storage(graph.add_input(n, a.shape, a.dtype),
                                   input_index=len(storages))
                 storages.append(storage)
                 targs.append(Tensor(tracer, storage, name=n))
-            else:
-                targs.append(a)
+            else:  # a view of the storage its alias group shares
+                _, _, _, group, index, perm = entry
+                if group not in shared:
+                    # Named after the first argument that is the whole storage, if any.
+                    whole = next((m for m, e in zip(names, signature) if e[0] == "view"
+                                  and e[3] == group and e[4] == ()), f"{n}_storage")
+                    storage = Storage(graph.add_input(whole, group[2], group[3]),
+                                      input_index=len(storages))
+                    storages.append(storage)
+                    shared[group] = Tensor(tracer, storage, name=whole)
+                if index == () and perm == ():
+                    targs.append(shared[group])
+                else:
+                    t = shared[group][as_index(index)].transpose(perm)
+                    t._name = n
+                    targs.append(t)
         result = fn(*targs)
         tensors: list[Tensor] = []
         graph.output_tree = _flatten_result(result, tensors, loc)
@@ -87,17 +111,15 @@ def trace(fn, *args, name: str | None = None) -> Graph:
                        if s.base is not graph.inputs[k]}
     graph.mutation_locs = {k: loc for k, loc in graph.mutation_locs.items()
                            if k in graph.mutations}
-    return graph
+    return graph, signature
 
 
-def signature_of(args) -> tuple:
-    sig = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            sig.append(("array", a.shape, a.dtype.str))
-        else:
-            sig.append(("scalar", type(a).__name__, a))
-    return tuple(sig)
+def _bind(args, names, loc):
+    """`compiler.arguments.bind`, its error naming the caller's line."""
+    try:
+        return bind(args, names)
+    except CompilerError as e:
+        raise type(e)(e.bare_message, loc) from None
 
 
 def _rebuild(tree, arrays):
@@ -114,10 +136,11 @@ def _rebuild(tree, arrays):
 
 # -- the compiled program ------------------------------------------------------------------
 class Program:
-    """A traced, planned and lowered function for one input signature."""
+    """A traced, planned and lowered function for one input signature (see
+    `compiler.arguments` for what a signature holds)."""
 
     def __init__(self, graph: Graph, signature, backend: str, inplace: str, donate=(),
-                 plan=None, executable=None):
+                 plan=None, executable=None, param_names=None):
         self.graph = graph
         self.signature = signature
         self.backend = backend
@@ -125,19 +148,20 @@ class Program:
         self.donate = tuple(donate)
         self.plan = plan
         self._exec = executable
+        self.param_names = list(param_names or _param_names_from_graph(graph, signature))
 
     @property
     def source(self) -> str:
         return getattr(self._exec, "source", "")
 
-    def _check_args(self, args, loc):
+    def _bind_args(self, args, loc) -> list[np.ndarray]:
+        """Check `args` against the signature; the arrays for the graph's inputs."""
         if len(args) != len(self.signature):
             raise TraceError(f"{self.graph.name} was compiled for {len(self.signature)} "
                              f"arguments, got {len(args)}", loc)
-        names = _param_names_from_graph(self.graph, self.signature)
-        for name, a, sig in zip(names, args, self.signature):
+        for name, a, sig in zip(self.param_names, args, self.signature):
             _check_arg(0, name, a, loc)
-            if sig[0] == "array":
+            if is_array(sig):
                 if not isinstance(a, np.ndarray):
                     raise TraceError(f"argument '{name}' must be an array", loc)
                 if a.shape != sig[1]:
@@ -146,16 +170,21 @@ class Program:
                                      f"{type_str(sig[1], np.dtype(sig[2]))}", loc)
                 if a.dtype.str != sig[2]:
                     raise SignatureError(f"argument '{name}' has dtype {a.dtype}, but "
-                                     f"{self.graph.name} was compiled for "
-                                     f"{np.dtype(sig[2]).name}", loc)
-            elif not isinstance(a, np.ndarray) and a != sig[2]:
+                                         f"{self.graph.name} was compiled for "
+                                         f"{np.dtype(sig[2]).name}", loc)
+            elif isinstance(a, np.ndarray) or a != sig[2]:
                 raise TraceError(f"scalar argument '{name}' is {a!r}; this program was traced "
                                  f"with {sig[2]!r} (scalars are compile-time constants)", loc)
+        signature, arrays = _bind(args, self.param_names, loc)
+        if signature != self.signature:
+            raise TraceError(f"the arguments of this call share memory differently than those "
+                             f"{self.graph.name} was compiled for: call the compiled function "
+                             "(it traces each way of sharing once)", loc)
+        return arrays
 
     def __call__(self, *args):
         loc = _tr.user_loc()
-        self._check_args(args, loc)
-        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
         names = [v.name for v in self.graph.inputs]
         donated = {names.index(n) for n in self.donate}
         for k in sorted(set(self.graph.mutations) | donated):
@@ -164,17 +193,7 @@ class Program:
                 why = f"the function writes into it at {where}" if where else "it is donated"
                 raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",
                                    loc)
-        for k in donated:
-            for j, other in enumerate(arrays):
-                if j != k and np.may_share_memory(arrays[k], other):
-                    raise InplaceError(f"donated argument '{names[k]}' shares memory with "
-                                       f"argument '{names[j]}'", loc)
-        # An argument the program writes into, while another argument overlaps it: run on a
-        # private copy so that the other argument reads the values it had at the call.
         run_arrays = list(arrays)
-        for k in self.graph.mutations:
-            if any(j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
-                run_arrays[k] = arrays[k].copy()
         for k, a in enumerate(arrays):
             if not a.flags.c_contiguous:
                 # The trace took every input as a row-major buffer (a reshape of it is a view):
@@ -204,6 +223,7 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _param_names_from_graph(graph, signature):
+    """Parameter names of a Program built without them: its array inputs' names."""
     names, k = [], 0
     for i, sig in enumerate(signature):
         if sig[0] == "array":
@@ -215,11 +235,11 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None):
+                  sanitize=None, param_names=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize)
+                        sanitize=sanitize, param_names=param_names)
 
 
 class CompiledFunction:
@@ -241,14 +261,15 @@ class CompiledFunction:
     def lower(self, *args) -> Program:
         """The compiled program for these arguments' signature, without running it."""
         loc = _tr.user_loc()
-        for i, (name, a) in enumerate(zip(_param_names(self.fn, len(args)), args)):
+        names = _param_names(self.fn, len(args))
+        for i, (name, a) in enumerate(zip(names, args)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
-        sig = signature_of(args)
+        sig, _ = _bind(args, names, loc)
         prog = self._cache.get(sig)
         if prog is None:
-            graph = trace(self.fn, *args)
+            graph, sig = _trace(self.fn, args, loc)
             prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                 self.sanitize)
+                                 self.sanitize, names)
             self._cache[sig] = prog
         return prog
 
