@@ -492,7 +492,7 @@ def test_repeated_backward_keeps_leaf_grads_apart():
         (a * 3.0 + b).sum().backward()
         return a.grad, b.grad
 
-    ga, gb = run(f, X, X)
+    ga, gb = run(f, X, X.copy())
     np.testing.assert_array_equal(ga, np.full(X.shape, 4.0))
     np.testing.assert_array_equal(gb, np.full(X.shape, 2.0))
 
