@@ -15,6 +15,7 @@ Printed form (the format tests pin)::
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,7 @@ UNKNOWN_LOC = Loc("<unknown>", 0)
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 
-    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad")
+    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad", "size")
 
     def __init__(self, id: int, shape, dtype, producer: Node | None = None,
                  name: str | None = None):
@@ -68,10 +69,7 @@ class Value:
         self.producer = producer
         self.name = name  # graph inputs carry the parameter name
         self.requires_grad = False  # trace-time autodiff bookkeeping
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

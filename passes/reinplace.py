@@ -215,7 +215,9 @@ def read_later(node: Node, i: int, st: _State) -> str | None:
     a = node.inputs[i]
     root = st.aliases.root[a]
     t = st.index[node]
-    later = [k for k in st.live.read_after(root, t) if k != st.live.end]
+    later = st.live.read_after(root, t)
+    if later and later[-1] == st.live.end:
+        later = later[:-1]
     if not later:
         return None
     if a is not root and len(later) == 1 and _is_exact_writeback(st.graph.nodes[later[0]],
