@@ -193,6 +193,9 @@ class Program:
                 why = f"the function writes into it at {where}" if where else "it is donated"
                 raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",
                                    loc)
+        check = getattr(self._exec, "check_memory", None)
+        if check is not None:
+            check(loc)  # before anything is allocated or written
         run_arrays = list(arrays)
         for k, a in enumerate(arrays):
             if not a.flags.c_contiguous:
