@@ -16,6 +16,8 @@ import numbers
 
 import numpy as np
 
+from passes.autodiff import backward as _backward
+
 from . import tracer as _tr
 from .errors import InplaceError, ShapeError, TraceError
 from .ir import Value
@@ -635,8 +637,7 @@ class Tensor:
 
     # -- autodiff -------------------------------------------------------------------------------
     def backward(self, grad_tensor=None, retain_graph=False):
-        from passes.autodiff import backward
-        backward(self._tracer, self, grad_tensor)
+        _backward(self._tracer, self, grad_tensor, wrap=Tensor._fresh)
 
     # -- operators --------------------------------------------------------------------------------
     def __add__(self, y): return self._op("add", y)
