@@ -97,9 +97,9 @@ def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]
     if len(set(names)) != len(names):
         raise InplaceError(f"argument '{next(n for n in names if names.count(n) > 1)}' is "
                            "donated twice")
-    # A mutated argument's buffer must end up holding its new value: donating it frees nothing.
-    mutated = {graph.inputs[k].name for k in graph.mutations}
-    return tuple(n for n in names if n not in mutated)
+    # A mutated argument stays in the list: the reinplace pass never reuses its buffer (it must
+    # end up holding the new value) and says so in its reasons.
+    return tuple(names)
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),

@@ -18,9 +18,10 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
      (largest first, earliest first, longest-lived first, ...), each at the best-fitting gap
      among the already placed buffers whose intervals intersect its own; keep the smallest
      arena.
-  5. Account: peak (inputs + arena counted whole + outputs allocated so far, at the worst
-     point), the lower bound (live bytes with perfect packing at the worst point), naive (no
-     reuse at all) and, by replanning with inplace="off", the no-inplace peak.
+  5. Account (MemoryPlan.LEGEND states the rule): peak (inputs + arena counted whole +
+     returned buffers), the lower bound (live bytes with perfect packing at the worst point),
+     naive (no reuse at all) and, by replanning with inplace="off", the no-inplace peak; arena
+     buffers count at their aligned size in all four.
   6. In "auto", if that plan without reuse has the lower peak, it is the plan (its decisions
      say why): inplace="auto" never costs memory.
 """
@@ -81,11 +82,14 @@ class MemoryPlan:
     input_bytes: int = 0
     output_bytes: int = 0
     buffer_of: dict = field(default_factory=dict, repr=False)  # Value -> Buffer
+    defined: dict = field(default_factory=dict, repr=False)    # Value -> its program point
     reuse: dict = field(default_factory=dict, repr=False)      # Node -> input index taken
 
     # -- inspection ------------------------------------------------------------------------
     def live_bytes(self, t: int) -> int:
-        return sum(b.size for b in self.buffers if b.kind == "input" or b.live_at(t))
+        """Bytes live at program point `t`, on the footing of the lower bound."""
+        return sum(align(b.size, self.alignment) if b.kind == "arena" else b.size
+                   for b in self.buffers if b.kind == "input" or b.live_at(t))
 
     def summary(self) -> str:
         ratio = self.peak_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
@@ -96,11 +100,19 @@ class MemoryPlan:
                 f" | arena {_fmt(self.arena_bytes)}, inputs {_fmt(self.input_bytes)}, outputs "
                 f"{_fmt(self.output_bytes)} | {taken}/{len(self.decisions)} candidates in place")
 
+    LEGEND = (
+        "Bytes: arena buffers count at their size rounded up to the alignment ({alignment} B), "
+        "caller inputs and\nreturned buffers (allocated per call, outside the arena) at their "
+        "size, in all four figures, so that\nnaive >= no-inplace peak >= peak >= lower bound. Program points: -1 is the call's entry, node k of the\nprinted graph "
+        "([k]) is point k, {end} is the return; a buffer is live over [start, end], both "
+        "included.")
+
     def report(self) -> str:
-        lines = [self.summary(), "", "decisions:"]
-        rows = [("op", "where", "requested", "in place", "reason")]
+        legend = self.LEGEND.format(alignment=self.alignment, end=self.num_points)
+        lines = [self.summary(), legend, "", "decisions:"]
+        rows = [("op", "where", "phase", "requested", "in place", "reason")]
         for d in self.decisions:
-            rows.append((d.op, d.loc, "yes" if d.requested else "no",
+            rows.append((d.op, d.loc, d.phase, "yes" if d.requested else "no",
                          "yes" if d.inplace else "no", d.reason))
         lines += _table(rows)
         lines += ["", "buffers:"]
@@ -120,10 +132,19 @@ class MemoryPlan:
             "peak_bytes": self.peak_bytes, "lower_bound_bytes": self.lower_bound_bytes,
             "naive_bytes": self.naive_bytes, "no_inplace_peak_bytes": self.no_inplace_peak_bytes,
             "arena_bytes": self.arena_bytes, "input_bytes": self.input_bytes,
-            "output_bytes": self.output_bytes,
+            "output_bytes": self.output_bytes, "num_points": self.num_points,
             "decisions": [d.to_dict() for d in self.decisions],
             "buffers": [b.to_dict() for b in self.buffers],
+            "values": [self._value_dict(v) for b in self.buffers for v in b.values],
         }, indent=1)
+
+    def _value_dict(self, v: Value) -> dict:
+        p = v.producer
+        return {"value": v.ref(), "shape": list(v.shape), "dtype": v.dtype.name,
+                "op": p.op if p is not None else "input",
+                "point": self.defined.get(v, -1), "phase": p.phase if p else "forward",
+                "loc": str(p.loc) if p else "", "text": p.loc.text.strip() if p else "",
+                "buffer": self.buffer_of[v].id}
 
     def plot(self, path: str):
         """Memory over program points, stacked by buffer (needs matplotlib: the `plot` extra)."""
@@ -316,13 +337,15 @@ def _place(buffers: list[Buffer], alignment: int) -> int:
     return arena
 
 
-def _max_live_bytes(buffers: list[Buffer], end: int) -> int:
-    """The lower bound: the most bytes live at one program point (a sweep over intervals)."""
+def _max_live_bytes(buffers: list[Buffer], end: int, alignment: int) -> int:
+    """The lower bound: the most bytes live at one program point (a sweep over intervals),
+    allocated buffers at their aligned size."""
     delta = [0] * (end + 3)
     for b in buffers:
         start, stop = (-1, end) if b.kind == "input" else (b.start, b.end)
-        delta[start + 1] += b.size
-        delta[stop + 2] -= b.size
+        size = align(b.size, alignment) if b.kind == "arena" else b.size
+        delta[start + 1] += size
+        delta[stop + 2] -= size
     best = running = 0
     for d in delta:
         running += d
@@ -340,7 +363,7 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     buffers, buffer_of, live = _build_buffers(graph, reuse)
     arena = _place(buffers, alignment)
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
-                      buffer_of=buffer_of, reuse=reuse)
+                      buffer_of=buffer_of, reuse=reuse, defined=live.defined)
     # Step 5
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
@@ -348,9 +371,11 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     # Returned buffers are allocated as the program reaches them and all survive the call:
     # the worst point is the end.
     plan.peak_bytes = plan.input_bytes + arena + plan.output_bytes
-    plan.lower_bound_bytes = _max_live_bytes(buffers, live.end)
+    plan.lower_bound_bytes = _max_live_bytes(buffers, live.end, alignment)
+    returned = {id(v) for v in graph.outputs}
     plan.naive_bytes = plan.input_bytes + sum(
-        n.out.nbytes for n in graph.nodes if REGISTRY[n.op].kind != VIEW)
+        n.out.nbytes if id(n.out) in returned else align(n.out.nbytes, alignment)
+        for n in graph.nodes if REGISTRY[n.op].kind != VIEW)
     if inplace == "off" or not baseline:
         plan.no_inplace_peak_bytes = plan.peak_bytes if inplace == "off" else 0
         return plan
