@@ -4,12 +4,16 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
+import warnings
 
 import numpy as np
 
 from . import tracer as _tr
-from .errors import InplaceError, ShapeError, SignatureError, TraceError
+from .errors import (DataError, InplaceError, RetraceWarning, ShapeError, SignatureError,
+                     TraceError)
 from .ir import Graph, type_str
+from .layout import apply_view
+from .ops.nn_ops import bad_label, label_range_message
 from .ops import SUPPORTED_DTYPES
 from .tensor import Storage, Tensor, _is_scalar
 
@@ -60,11 +64,17 @@ def _flatten_result(result, tensors: list, loc):
                      "in tuples, lists or dicts", loc)
 
 
-def trace(fn, *args, name: str | None = None) -> Graph:
+def trace(fn, *args, name: str | None = None, **kwargs) -> Graph:
     """Trace `fn` on example arguments (numpy arrays and Python scalars) into an SSA graph,
-    backward included when `fn` calls `backward()`."""
+    backward included when `fn` calls `backward()`. Keyword arguments are passed by keyword
+    and become graph inputs named after them, after the positional ones."""
+    return _trace(fn, args, kwargs, name)
+
+
+def _trace(fn, args, kwargs, name=None) -> Graph:
     loc = _tr.user_loc()
-    names = _param_names(fn, len(args))
+    names = _param_names(fn, len(args)) + list(kwargs)
+    args = tuple(args) + tuple(kwargs.values())
     for i, (n, a) in enumerate(zip(names, args)):
         _check_arg(i, n, a, loc)
     tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
@@ -79,7 +89,8 @@ def trace(fn, *args, name: str | None = None) -> Graph:
                 targs.append(Tensor(tracer, storage, name=n))
             else:
                 targs.append(a)
-        result = fn(*targs)
+        npos = len(targs) - len(kwargs)
+        result = fn(*targs[:npos], **dict(zip(kwargs, targs[npos:])))
         tensors: list[Tensor] = []
         graph.output_tree = _flatten_result(result, tensors, loc)
         graph.outputs = [t._v() for t in tensors]
@@ -125,6 +136,14 @@ class Program:
         self.donate = tuple(donate)
         self.plan = plan
         self._exec = executable
+        self._bind = None  # set by CompiledFunction: maps keyword arguments to positions
+        live = set(graph.nodes)
+        # Labels computed inside the program are checked while it runs (DataCheck): then the
+        # caller's arrays are written only once the run has finished.
+        self._checks_while_running = any(c.input_index is None and c.node in live
+                                         for c in graph.data_checks)
+        self._captured = [(node, ref, snap) for node, ref, snap in graph.captured
+                          if node in live]
 
     @property
     def source(self) -> str:
@@ -152,10 +171,43 @@ class Program:
                 raise TraceError(f"scalar argument '{name}' is {a!r}; this program was traced "
                                  f"with {sig[2]!r} (scalars are compile-time constants)", loc)
 
-    def __call__(self, *args):
+    def _check_data(self, arrays):
+        """Data checks on the caller's arrays (labels in range), before anything runs."""
+        for c in self.graph.data_checks:
+            if c.input_index is None:
+                continue
+            values = arrays[c.input_index]
+            for op, attrs in c.chain:
+                values = apply_view(values, op, attrs)
+            found = bad_label(values, c.num_classes, c.ignore_index)
+            if found is not None:
+                name = self.graph.inputs[c.input_index].name
+                raise DataError(f"{c.what}: argument '{name}' has "
+                                + label_range_message(*found, c.num_classes, c.ignore_index),
+                                c.loc)
+
+    def changed_capture(self) -> str | None:
+        """Which captured numpy array differs from its value at trace time, if any. One
+        comparison per captured element (memcmp speed); arrays that are gone can't change."""
+        for node, ref, snap in self._captured:
+            a = ref()
+            if a is None:
+                continue
+            if a.shape != snap.shape or a.dtype != snap.dtype or not np.array_equal(
+                    a, snap, equal_nan=a.dtype.kind == "f"):
+                return f"the numpy array captured at {node.loc} ({type_str(a.shape, a.dtype)})"
+        return None
+
+    def __call__(self, *args, **kwargs):
         loc = _tr.user_loc()
+        if kwargs:
+            if self._bind is None:
+                raise TraceError("this program takes its arguments by position", loc)
+            args, kwargs = self._bind(args, kwargs, loc)
+            args = tuple(args) + tuple(kwargs.values())
         self._check_args(args, loc)
         arrays = [a for a in args if isinstance(a, np.ndarray)]
+        self._check_data(arrays)
         names = [v.name for v in self.graph.inputs]
         donated = {names.index(n) for n in self.donate}
         for k in sorted(set(self.graph.mutations) | donated):
@@ -170,10 +222,13 @@ class Program:
                     raise InplaceError(f"donated argument '{names[k]}' shares memory with "
                                        f"argument '{names[j]}'", loc)
         # An argument the program writes into, while another argument overlaps it: run on a
-        # private copy so that the other argument reads the values it had at the call.
+        # private copy so that the other argument reads the values it had at the call. Also
+        # when a data check runs mid-program: a failing run leaves the caller's arrays as they
+        # were (DESIGN §4 "Nothing half-written").
         run_arrays = list(arrays)
         for k in self.graph.mutations:
-            if any(j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
+            if self._checks_while_running or any(
+                    j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
                 run_arrays[k] = arrays[k].copy()
         for k, a in enumerate(arrays):
             if not a.flags.c_contiguous:
@@ -222,8 +277,20 @@ def build_program(graph: Graph, signature, backend="numpy", inplace="auto", dona
                         sanitize=sanitize)
 
 
+def _describe_sig(entry) -> str:
+    return type_str(entry[1], np.dtype(entry[2])) if entry[0] == "array" else repr(entry[2])
+
+
+RETRACE_LIMIT = 8  # as torch.compile's cache_size_limit
+
+
 class CompiledFunction:
-    """What `cc.compile` returns: traces per input signature and caches the Program."""
+    """What `cc.compile` returns: traces per input signature and caches the Program.
+
+    Arguments bind as in a Python call (`fn(x, w=w)` is `fn(x, w)`: one cache entry). The
+    cache key is each argument's shape and dtype, each Python scalar's value, and the names of
+    keyword-only arguments. A cached program is traced again when a numpy array it captured
+    has changed since; past RETRACE_LIMIT retraces a `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None):
         if backend not in BACKENDS:
@@ -236,27 +303,107 @@ class CompiledFunction:
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         self._cache: dict = {}
+        self.traces = 0          # how many times fn was traced
+        self._last_key = None
+        self._warned = False
         functools.update_wrapper(self, fn)
 
-    def lower(self, *args) -> Program:
+    def _bind(self, args, kwargs, loc):
+        """(positional, keyword-only) arguments in the function's parameter order. Positional
+        parameters are passed by position (a gap before a later one takes its default), so
+        `fn(a, b)` and `fn(a, b=b)` make the same call."""
+        if not kwargs:
+            return list(args), {}
+        try:
+            sig = inspect.signature(self.fn)
+            bound = sig.bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"{getattr(self.fn, '__name__', 'f')}: {e}", loc) from None
+        given = bound.arguments
+        params = list(sig.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                      p.POSITIONAL_OR_KEYWORD)]
+        upto = max((i + 1 for i, p in enumerate(positional) if p.name in given), default=0)
+        out = [given[p.name] if p.name in given else p.default for p in positional[:upto]]
+        keywords = {}
+        for p in params:
+            if p.name not in given:
+                continue
+            if p.kind == p.VAR_POSITIONAL:
+                out += list(given[p.name])
+            elif p.kind == p.KEYWORD_ONLY:
+                keywords[p.name] = given[p.name]
+            elif p.kind == p.VAR_KEYWORD:
+                keywords.update(given[p.name])
+        return out, keywords
+
+    def lower(self, *args, **kwargs) -> Program:
         """The compiled program for these arguments' signature, without running it."""
         loc = _tr.user_loc()
-        for i, (name, a) in enumerate(zip(_param_names(self.fn, len(args)), args)):
+        args, kwargs = self._bind(args, kwargs, loc)
+        return self._lower(args, kwargs, loc)
+
+    def _lower(self, args, kwargs, loc) -> Program:
+        values = tuple(args) + tuple(kwargs.values())
+        names = _param_names(self.fn, len(args)) + list(kwargs)
+        for i, (name, a) in enumerate(zip(names, values)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
-        sig = signature_of(args)
-        prog = self._cache.get(sig)
+        sig = signature_of(values)
+        key = (sig, tuple(kwargs))
+        prog = self._cache.get(key)
+        reason = None
+        if prog is not None:
+            changed = prog.changed_capture()
+            if changed is not None:
+                reason, prog = f"{changed} changed since tracing", None
+        elif self._last_key is not None:
+            reason = self._what_changed(self._last_key, key, names)
         if prog is None:
-            graph = trace(self.fn, *args)
+            graph = _trace(self.fn, args, kwargs)
             prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
                                  self.sanitize)
-            self._cache[sig] = prog
+            prog._bind = self._bind
+            self._cache[key] = prog
+            self.traces += 1
+            if self.traces > 1:
+                self._note_retrace(reason, loc)
+        self._last_key = key
         return prog
 
-    def __call__(self, *args):
-        return self.lower(*args)(*args)
+    @staticmethod
+    def _what_changed(old, new, names) -> str:
+        (old_sig, old_kw), (new_sig, new_kw) = old, new
+        if old_kw != new_kw or len(old_sig) != len(new_sig):
+            return "a different set of arguments"
+        for name, a, b in zip(names, old_sig, new_sig):
+            if a == b:
+                continue
+            if a[0] == b[0] == "scalar":
+                return f"argument '{name}' (Python scalar {a[2]!r} -> {b[2]!r})"
+            return f"argument '{name}' ({_describe_sig(a)} -> {_describe_sig(b)})"
+        return "an argument"
 
-    def trace(self, *args) -> Graph:
-        return trace(self.fn, *args)
+    def _note_retrace(self, reason, loc):
+        retraces = self.traces - 1
+        if retraces <= RETRACE_LIMIT or self._warned:
+            return
+        self._warned = True
+        name = getattr(self.fn, "__name__", "f")
+        warnings.warn_explicit(
+            f"cc.compile: '{name}' was traced {self.traces} times ({retraces} retraces, more "
+            f"than {RETRACE_LIMIT}); the last one because of {reason}. Each trace builds a new "
+            "program: Python scalar arguments are compile-time constants (pass a 0-d array "
+            "for a value that changes) and values captured from the enclosing scope are "
+            "trace-time constants.", RetraceWarning, loc.file, loc.line)
+
+    def __call__(self, *args, **kwargs):
+        loc = _tr.user_loc()
+        args, kwargs = self._bind(args, kwargs, loc)
+        return self._lower(args, kwargs, loc)(*args, *kwargs.values())
+
+    def trace(self, *args, **kwargs) -> Graph:
+        args, kwargs = self._bind(args, kwargs, _tr.user_loc())
+        return _trace(self.fn, args, kwargs)
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None):

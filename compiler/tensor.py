@@ -13,6 +13,7 @@ that numpy itself answers "is this reshape a view?" and "does this view overlap 
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import numpy as np
 
@@ -316,6 +317,14 @@ class Tensor:
         """Whether this tensor is (a view of) a `detach()`: writes through it record no
         gradient, as PyTorch's `w.detach().zero_()` idiom for parameters relies on."""
         return any(op == "detach" for op, _ in self._chain)
+
+    def _origin(self):
+        """(value, view chain): this tensor is `value` seen through the view ops of the chain,
+        where `value` is the storage's first value (a caller's argument, a constant, ...) when
+        no inplace op has written the storage yet; None once one has."""
+        if self._storage.version != 0:
+            return None
+        return self._storage.base, self._chain
 
     def _through_broadcast(self) -> bool:
         """Whether an `expand` in the view chain broadcasts. Its stride-0 dims may be sliced
@@ -789,6 +798,16 @@ def check_dtype(dtype, loc=None):
                          + ", ".join(d.name for d in SUPPORTED_DTYPES), loc or _tr.user_loc())
 
 
+def _capture(data: np.ndarray, const: np.ndarray, node):
+    """Remember a captured array so that `cc.compile` can retrace when it changes. An array
+    that owns its memory is held weakly (once it is gone it can't change); a view is held
+    strongly, since its base can still change after the view object is dropped. The snapshot
+    is the constant itself when the dtype was kept (no extra copy)."""
+    ref = weakref.ref(data) if data.base is None else (lambda: data)
+    snapshot = const if const.dtype == data.dtype else data.copy()
+    _tr.current().graph.captured.append((node, ref, snapshot))
+
+
 def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
     """A constant captured at trace time (the data is copied, as Paddle does)."""
     if isinstance(data, Tensor):
@@ -801,6 +820,8 @@ def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
             arr = arr.astype(DEFAULT_FLOAT)  # Python floats default to Paddle's float32
         check_dtype(arr.dtype)
         out = Tensor._fresh(_tr.current().emit("constant", [], {"value": arr}))
+        if isinstance(data, np.ndarray):
+            _capture(data, arr, out._value.producer)
     if not stop_gradient:
         out.stop_gradient = False
     return out

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import compiler as cc
+import compiler.nn.functional as F
 
 _THIS = os.path.basename(__file__)
 
@@ -80,6 +81,173 @@ def test_inplace_ndarray_op_with_a_tensor_raises():
     with pytest.raises(cc.TraceError) as e:
         cc.compile(f)(X)
     check_error(e, cc.TraceError, "np:iadd", "np.add(..., out=...)")
+
+
+# -- 2. cross_entropy: Paddle's signature and semantics; labels are data -------------------------
+def paddle_cross_entropy(logits, label, weight=None, ignore_index=-100, reduction="mean",
+                         soft_label=False, axis=-1, label_smoothing=0.0):
+    """Paddle's documented formulas, row by row in float64 (the oracle)."""
+    x = np.moveaxis(np.asarray(logits, np.float64), axis, -1)
+    c = x.shape[-1]
+    rows = x.reshape(-1, c)
+    logp = rows - rows.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    if soft_label:
+        targets = np.moveaxis(np.asarray(label, np.float64), axis, -1).reshape(-1, c)
+        counted = [True] * len(rows)
+    else:
+        labels = np.asarray(label).reshape(-1)
+        counted = [int(lab) != ignore_index for lab in labels]
+        targets = np.zeros_like(rows)
+        for j, lab in enumerate(labels):
+            if counted[j]:
+                targets[j, lab] = 1.0
+    losses, weights = [], []
+    for j in range(len(rows)):
+        if not counted[j]:
+            losses.append(0.0)
+            weights.append(0.0)
+            continue
+        t = (1 - label_smoothing) * targets[j] + label_smoothing / c
+        w = 1.0 if weight is None else float(np.dot(t, weight))  # weight[label] if hard
+        losses.append(-float(np.dot(t, logp[j])) * w)
+        weights.append(w)
+    losses = np.array(losses)
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        total = sum(weights)
+        return losses.sum() / (total if total != 0 else 1.0)
+    return losses.reshape(x.shape[:-1])
+
+
+LOGITS = np.random.default_rng(3).standard_normal((5, 4))
+LABELS = np.array([0, 3, -100, 1, 3])
+WEIGHT = np.array([0.5, 2.0, 1.0, 3.0])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_weight_ignore_index_smoothing(reduction, weighted, smoothing):
+    weight = WEIGHT if weighted else None
+
+    def f(x, y, w):
+        return F.cross_entropy(x, y, weight=w if weighted else None, reduction=reduction,
+                               label_smoothing=smoothing)
+
+    got = cc.compile(f)(LOGITS, LABELS, WEIGHT)
+    want = paddle_cross_entropy(LOGITS, LABELS, weight, reduction=reduction,
+                                label_smoothing=smoothing)
+    assert got.shape == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_cross_entropy_ignore_index_drops_rows_from_the_mean():
+    """The issue's case: ignored rows are left out of the mean, not counted as zero loss."""
+    got = cc.compile(lambda x, y: F.cross_entropy(x, y))(LOGITS, LABELS)
+    kept = [0, 1, 3, 4]
+    logp = LOGITS - np.log(np.exp(LOGITS).sum(-1, keepdims=True))
+    want = -logp[kept, LABELS[kept]].mean()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    # Weighted mean: divided by the sum of the weights of the rows not ignored (Paddle).
+    got = cc.compile(lambda x, y, w: F.cross_entropy(x, y, weight=w))(LOGITS, LABELS, WEIGHT)
+    w = WEIGHT[LABELS[kept]]
+    np.testing.assert_allclose(got, (-logp[kept, LABELS[kept]] * w).sum() / w.sum(),
+                               rtol=1e-12)
+    # Every row ignored: Paddle divides by 1 instead of 0.
+    none = np.full(5, 2)
+    got = cc.compile(lambda x, y: F.cross_entropy(x, y, ignore_index=2))(LOGITS, none)
+    assert got == 0.0
+
+
+def test_cross_entropy_axis_soft_labels_and_none_shapes():
+    x = np.random.default_rng(4).standard_normal((2, 4, 3))  # classes on axis 1
+    hard = np.array([[0, 3, 1], [2, 2, 0]])
+    got = cc.compile(lambda x, y: F.cross_entropy(x, y, axis=1, reduction="none"))(x, hard)
+    np.testing.assert_allclose(got, paddle_cross_entropy(x, hard, axis=1, reduction="none"),
+                               rtol=1e-12)
+    soft = np.random.default_rng(5).random((2, 4, 3))
+    soft /= soft.sum(1, keepdims=True)
+
+    def f(x, p, w):
+        return (F.cross_entropy(x, p, soft_label=True, axis=1, reduction="none"),
+                F.cross_entropy(x, p, w, soft_label=True, axis=1))
+
+    none, mean = cc.compile(f)(x, soft, WEIGHT)
+    assert none.shape == (2, 1, 3)  # Paddle keeps the class axis for soft labels
+    np.testing.assert_allclose(none[:, 0], paddle_cross_entropy(x, soft, soft_label=True,
+                                                                axis=1, reduction="none"),
+                               rtol=1e-12)
+    np.testing.assert_allclose(mean, paddle_cross_entropy(x, soft, WEIGHT, soft_label=True,
+                                                          axis=1), rtol=1e-12)
+    probs = np.exp(LOGITS) / np.exp(LOGITS).sum(-1, keepdims=True)
+    got = cc.compile(lambda p, y: F.cross_entropy(p, y, use_softmax=False))(probs, LABELS)
+    np.testing.assert_allclose(got, paddle_cross_entropy(LOGITS, LABELS), rtol=1e-12)
+
+
+def test_cross_entropy_gradient_with_weight_ignore_and_smoothing():
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "passes"))
+    from gradcheck import check_grads
+    check_grads(lambda x, w: F.cross_entropy(x, cc.to_tensor(LABELS), weight=w,
+                                             label_smoothing=0.1, reduction="none"),
+                LOGITS, WEIGHT)
+
+
+@pytest.mark.parametrize("bad,pos", [(7, 1), (-1, 2)])
+def test_out_of_range_label_argument_raises_before_anything_runs(bad, pos):
+    labels = np.array([0, 3, 1, 1])
+    labels[pos] = bad
+
+    def f(x, y, b):
+        b.add_(1.0)
+        return F.cross_entropy(x, y)  # <- ce:argument
+
+    b = np.zeros(3)
+    with pytest.raises(cc.DataError) as e:
+        cc.compile(f)(LOGITS[:4], labels, b)
+    check_error(e, cc.DataError, "ce:argument", f"class label {bad} at position [{pos}]",
+                "argument 'y'", "4 classes", "ignore_index=-100")
+    assert isinstance(e.value, ValueError)
+    np.testing.assert_array_equal(b, 0.0)  # nothing half-written
+
+
+def test_out_of_range_label_through_a_view_of_an_argument():
+    def f(x, y):
+        return F.cross_entropy(x, y[:, 1])  # <- ce:view
+
+    y = np.array([[9, 0], [0, 1], [1, 5]])
+    with pytest.raises(cc.DataError) as e:
+        cc.compile(f)(LOGITS[:3], y)
+    check_error(e, cc.DataError, "ce:view", "class label 5 at position [2]")
+
+
+def test_out_of_range_computed_label_leaves_the_callers_arrays_untouched():
+    def f(x, y, b):
+        b.add_(1.0)
+        return F.cross_entropy(x, y + 1)  # <- ce:computed
+
+    fn = cc.compile(f)
+    b = np.zeros(3)
+    fn(LOGITS[:4], np.array([0, 2, 1, 1]), b)
+    np.testing.assert_array_equal(b, 1.0)
+    prog = fn.lower(LOGITS[:4], np.array([0, 2, 1, 1]), b)
+    [d] = [d for d in prog.plan.decisions if d.op == "add_"]
+    assert d.inplace  # the plan writes b in place: the check has to guard it
+    with pytest.raises(cc.DataError) as e:
+        fn(LOGITS[:4], np.array([0, 3, 1, 1]), b)
+    check_error(e, cc.DataError, "ce:computed", "class label 4 at position [1]")
+    np.testing.assert_array_equal(b, 1.0)
+
+
+def test_out_of_range_constant_label_raises_at_trace_time():
+    def f(x):
+        return F.cross_entropy(x, cc.to_tensor(np.array([0, 1, 4, 3, 0])))  # <- ce:constant
+
+    with pytest.raises(cc.DataError) as e:
+        cc.trace(f, LOGITS)
+    check_error(e, cc.DataError, "ce:constant", "class label 4 at position [2]")
 
 
 # -- 3. a tensor kept from an earlier trace --------------------------------------------------
@@ -227,3 +395,67 @@ def test_view_changing_inplace_on_a_leaf_is_fine_under_no_grad_or_without_grad(o
 
     a, b = cc.compile(f)(np.ones((1, 3), np.float32), np.ones((1, 3), np.float32))
     assert a.shape == b.shape and a.size == 3
+
+
+# -- 5. captured values and retracing ----------------------------------------------------------
+def test_changed_captured_array_retraces():
+    table = np.array([1.0, 2.0, 3.0])
+
+    def f(x):
+        return x * table  # `table` is captured: a trace-time constant
+
+    fn = cc.compile(f)
+    x = np.ones(3)
+    np.testing.assert_array_equal(fn(x), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(fn(x), [1.0, 2.0, 3.0])
+    assert fn.traces == 1
+    table[1] = 20.0  # mutated between calls: the program is traced again
+    np.testing.assert_array_equal(fn(x), [1.0, 20.0, 3.0])
+    assert fn.traces == 2
+    fn(x)
+    assert fn.traces == 2
+
+
+def test_retracing_more_than_8_times_warns_once_with_the_count_and_the_argument():
+    fn = cc.compile(lambda x, lr: x * lr)
+    x = np.ones(2)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(12):
+            fn(x, 0.1 * (step + 1))  # <- retrace:call
+    found = [w for w in caught if issubclass(w.category, cc.RetraceWarning)]
+    assert len(found) == 1, [str(w.message) for w in found]
+    msg = str(found[0].message)
+    assert "traced 10 times (9 retraces, more than 8)" in msg, msg
+    assert "argument 'lr'" in msg and "0.9" in msg and "1.0" in msg, msg
+    assert found[0].filename == __file__ and found[0].lineno == line_of("retrace:call")
+    assert fn.traces == 12
+
+
+# -- 6. keyword arguments -------------------------------------------------------------------
+def test_keyword_arguments_bind_like_a_python_call_and_share_the_cache():
+    def step(x, w, b=None, *, scale=1.0):
+        out = x @ w
+        return out * scale if b is None else (out + b) * scale
+
+    fn = cc.compile(step)
+    x, w, b = np.ones((2, 3)), np.arange(12.0).reshape(3, 4), np.ones(4)
+    want = x @ w
+    np.testing.assert_array_equal(fn(x, w), want)
+    np.testing.assert_array_equal(fn(x, w=w), want)
+    np.testing.assert_array_equal(fn(w=w, x=x), want)
+    assert fn.traces == 1  # fn(x, w), fn(x, w=w) and fn(w=w, x=x) are one program
+    np.testing.assert_array_equal(fn(x, w, b=b), want + 1)
+    np.testing.assert_array_equal(fn(x, b=b, w=w, scale=2.0), (want + 1) * 2)
+    assert fn.traces == 3
+    prog = fn.lower(x=x, w=w, b=b, scale=2.0)
+    assert [v.name for v in prog.graph.inputs] == ["x", "w", "b"]
+    np.testing.assert_array_equal(prog(x, w, b=b, scale=2.0), (want + 1) * 2)
+
+
+def test_keyword_arguments_that_dont_bind_raise_trace_error():
+    fn = cc.compile(lambda x, w: x * w)
+    with pytest.raises(cc.TraceError) as e:
+        fn(np.ones(2), w=np.ones(2), v=np.ones(2))  # <- kw:bad
+    check_error(e, cc.TraceError, "kw:bad", "unexpected keyword argument 'v'")
