@@ -187,14 +187,16 @@ class Program:
                                 c.loc)
 
     def changed_capture(self) -> str | None:
-        """Which captured numpy array differs from its value at trace time, if any. One
-        comparison per captured element (memcmp speed); arrays that are gone can't change."""
+        """Which captured numpy array differs from its value at trace time, if any: a bitwise
+        comparison with the trace-time copy (as unsigned ints, so NaNs compare equal; ~30 us
+        per MB here); arrays that are gone can't have changed."""
         for node, ref, snap in self._captured:
             a = ref()
             if a is None:
                 continue
+            bits = f"u{a.itemsize}"
             if a.shape != snap.shape or a.dtype != snap.dtype or not np.array_equal(
-                    a, snap, equal_nan=a.dtype.kind == "f"):
+                    a.view(bits), snap.view(bits)):
                 return f"the numpy array captured at {node.loc} ({type_str(a.shape, a.dtype)})"
         return None
 
