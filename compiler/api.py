@@ -176,7 +176,7 @@ class Program:
         for c in self.graph.data_checks:
             if c.input_index is None:
                 continue
-            values = arrays[c.input_index]
+            values = np.ascontiguousarray(arrays[c.input_index])  # as traced: row-major
             for op, attrs in c.chain:
                 values = apply_view(values, op, attrs)
             found = bad_label(values, c.num_classes, c.ignore_index)
@@ -335,8 +335,8 @@ class CompiledFunction:
                 out += list(given[p.name])
             elif p.kind == p.KEYWORD_ONLY:
                 keywords[p.name] = given[p.name]
-            elif p.kind == p.VAR_KEYWORD:
-                keywords.update(given[p.name])
+            elif p.kind == p.VAR_KEYWORD:  # sorted: one cache entry whatever the order
+                keywords.update(sorted(given[p.name].items()))
         return out, keywords
 
     def lower(self, *args, **kwargs) -> Program:

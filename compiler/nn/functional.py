@@ -85,6 +85,7 @@ def cross_entropy(input: Tensor, label: Tensor, weight=None, ignore_index: int =
     loc = _tr.user_loc()
     if reduction not in ("mean", "sum", "none"):
         raise TraceError(f"unknown reduction {reduction!r}: use 'mean', 'sum' or 'none'", loc)
+    label = label if isinstance(label, Tensor) else to_tensor(label)
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise TraceError(f"cross_entropy: label_smoothing={label_smoothing} is not in [0, 1]",
                          loc)

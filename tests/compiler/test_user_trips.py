@@ -181,6 +181,11 @@ def test_cross_entropy_axis_soft_labels_and_none_shapes():
                                rtol=1e-12)
     np.testing.assert_allclose(mean, paddle_cross_entropy(x, soft, WEIGHT, soft_label=True,
                                                           axis=1), rtol=1e-12)
+    got = cc.compile(lambda x, p: F.cross_entropy(x, p, soft_label=True, axis=1,
+                                                  label_smoothing=0.3, reduction="sum"))(x, soft)
+    np.testing.assert_allclose(got, paddle_cross_entropy(x, soft, soft_label=True, axis=1,
+                                                         label_smoothing=0.3, reduction="sum"),
+                               rtol=1e-12)
     probs = np.exp(LOGITS) / np.exp(LOGITS).sum(-1, keepdims=True)
     got = cc.compile(lambda p, y: F.cross_entropy(p, y, use_softmax=False))(probs, LABELS)
     np.testing.assert_allclose(got, paddle_cross_entropy(LOGITS, LABELS), rtol=1e-12)
@@ -221,6 +226,10 @@ def test_out_of_range_label_through_a_view_of_an_argument():
     with pytest.raises(cc.DataError) as e:
         cc.compile(f)(LOGITS[:3], y)
     check_error(e, cc.DataError, "ce:view", "class label 5 at position [2]")
+    y = np.array([[7, 7, 0, 7], [0, 7, 1, 7], [1, 7, 9, 7]])[:, ::2]  # not contiguous
+    with pytest.raises(cc.DataError) as e:
+        cc.compile(f)(LOGITS[:3], y)
+    check_error(e, cc.DataError, "ce:view", "class label 9 at position [2]")
 
 
 def test_out_of_range_computed_label_leaves_the_callers_arrays_untouched():
