@@ -813,6 +813,9 @@ def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
     if isinstance(data, Tensor):
         out = data._op("contiguous") if dtype is None else data.cast(dtype)
     else:
+        if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in data):
+            raise TraceError("cc.to_tensor of a list of traced tensors: combine them in the "
+                             "graph with cc.concat (and unsqueeze)", _tr.user_loc())
         if _is_scalar(data) and dtype is None:
             dtype = scalar_dtype(data, None)
         arr = np.array(data, dtype=dtype)

@@ -42,6 +42,7 @@ NUMPY_CALLS = {
     "list": (lambda t: np.array([t, t]), "np.asarray(tensor)"),  # <- np:list
     "float": (lambda t: float(t.sum()), "float(tensor)"),  # <- np:float
     "numpy": (lambda t: t.numpy(), ".numpy()"),  # <- np:numpy
+    "to_tensor": (lambda t: cc.to_tensor([t, t]), "cc.concat"),  # <- np:to_tensor
     "reduce": (lambda t: np.add.reduce(t), "np.add.reduce(tensor)"),  # <- np:reduce
     "ufunc_out": (lambda t: np.add(X, t, out=np.empty_like(X)), "out="),  # <- np:ufunc_out
     "negative": (lambda t: np.negative(t), "np.negative(tensor)"),  # <- np:negative
@@ -53,7 +54,8 @@ def test_numpy_on_a_traced_tensor_raises_trace_error_naming_the_line(case):
     fn, what = NUMPY_CALLS[case]
     with pytest.raises(cc.TraceError) as e:
         cc.compile(fn)(X)
-    check_error(e, cc.TraceError, f"np:{case}", what, "doesn't exist while tracing")
+    same = () if case == "to_tensor" else ("needs the tensor's data, which doesn't exist",)
+    check_error(e, cc.TraceError, f"np:{case}", what, *same)
 
 
 def test_ndarray_operators_with_a_tensor_still_trace():
@@ -468,3 +470,19 @@ def test_keyword_arguments_that_dont_bind_raise_trace_error():
     with pytest.raises(cc.TraceError) as e:
         fn(np.ones(2), w=np.ones(2), v=np.ones(2))  # <- kw:bad
     check_error(e, cc.TraceError, "kw:bad", "unexpected keyword argument 'v'")
+
+
+def test_mask_setitem_through_views_matches_numpy():
+    def f(x):
+        v = x[:, 1:]
+        v[v > 0] = 100.0
+        x.t()[0][x[:, 0] < -2] = -50.0
+        return x
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    want = a.copy()
+    v = want[:, 1:]
+    v[v > 0] = 100.0
+    want.T[0][want[:, 0] < -2] = -50.0
+    cc.compile(f)(a)
+    np.testing.assert_array_equal(a, want)
