@@ -13,8 +13,8 @@ from .errors import (DataError, InplaceError, RetraceWarning, ShapeError, Signat
                      TraceError)
 from .ir import Graph, type_str
 from .layout import apply_view
-from .ops.nn_ops import bad_label, label_range_message
 from .ops import SUPPORTED_DTYPES
+from .ops.nn_ops import bad_label, label_range_message
 from .tensor import Storage, Tensor, _is_scalar
 
 BACKENDS = ("numpy", "cpu", "gpu")
