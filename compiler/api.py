@@ -9,8 +9,9 @@ import warnings
 import numpy as np
 
 from . import tracer as _tr
-from .errors import (DataError, InplaceError, RetraceWarning, ShapeError, SignatureError,
-                     TraceError)
+from .arguments import as_index, bind, is_array
+from .errors import (CompilerError, DataError, InplaceError, RetraceWarning, ShapeError,
+                     SignatureError, TraceError)
 from .ir import Graph, type_str
 from .layout import apply_view
 from .ops import SUPPORTED_DTYPES
@@ -66,31 +67,51 @@ def _flatten_result(result, tensors: list, loc):
 
 def trace(fn, *args, name: str | None = None, **kwargs) -> Graph:
     """Trace `fn` on example arguments (numpy arrays and Python scalars) into an SSA graph,
-    backward included when `fn` calls `backward()`. Keyword arguments are passed by keyword
-    and become graph inputs named after them, after the positional ones."""
-    return _trace(fn, args, kwargs, name)
-
-
-def _trace(fn, args, kwargs, name=None) -> Graph:
-    loc = _tr.user_loc()
-    names = _param_names(fn, len(args)) + list(kwargs)
+    backward included when `fn` calls `backward()`. Arguments that share memory are traced
+    as views of one storage (see `compiler.arguments`). Keyword arguments are passed by
+    keyword and become graph inputs named after them, after the positional ones."""
     args = tuple(args) + tuple(kwargs.values())
+    return _trace(fn, args, _tr.user_loc(), name, tuple(kwargs))[0]
+
+
+def _trace(fn, args, loc, name=None, kwnames=()) -> tuple[Graph, tuple]:
+    """(graph, signature) of `fn` on `args`; the last `len(kwnames)` of them are passed by
+    keyword."""
+    npos = len(args) - len(kwnames)
+    names = _param_names(fn, npos) + list(kwnames)
     for i, (n, a) in enumerate(zip(names, args)):
         _check_arg(i, n, a, loc)
+    signature, _ = _bind(args, names, loc)
     tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
     graph = tracer.graph
     targs, storages = [], []  # storages[k]: the buffer of graph input k
+    shared: dict = {}         # alias group -> the Tensor of its one storage
     with tracer:
-        for n, a in zip(names, args):
-            if isinstance(a, np.ndarray):
+        for n, a, entry in zip(names, args, signature):
+            if entry[0] == "scalar":
+                targs.append(a)
+            elif entry[0] == "array":
                 storage = Storage(graph.add_input(n, a.shape, a.dtype),
                                   input_index=len(storages))
                 storages.append(storage)
                 targs.append(Tensor(tracer, storage, name=n))
-            else:
-                targs.append(a)
-        npos = len(targs) - len(kwargs)
-        result = fn(*targs[:npos], **dict(zip(kwargs, targs[npos:])))
+            else:  # a view of the storage its alias group shares
+                _, _, _, group, index, perm = entry
+                if group not in shared:
+                    # Named after the first argument that is the whole storage, if any.
+                    whole = next((m for m, e in zip(names, signature) if e[0] == "view"
+                                  and e[3] == group and e[4] == ()), f"{n}_storage")
+                    storage = Storage(graph.add_input(whole, group[2], group[3]),
+                                      input_index=len(storages))
+                    storages.append(storage)
+                    shared[group] = Tensor(tracer, storage, name=whole)
+                if index == () and perm == ():
+                    targs.append(shared[group])
+                else:
+                    t = shared[group][as_index(index)].transpose(perm)
+                    t._name = n
+                    targs.append(t)
+        result = fn(*targs[:npos], **dict(zip(kwnames, targs[npos:])))
         tensors: list[Tensor] = []
         graph.output_tree = _flatten_result(result, tensors, loc)
         graph.outputs = [t._v() for t in tensors]
@@ -98,17 +119,15 @@ def _trace(fn, args, kwargs, name=None) -> Graph:
                        if s.base is not graph.inputs[k]}
     graph.mutation_locs = {k: loc for k, loc in graph.mutation_locs.items()
                            if k in graph.mutations}
-    return graph
+    return graph, signature
 
 
-def signature_of(args) -> tuple:
-    sig = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            sig.append(("array", a.shape, a.dtype.str))
-        else:
-            sig.append(("scalar", type(a).__name__, a))
-    return tuple(sig)
+def _bind(args, names, loc):
+    """`compiler.arguments.bind`, its error naming the caller's line."""
+    try:
+        return bind(args, names)
+    except CompilerError as e:
+        raise type(e)(e.bare_message, loc) from None
 
 
 def _rebuild(tree, arrays):
@@ -125,10 +144,11 @@ def _rebuild(tree, arrays):
 
 # -- the compiled program ------------------------------------------------------------------
 class Program:
-    """A traced, planned and lowered function for one input signature."""
+    """A traced, planned and lowered function for one input signature (see
+    `compiler.arguments` for what a signature holds)."""
 
     def __init__(self, graph: Graph, signature, backend: str, inplace: str, donate=(),
-                 plan=None, executable=None):
+                 plan=None, executable=None, param_names=None):
         self.graph = graph
         self.signature = signature
         self.backend = backend
@@ -136,7 +156,8 @@ class Program:
         self.donate = tuple(donate)
         self.plan = plan
         self._exec = executable
-        self._bind = None  # set by CompiledFunction: maps keyword arguments to positions
+        self.param_names = list(param_names or _param_names_from_graph(graph, signature))
+        self._bind_call = None  # set by CompiledFunction: binds keyword arguments
         live = set(graph.nodes)
         # Labels computed inside the program are checked while it runs (DataCheck): then the
         # caller's arrays are written only once the run has finished.
@@ -149,14 +170,14 @@ class Program:
     def source(self) -> str:
         return getattr(self._exec, "source", "")
 
-    def _check_args(self, args, loc):
+    def _bind_args(self, args, loc) -> list[np.ndarray]:
+        """Check `args` against the signature; the arrays for the graph's inputs."""
         if len(args) != len(self.signature):
             raise TraceError(f"{self.graph.name} was compiled for {len(self.signature)} "
                              f"arguments, got {len(args)}", loc)
-        names = _param_names_from_graph(self.graph, self.signature)
-        for name, a, sig in zip(names, args, self.signature):
+        for name, a, sig in zip(self.param_names, args, self.signature):
             _check_arg(0, name, a, loc)
-            if sig[0] == "array":
+            if is_array(sig):
                 if not isinstance(a, np.ndarray):
                     raise TraceError(f"argument '{name}' must be an array", loc)
                 if a.shape != sig[1]:
@@ -165,11 +186,17 @@ class Program:
                                      f"{type_str(sig[1], np.dtype(sig[2]))}", loc)
                 if a.dtype.str != sig[2]:
                     raise SignatureError(f"argument '{name}' has dtype {a.dtype}, but "
-                                     f"{self.graph.name} was compiled for "
-                                     f"{np.dtype(sig[2]).name}", loc)
-            elif not isinstance(a, np.ndarray) and a != sig[2]:
+                                         f"{self.graph.name} was compiled for "
+                                         f"{np.dtype(sig[2]).name}", loc)
+            elif isinstance(a, np.ndarray) or a != sig[2]:
                 raise TraceError(f"scalar argument '{name}' is {a!r}; this program was traced "
                                  f"with {sig[2]!r} (scalars are compile-time constants)", loc)
+        signature, arrays = _bind(args, self.param_names, loc)
+        if signature != self.signature:
+            raise TraceError(f"the arguments of this call share memory differently than those "
+                             f"{self.graph.name} was compiled for: call the compiled function "
+                             "(it traces each way of sharing once)", loc)
+        return arrays
 
     def _check_data(self, arrays):
         """Data checks on the caller's arrays (labels in range), before anything runs."""
@@ -182,7 +209,7 @@ class Program:
             found = bad_label(values, c.num_classes, c.ignore_index)
             if found is not None:
                 name = self.graph.inputs[c.input_index].name
-                raise DataError(f"{c.what}: argument '{name}' has "
+                raise DataError(f"{c.what}: in argument '{name}', "
                                 + label_range_message(*found, c.num_classes, c.ignore_index),
                                 c.loc)
 
@@ -203,12 +230,11 @@ class Program:
     def __call__(self, *args, **kwargs):
         loc = _tr.user_loc()
         if kwargs:
-            if self._bind is None:
+            if self._bind_call is None:
                 raise TraceError("this program takes its arguments by position", loc)
-            args, kwargs = self._bind(args, kwargs, loc)
+            args, kwargs = self._bind_call(args, kwargs, loc)
             args = tuple(args) + tuple(kwargs.values())
-        self._check_args(args, loc)
-        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
         self._check_data(arrays)
         names = [v.name for v in self.graph.inputs]
         donated = {names.index(n) for n in self.donate}
@@ -218,19 +244,14 @@ class Program:
                 why = f"the function writes into it at {where}" if where else "it is donated"
                 raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",
                                    loc)
-        for k in donated:
-            for j, other in enumerate(arrays):
-                if j != k and np.may_share_memory(arrays[k], other):
-                    raise InplaceError(f"donated argument '{names[k]}' shares memory with "
-                                       f"argument '{names[j]}'", loc)
-        # An argument the program writes into, while another argument overlaps it: run on a
-        # private copy so that the other argument reads the values it had at the call. Also
-        # when a data check runs mid-program: a failing run leaves the caller's arrays as they
-        # were (DESIGN §4 "Nothing half-written").
+        check = getattr(self._exec, "check_memory", None)
+        if check is not None:
+            check(loc)  # before anything is allocated or written
         run_arrays = list(arrays)
-        for k in self.graph.mutations:
-            if self._checks_while_running or any(
-                    j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
+        if self._checks_while_running:
+            # A data check runs mid-program: the program writes into private copies, so that
+            # a failing run leaves the caller's arrays as they were (DESIGN §4).
+            for k in self.graph.mutations:
                 run_arrays[k] = arrays[k].copy()
         for k, a in enumerate(arrays):
             if not a.flags.c_contiguous:
@@ -261,6 +282,7 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _param_names_from_graph(graph, signature):
+    """Parameter names of a Program built without them: its array inputs' names."""
     names, k = [], 0
     for i, sig in enumerate(signature):
         if sig[0] == "array":
@@ -272,15 +294,18 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None):
+                  sanitize=None, param_names=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize)
+                        sanitize=sanitize, param_names=param_names)
 
 
 def _describe_sig(entry) -> str:
-    return type_str(entry[1], np.dtype(entry[2])) if entry[0] == "array" else repr(entry[2])
+    if is_array(entry):
+        return type_str(entry[1], np.dtype(entry[2])) + (" (a view)" if entry[0] == "view"
+                                                          else "")
+    return repr(entry[2])
 
 
 RETRACE_LIMIT = 8  # as torch.compile's cache_size_limit
@@ -290,9 +315,10 @@ class CompiledFunction:
     """What `cc.compile` returns: traces per input signature and caches the Program.
 
     Arguments bind as in a Python call (`fn(x, w=w)` is `fn(x, w)`: one cache entry). The
-    cache key is each argument's shape and dtype, each Python scalar's value, and the names of
-    keyword-only arguments. A cached program is traced again when a numpy array it captured
-    has changed since; past RETRACE_LIMIT retraces a `RetraceWarning` says why (once)."""
+    cache key is the signature (`compiler.arguments`: shapes, dtypes, memory sharing, Python
+    scalars' values) and the names of keyword-only arguments. A cached program is traced
+    again when a numpy array it captured has changed since; past RETRACE_LIMIT retraces a
+    `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None):
         if backend not in BACKENDS:
@@ -310,7 +336,7 @@ class CompiledFunction:
         self._warned = False
         functools.update_wrapper(self, fn)
 
-    def _bind(self, args, kwargs, loc):
+    def _bind_call(self, args, kwargs, loc):
         """(positional, keyword-only) arguments in the function's parameter order. Positional
         parameters are passed by position (a gap before a later one takes its default), so
         `fn(a, b)` and `fn(a, b=b)` make the same call."""
@@ -342,7 +368,7 @@ class CompiledFunction:
     def lower(self, *args, **kwargs) -> Program:
         """The compiled program for these arguments' signature, without running it."""
         loc = _tr.user_loc()
-        args, kwargs = self._bind(args, kwargs, loc)
+        args, kwargs = self._bind_call(args, kwargs, loc)
         return self._lower(args, kwargs, loc)
 
     def _lower(self, args, kwargs, loc) -> Program:
@@ -350,7 +376,7 @@ class CompiledFunction:
         names = _param_names(self.fn, len(args)) + list(kwargs)
         for i, (name, a) in enumerate(zip(names, values)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
-        sig = signature_of(values)
+        sig, _ = _bind(values, names, loc)
         key = (sig, tuple(kwargs))
         prog = self._cache.get(key)
         reason = None
@@ -361,10 +387,10 @@ class CompiledFunction:
         elif self._last_key is not None:
             reason = self._what_changed(self._last_key, key, names)
         if prog is None:
-            graph = _trace(self.fn, args, kwargs)
+            graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
             prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                 self.sanitize)
-            prog._bind = self._bind
+                                 self.sanitize, names)
+            prog._bind_call = self._bind_call
             self._cache[key] = prog
             self.traces += 1
             if self.traces > 1:
@@ -400,12 +426,14 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         loc = _tr.user_loc()
-        args, kwargs = self._bind(args, kwargs, loc)
+        args, kwargs = self._bind_call(args, kwargs, loc)
         return self._lower(args, kwargs, loc)(*args, *kwargs.values())
 
     def trace(self, *args, **kwargs) -> Graph:
-        args, kwargs = self._bind(args, kwargs, _tr.user_loc())
-        return _trace(self.fn, args, kwargs)
+        loc = _tr.user_loc()
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        return _trace(self.fn, tuple(args) + tuple(kwargs.values()), loc,
+                      kwnames=tuple(kwargs))[0]
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None):

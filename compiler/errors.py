@@ -39,3 +39,8 @@ class SignatureError(ShapeError, TraceError):
     """A compiled program called with an array of another dtype than it was traced for: it
     doesn't fit the traced signature (a `ShapeError`, DESIGN §3) and is an argument of the
     wrong type (a `TraceError`), so either `except` clause catches it."""
+
+
+class InsufficientMemoryError(CompilerError, MemoryError):
+    """A call whose plan needs more memory than the machine has available: raised before
+    anything is allocated or written. Planning (`fn.lower`) never allocates."""

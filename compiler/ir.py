@@ -15,6 +15,7 @@ Printed form (the format tests pin)::
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,7 @@ UNKNOWN_LOC = Loc("<unknown>", 0)
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 
-    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad")
+    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad", "size")
 
     def __init__(self, id: int, shape, dtype, producer: Node | None = None,
                  name: str | None = None):
@@ -68,10 +69,7 @@ class Value:
         self.producer = producer
         self.name = name  # graph inputs carry the parameter name
         self.requires_grad = False  # trace-time autodiff bookkeeping
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -132,7 +130,8 @@ class Graph:
     `inputs` are the caller's arguments (one Value each, named after the parameter);
     `outputs` are the values returned, `output_tree` rebuilds the returned Python structure
     from them; `mutations` maps an input's position to the value the caller's array must hold
-    after the call (the function wrote into that argument), `mutation_locs` says where.
+    after the call (the function wrote into that argument), `mutation_locs` says where;
+    `removed` lists the requested inplace nodes that dead-code elimination dropped.
     """
 
     name: str = "f"
@@ -146,6 +145,9 @@ class Graph:
     # numpy arrays the function captured as constants (cc.to_tensor, operands):
     # [(node, reference to the array, snapshot of its values at trace time)]
     captured: list = field(default_factory=list)
+    # Nodes the user asked to run in place (`Node.inplace_of`) that dead-code elimination
+    # removed: the plan still reports them, so a user looking for `x.sin_()` finds it.
+    removed: list[Node] = field(default_factory=list)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------

@@ -17,6 +17,8 @@ import weakref
 
 import numpy as np
 
+from passes.autodiff import backward as _backward
+
 from . import tracer as _tr
 from .errors import InplaceError, ShapeError, TraceError
 from .ir import Value
@@ -104,8 +106,11 @@ class Tensor:
     them as the traced function's arguments."""
 
     def __init__(self, tracer, storage: Storage, chain=(), value: Value | None = None,
-                 layout=None, name: str | None = None):
+                 layout=None, name: str | None = None, chain_grad: bool = True):
         self._tracer = tracer
+        # Whether the view chain was created recording gradients: a view made under no_grad
+        # stays without history; any other view keeps its base's history when re-derived.
+        self._chain_grad = chain_grad
         self._storage = storage
         self._chain = tuple(chain)
         self._value = storage.base if value is None else value
@@ -125,7 +130,8 @@ class Tensor:
         if self._version != self._storage.version:
             v = self._storage.base
             for op, attrs in self._chain:
-                v = self._tracer.emit(op, [v], attrs)
+                # A read (even under no_grad) must not change what the view's history is.
+                v = self._tracer.emit(op, [v], attrs, record_grad=self._chain_grad)
             self._value, self._version = v, self._storage.version
         return self._value
 
@@ -296,7 +302,8 @@ class Tensor:
     def _view(self, op: str, **attrs) -> "Tensor":
         v = self._tracer.emit(op, [self._v()], attrs)  # checks shapes, naming the user's line
         layout = apply_view(self._layout, op, attrs)
-        return Tensor(self._tracer, self._storage, self._chain + ((op, attrs),), v, layout)
+        return Tensor(self._tracer, self._storage, self._chain + ((op, attrs),), v, layout,
+                      chain_grad=self._chain_grad and self._tracer.grad_enabled)
 
     # -- inplace: compute functionally, then write back through the view chain -------------
     def _check_leaf(self, what: str):
@@ -695,6 +702,7 @@ class Tensor:
     def _become(self, other: "Tensor") -> "Tensor":
         self._storage, self._chain = other._storage, other._chain
         self._value, self._version, self._layout = other._value, other._version, other._layout
+        self._chain_grad = other._chain_grad
         return self
 
     # They change no data, but the leaf rule still holds for them (Paddle, PyTorch).
@@ -724,8 +732,8 @@ class Tensor:
 
     # -- autodiff -------------------------------------------------------------------------------
     def backward(self, grad_tensor=None, retain_graph=False):
-        from passes.autodiff import backward
-        backward(self._tracer, self, grad_tensor, retain_graph=retain_graph)
+        _backward(self._tracer, self, grad_tensor, wrap=Tensor._fresh,
+                  retain_graph=retain_graph)
 
     # -- operators --------------------------------------------------------------------------------
     def __add__(self, y): return self._op("add", y)

@@ -91,8 +91,10 @@ class Tracer:
         return user_loc()
 
     def emit(self, op: str, inputs: list[Value], attrs: dict | None = None,
-             inplace_of: int | None = None) -> Value:
-        """Append one node; infer its type with the registry's rule; track requires_grad."""
+             inplace_of: int | None = None, record_grad: bool | None = None) -> Value:
+        """Append one node; infer its type with the registry's rule; track requires_grad.
+        `record_grad` overrides the grad mode (re-deriving a view keeps the history it was
+        created with, whatever the mode at the read)."""
         attrs = attrs or {}
         opdef = REGISTRY[op]
         loc = self.loc()
@@ -116,7 +118,8 @@ class Tracer:
             node.grad_of = self.in_backward
         # Only float values carry gradients (Paddle, PyTorch): `x.cast("int64")` ends the
         # graph instead of passing a gradient through the rounding.
-        node.out.requires_grad = (self.grad_enabled and opdef.differentiable
+        grad_mode = self.grad_enabled if record_grad is None else record_grad
+        node.out.requires_grad = (grad_mode and opdef.differentiable
                                   and node.out.dtype.kind == "f"
                                   and any(v.requires_grad for v in inputs))
         return node.out

@@ -26,10 +26,11 @@ Algorithm:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from compiler.errors import TraceError
+from compiler.ir import Value
 from compiler.ops import REGISTRY
-from compiler.tensor import Tensor
-from compiler.tracer import user_loc
 
 
 class ShapeOnly:
@@ -46,14 +47,14 @@ class ShapeOnly:
 
 
 class VjpContext:
-    def __init__(self, node, form):
+    def __init__(self, node, form, wrap):
         self.node, self.form, self.attrs = node, form, node.attrs
         self.needs_grad = [v.requires_grad for v in node.inputs]
         if "input" in form:
-            self.inputs = [Tensor._fresh(v) for v in node.inputs]
+            self.inputs = [wrap(v) for v in node.inputs]
         else:
             self.inputs = [ShapeOnly(v, "input") for v in node.inputs]
-        self.out = Tensor._fresh(node.out) if "output" in form else ShapeOnly(node.out, "output")
+        self.out = wrap(node.out) if "output" in form else ShapeOnly(node.out, "output")
 
 
 def choose_vjp_form(opdef, node, overwritten) -> str:
@@ -67,7 +68,7 @@ def choose_vjp_form(opdef, node, overwritten) -> str:
     return forms[0]
 
 
-def sum_to(g: Tensor, shape) -> Tensor:
+def sum_to(g, shape):
     """Reduce a broadcast gradient back to `shape`."""
     shape = list(shape)
     if g.shape == shape:
@@ -91,8 +92,13 @@ def _check_not_released(tracer, node, loc):
                          "through it again", loc)
 
 
-def backward(tracer, root: Tensor, grad=None, retain_graph: bool = False):
-    loc = user_loc()
+def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object],
+             retain_graph: bool = False):
+    """Append the backward of `root` (a traced tensor) to `tracer`'s graph. `wrap(value)`
+    makes a fresh traced tensor of an SSA value: the tracer passes it in, so this pass
+    depends on the IR and the registry only, never on the tracer's Tensor class.
+    `retain_graph=False` releases the differentiated nodes (step 6)."""
+    loc = tracer.loc()
     r = root._v()
     if not r.requires_grad:
         raise TraceError(f"backward() on '{root.name}', which doesn't require gradients: set "
@@ -105,10 +111,10 @@ def backward(tracer, root: Tensor, grad=None, retain_graph: bool = False):
     try:
         tracer.in_backward = root_node  # Step 1
         if grad is None:
-            seed = Tensor._fresh(tracer.emit(
+            seed = wrap(tracer.emit(
                 "full", [], {"shape": r.shape, "value": 1, "dtype": r.dtype}))
         else:
-            seed = Tensor._fresh(root._operand(grad))
+            seed = wrap(root._operand(grad))
             if seed.dtype != r.dtype:
                 seed = seed.cast(r.dtype)
             if seed.shape != root.shape:
@@ -129,7 +135,7 @@ def backward(tracer, root: Tensor, grad=None, retain_graph: bool = False):
             form = choose_vjp_form(opdef, node, tracer.overwritten)  # Step 3
             tracer.in_backward = node
             try:  # Step 4
-                input_grads = opdef.vjp[form](VjpContext(node, form), g)
+                input_grads = opdef.vjp[form](VjpContext(node, form, wrap), g)
                 for v, gi in zip(node.inputs, input_grads):
                     if gi is None or not v.requires_grad:
                         continue
@@ -140,7 +146,7 @@ def backward(tracer, root: Tensor, grad=None, retain_graph: bool = False):
             finally:
                 tracer.in_backward = root_node
         # Step 5
-        per_leaf: dict[int, tuple[Tensor, Tensor]] = {}  # keyed by id: Tensor.__eq__ traces
+        per_leaf: dict[int, tuple] = {}  # leaf -> (leaf, grad), keyed by id: Tensor.__eq__ traces
         for v, leaf in tracer.leaf_of.items():
             if v in grads:
                 if id(leaf) in per_leaf:
@@ -152,7 +158,7 @@ def backward(tracer, root: Tensor, grad=None, retain_graph: bool = False):
                 # A Tensor of its own: `g` may be another leaf's gradient (add's VJP returns
                 # (g, g)) or a view of one (concat, slice_scatter), and a later accumulation
                 # (`add_`) into this leaf.grad must not write through to them.
-                leaf.grad = Tensor._fresh(g._v())
+                leaf.grad = wrap(g._v())
             else:
                 leaf.grad.add_(g)
         tracer.backward_calls += 1

@@ -9,6 +9,7 @@ readers (or `defined[r]` when nothing reads it).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from compiler.ir import Graph, Value
@@ -26,7 +27,8 @@ class Liveness:
 
     def read_after(self, root: Value, index: int) -> list[int]:
         """Indices of the reads of `root`'s buffer scheduled after node `index`."""
-        return [k for k in self.readers[root] if k > index]
+        readers = self.readers[root]
+        return readers[bisect_right(readers, index):]
 
 
 def liveness(graph: Graph, aliases: AliasInfo | None = None) -> Liveness:

@@ -12,10 +12,12 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
      ("output"); the rest live in the arena.
   3. Live interval of a buffer: from the first definition of any value in it to the last read of
      any of them or of their views (program end for returned values and input mutations).
-  4. Place arena buffers one by one, each at the best-fitting gap among the buffers already
-     placed whose intervals intersect its own (touching intervals conflict: a copy never
-     shares with its source); try a few orders (largest first, earliest first, longest-lived
-     first, ...) and keep the smallest arena.
+  4. Place arena buffers (touching intervals conflict: a copy never shares with its source):
+     once in program order by a linear-time best-fit allocator, and, unless the graph has
+     more than CONFLICT_PAIR_BUDGET pairs of buffers live together, one by one in a few orders
+     (largest first, earliest first, longest-lived first, ...), each at the best-fitting gap
+     among the already placed buffers whose intervals intersect its own; keep the smallest
+     arena.
   5. Account: peak (inputs + arena counted whole + outputs allocated so far, at the worst
      point), the lower bound (live bytes with perfect packing at the worst point), naive (no
      reuse at all) and, by replanning with inplace="off", the no-inplace peak.
@@ -25,6 +27,7 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
 from compiler.ir import Graph, Node, Value
@@ -202,47 +205,112 @@ def _build_buffers(graph: Graph, reuse: dict[Node, int]):
     return buffers, buffer_of, live
 
 
-# Orders in which buffers are offered to the allocator; the smallest arena wins. Largest-first
-# is TFLite's "greedy by size"; the others break its ties in favour of long or early lifetimes,
-# which packs better when many buffers have similar sizes.
+# Orders in which buffers are offered to the best-fit allocator; the smallest arena wins.
+# Largest-first is TFLite's "greedy by size"; the others break its ties in favour of long or
+# early lifetimes, which packs better when many buffers have similar sizes.
 PLACEMENT_ORDERS = {
     "size": lambda b: (-b.size, b.start, b.id),
     "start": lambda b: (b.start, -b.size, b.id),
     "lifetime": lambda b: (-(b.end - b.start), -b.size, b.id),
     "area": lambda b: (-b.size * (b.end - b.start + 1), b.id),
 }
+# The best-fit orders look at every pair of buffers whose lifetimes intersect. Past this many
+# pairs (graphs with tens of thousands of long-lived values) only the linear-time allocator runs.
+CONFLICT_PAIR_BUDGET = 300_000
 
 
-def _place_in_order(arena_buffers: list[Buffer], alignment: int) -> tuple[int, dict]:
+def _conflicts(arena_buffers: list[Buffer]) -> dict[int, list[Buffer]] | None:
+    """Buffer id -> the buffers whose live intervals intersect its own (touching counts), or
+    None when there are more than CONFLICT_PAIR_BUDGET such pairs. O(n log n + pairs)."""
+    starts = sorted(b.start for b in arena_buffers)
+    ends = sorted(b.end for b in arena_buffers)
+    pairs = sum(bisect_right(starts, b.end) - bisect_left(ends, b.start) - 1
+                for b in arena_buffers) // 2
+    if pairs > CONFLICT_PAIR_BUDGET:
+        return None
+    by_start = sorted(arena_buffers, key=lambda b: (b.start, b.id))
+    out: dict[int, list[Buffer]] = {b.id: [] for b in arena_buffers}
+    for i, b in enumerate(by_start):
+        j = i + 1
+        while j < len(by_start) and by_start[j].start <= b.end:
+            out[b.id].append(by_start[j])
+            out[by_start[j].id].append(b)
+            j += 1
+    return out
+
+
+def _place_in_order(arena_buffers: list[Buffer], conflicts, alignment: int) -> tuple[int, dict]:
     """Best fit: each buffer goes into the smallest gap, among the buffers already placed
     whose intervals intersect its own, that holds it; else on top of them."""
-    placed: list[tuple[Buffer, int]] = []
     offsets, arena = {}, 0
     for b in arena_buffers:
-        conflicts = sorted(((off, p) for p, off in placed
-                            if p.start <= b.end and b.start <= p.end), key=lambda c: c[0])
+        placed = sorted((offsets[p.id], p.size) for p in conflicts[b.id] if p.id in offsets)
         best, best_gap, cursor = None, None, 0
-        for off, p in conflicts:
+        for off, size in placed:
             gap = off - cursor
             if gap >= b.size and (best_gap is None or gap < best_gap):
                 best, best_gap = cursor, gap
-            cursor = max(cursor, align(off + p.size, alignment))
+            cursor = max(cursor, align(off + size, alignment))
         offsets[b.id] = cursor if best is None else best
-        placed.append((b, offsets[b.id]))
         arena = max(arena, align(offsets[b.id] + b.size, alignment))
     return arena, offsets
 
 
+def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, dict]:
+    """Linear-time allocation in program order, as a best-fit `malloc` would do it: at each
+    point, the buffers born there take the smallest free gap that holds them (largest first),
+    then the buffers that die there give their space back (after: touching lifetimes never
+    share). Gaps are kept sorted and merged with their neighbours."""
+    born: dict[int, list[Buffer]] = {}
+    dies: dict[int, list[Buffer]] = {}
+    for b in arena_buffers:
+        born.setdefault(b.start, []).append(b)
+        dies.setdefault(b.end, []).append(b)
+    gap_starts: list[int] = []       # sorted offsets of free gaps below `top`
+    gap_size: dict[int, int] = {}
+    offsets, top = {}, 0
+    for t in sorted(set(born) | set(dies)):
+        for b in sorted(born.get(t, ()), key=lambda b: (-b.size, b.id)):
+            need = align(b.size, alignment)
+            fits = [o for o in gap_starts if gap_size[o] >= need]
+            if fits:
+                o = min(fits, key=lambda o: (gap_size[o], o))
+                size = gap_size.pop(o)
+                gap_starts.remove(o)
+                if size > need:
+                    insort(gap_starts, o + need)
+                    gap_size[o + need] = size - need
+            elif gap_starts and gap_starts[-1] + gap_size[gap_starts[-1]] == top:
+                o = gap_starts.pop()  # the free space at the top grows to fit
+                top = o + need
+                del gap_size[o]
+            else:
+                o, top = top, top + need
+            offsets[b.id] = o
+        for b in dies.get(t, ()):
+            o, size = offsets[b.id], align(b.size, alignment)
+            i = bisect_left(gap_starts, o)
+            if i < len(gap_starts) and gap_starts[i] == o + size:  # merge with the next gap
+                size += gap_size.pop(gap_starts.pop(i))
+            if i > 0 and gap_starts[i - 1] + gap_size[gap_starts[i - 1]] == o:  # and previous
+                gap_size[gap_starts[i - 1]] += size
+            else:
+                gap_starts.insert(i, o)
+                gap_size[o] = size
+    return top, offsets
+
+
 def _place(buffers: list[Buffer], alignment: int) -> int:
-    """Step 4: place the arena buffers in each order of PLACEMENT_ORDERS, keep the smallest
-    arena. Returns its size."""
+    """Step 4: place the arena buffers with the linear-time allocator and, when the graph is
+    small enough, best fit in each order of PLACEMENT_ORDERS; keep the smallest arena."""
     arena_buffers = [b for b in buffers if b.kind == "arena"]
-    best = None
-    for key in PLACEMENT_ORDERS.values():
-        arena, offsets = _place_in_order(sorted(arena_buffers, key=key), alignment)
-        if best is None or arena < best[0]:
+    best = _place_by_events(arena_buffers, alignment)
+    conflicts = _conflicts(arena_buffers)
+    for key in PLACEMENT_ORDERS.values() if conflicts is not None else ():
+        arena, offsets = _place_in_order(sorted(arena_buffers, key=key), conflicts, alignment)
+        if arena < best[0]:
             best = (arena, offsets)
-    arena, offsets = best or (0, {})
+    arena, offsets = best
     for b in arena_buffers:
         b.offset = offsets[b.id]
     return arena
@@ -277,10 +345,9 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
     plan.output_bytes = sum(b.size for b in buffers if b.kind == "output")
-    points = range(-1, live.end + 1)
-    outputs = [b for b in buffers if b.kind == "output"]
-    plan.peak_bytes = max(plan.input_bytes + arena
-                          + sum(b.size for b in outputs if b.start <= t) for t in points)
+    # Returned buffers are allocated as the program reaches them and all survive the call:
+    # the worst point is the end.
+    plan.peak_bytes = plan.input_bytes + arena + plan.output_bytes
     plan.lower_bound_bytes = _max_live_bytes(buffers, live.end)
     plan.naive_bytes = plan.input_bytes + sum(
         n.out.nbytes for n in graph.nodes if REGISTRY[n.op].kind != VIEW)

@@ -25,6 +25,8 @@ Algorithm:
      the input's placement.
   4. In `inplace="strict"`, a requested op that was refused raises `InplaceError` naming its
      line and the line of the op that still needs the value.
+  5. Requested inplace ops that dead-code elimination removed (`Graph.removed`) get a decision
+     "removed: its result is never used" (strict mode has nothing to refuse there).
 
 Decisions are the pass's whole output: `plan_memory` rebuilds buffers from them, and the
 verifier re-checks them independently.
@@ -213,7 +215,9 @@ def read_later(node: Node, i: int, st: _State) -> str | None:
     a = node.inputs[i]
     root = st.aliases.root[a]
     t = st.index[node]
-    later = [k for k in st.live.read_after(root, t) if k != st.live.end]
+    later = st.live.read_after(root, t)
+    if later and later[-1] == st.live.end:
+        later = later[:-1]
     if not later:
         return None
     if a is not root and len(later) == 1 and _is_exact_writeback(st.graph.nodes[later[0]],
@@ -324,4 +328,8 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, li
             decisions.append(Decision(op_name(node), str(node.loc), requested, False, reason,
                                       i, node))
         st.take(node, taken)
+    for node in graph.removed:
+        decisions.append(Decision(op_name(node), str(node.loc), True, False,
+                                  "removed: its result is never used", node.inplace_of, node))
+    decisions.sort(key=lambda d: d.node.out.id)  # program order (ids grow as nodes are traced)
     return graph, decisions
