@@ -19,8 +19,7 @@ def run_node(node, args: list[np.ndarray]) -> np.ndarray:
     except CompilerError as e:  # a data check (a label out of range): name the user's line
         if e.loc is not None:
             raise
-        raise type(e)(e.bare_message if e.bare_message.startswith(node.op)
-                      else f"{node.op}: {e.bare_message}", node.loc) from None
+        raise type(e)(e.bare_message, node.loc) from None
     if out.dtype != node.out.dtype:
         out = out.astype(node.out.dtype)
     assert out.shape == node.out.shape, (
