@@ -8,8 +8,8 @@ from . import creation as _creation
 from .api import CompiledFunction, Program, compile, trace
 from .creation import (arange, concat, full, full_like, ones, ones_like, where, zeros,
                        zeros_like)
-from .errors import (CompilerError, InplaceError, InsufficientMemoryError, ShapeError,
-                     TraceError)
+from .errors import (CompilerError, DataError, InplaceError, InsufficientMemoryError,
+                     RetraceWarning, ShapeError, TraceError)
 from .ir import Graph, Loc, Node, Value
 from .pipeline import pipeline
 from .tensor import Tensor, to_tensor
@@ -21,5 +21,5 @@ __all__ = [
     "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
     "zeros_like", "ones_like", "concat", "where", "CompilerError", "InplaceError", "ShapeError",
-    "TraceError", "InsufficientMemoryError",
+    "TraceError", "InsufficientMemoryError", "DataError", "RetraceWarning",
 ]

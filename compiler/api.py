@@ -6,14 +6,18 @@ import functools
 import gc
 import inspect
 import numbers
+import warnings
 
 import numpy as np
 
 from . import tracer as _tr
 from .arguments import as_index, bind, is_array
-from .errors import CompilerError, InplaceError, ShapeError, SignatureError, TraceError
+from .errors import (CompilerError, DataError, InplaceError, RetraceWarning, ShapeError,
+                     SignatureError, TraceError)
 from .ir import Graph, type_str
+from .layout import apply_view
 from .ops import SUPPORTED_DTYPES
+from .ops.nn_ops import bad_label, label_range_message
 from .tensor import Storage, Tensor, _is_scalar
 
 BACKENDS = ("numpy", "cpu", "gpu")
@@ -63,17 +67,21 @@ def _flatten_result(result, tensors: list, loc):
                      "in tuples, lists or dicts", loc)
 
 
-def trace(fn, *args, name: str | None = None) -> Graph:
+def trace(fn, *args, name: str | None = None, **kwargs) -> Graph:
     """Trace `fn` on example arguments (numpy arrays and Python scalars) into an SSA graph,
     backward included when `fn` calls `backward()`. Arguments that share memory are traced
-    as views of one storage (see `compiler.arguments`)."""
+    as views of one storage (see `compiler.arguments`). Keyword arguments are passed by
+    keyword and become graph inputs named after them, after the positional ones."""
+    args = tuple(args) + tuple(kwargs.values())
     with _no_gc():
-        return _trace(fn, args, _tr.user_loc(), name)[0]
+        return _trace(fn, args, _tr.user_loc(), name, tuple(kwargs))[0]
 
 
-def _trace(fn, args, loc, name=None) -> tuple[Graph, tuple]:
-    """(graph, signature) of `fn` on `args`."""
-    names = _param_names(fn, len(args))
+def _trace(fn, args, loc, name=None, kwnames=()) -> tuple[Graph, tuple]:
+    """(graph, signature) of `fn` on `args`; the last `len(kwnames)` of them are passed by
+    keyword."""
+    npos = len(args) - len(kwnames)
+    names = _param_names(fn, npos) + list(kwnames)
     for i, (n, a) in enumerate(zip(names, args)):
         _check_arg(i, n, a, loc)
     signature, _ = _bind(args, names, loc)
@@ -106,7 +114,7 @@ def _trace(fn, args, loc, name=None) -> tuple[Graph, tuple]:
                     t = shared[group][as_index(index)].transpose(perm)
                     t._name = n
                     targs.append(t)
-        result = fn(*targs)
+        result = fn(*targs[:npos], **dict(zip(kwnames, targs[npos:])))
         tensors: list[Tensor] = []
         graph.output_tree = _flatten_result(result, tensors, loc)
         graph.outputs = [t._v() for t in tensors]
@@ -165,6 +173,14 @@ class Program:
         self.plan = plan
         self._exec = executable
         self.param_names = list(param_names or _param_names_from_graph(graph, signature))
+        self._bind_call = None  # set by CompiledFunction: binds keyword arguments
+        live = set(graph.nodes)
+        # Labels computed inside the program are checked while it runs (DataCheck): then the
+        # caller's arrays are written only once the run has finished.
+        self._checks_while_running = any(c.input_index is None and c.node in live
+                                         for c in graph.data_checks)
+        self._captured = [(node, ref, snap) for node, ref, snap in graph.captured
+                          if node in live]
 
     @property
     def source(self) -> str:
@@ -198,9 +214,44 @@ class Program:
                              "(it traces each way of sharing once)", loc)
         return arrays
 
-    def __call__(self, *args):
+    def _check_data(self, arrays):
+        """Data checks on the caller's arrays (labels in range), before anything runs."""
+        for c in self.graph.data_checks:
+            if c.input_index is None:
+                continue
+            values = np.ascontiguousarray(arrays[c.input_index])  # as traced: row-major
+            for op, attrs in c.chain:
+                values = apply_view(values, op, attrs)
+            found = bad_label(values, c.num_classes, c.ignore_index)
+            if found is not None:
+                name = self.graph.inputs[c.input_index].name
+                raise DataError(f"{c.what}: in argument '{name}', "
+                                + label_range_message(*found, c.num_classes, c.ignore_index),
+                                c.loc)
+
+    def changed_capture(self) -> str | None:
+        """Which captured numpy array differs from its value at trace time, if any: a bitwise
+        comparison with the trace-time copy (as unsigned ints, so NaNs compare equal; ~30 us
+        per MB here); arrays that are gone can't have changed."""
+        for node, ref, snap in self._captured:
+            a = ref()
+            if a is None:
+                continue
+            bits = f"u{a.itemsize}"
+            if a.shape != snap.shape or a.dtype != snap.dtype or not np.array_equal(
+                    a.view(bits), snap.view(bits)):
+                return f"the numpy array captured at {node.loc} ({type_str(a.shape, a.dtype)})"
+        return None
+
+    def __call__(self, *args, **kwargs):
         loc = _tr.user_loc()
+        if kwargs:
+            if self._bind_call is None:
+                raise TraceError("this program takes its arguments by position", loc)
+            args, kwargs = self._bind_call(args, kwargs, loc)
+            args = tuple(args) + tuple(kwargs.values())
         arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
+        self._check_data(arrays)
         names = [v.name for v in self.graph.inputs]
         donated = {names.index(n) for n in self.donate}
         for k in sorted(set(self.graph.mutations) | donated):
@@ -213,6 +264,11 @@ class Program:
         if check is not None:
             check(loc)  # before anything is allocated or written
         run_arrays = list(arrays)
+        if self._checks_while_running:
+            # A data check runs mid-program: the program writes into private copies, so that
+            # a failing run leaves the caller's arrays as they were (DESIGN §4).
+            for k in self.graph.mutations:
+                run_arrays[k] = arrays[k].copy()
         for k, a in enumerate(arrays):
             if not a.flags.c_contiguous:
                 # The trace took every input as a row-major buffer (a reshape of it is a view):
@@ -261,8 +317,24 @@ def build_program(graph: Graph, signature, backend="numpy", inplace="auto", dona
                         sanitize=sanitize, param_names=param_names)
 
 
+def _describe_sig(entry) -> str:
+    if is_array(entry):
+        return type_str(entry[1], np.dtype(entry[2])) + (" (a view)" if entry[0] == "view"
+                                                          else "")
+    return repr(entry[2])
+
+
+RETRACE_LIMIT = 8  # as torch.compile's cache_size_limit
+
+
 class CompiledFunction:
-    """What `cc.compile` returns: traces per input signature and caches the Program."""
+    """What `cc.compile` returns: traces per input signature and caches the Program.
+
+    Arguments bind as in a Python call (`fn(x, w=w)` is `fn(x, w)`: one cache entry). The
+    cache key is the signature (`compiler.arguments`: shapes, dtypes, memory sharing, Python
+    scalars' values) and the names of keyword-only arguments. A cached program is traced
+    again when a numpy array it captured has changed since; past RETRACE_LIMIT retraces a
+    `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None):
         if backend not in BACKENDS:
@@ -275,29 +347,111 @@ class CompiledFunction:
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         self._cache: dict = {}
+        self.traces = 0          # how many times fn was traced
+        self._last_key = None
+        self._warned = False
         functools.update_wrapper(self, fn)
 
-    def lower(self, *args) -> Program:
+    def _bind_call(self, args, kwargs, loc):
+        """(positional, keyword-only) arguments in the function's parameter order. Positional
+        parameters are passed by position (a gap before a later one takes its default), so
+        `fn(a, b)` and `fn(a, b=b)` make the same call."""
+        if not kwargs:
+            return list(args), {}
+        try:
+            sig = inspect.signature(self.fn)
+            bound = sig.bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"{getattr(self.fn, '__name__', 'f')}: {e}", loc) from None
+        given = bound.arguments
+        params = list(sig.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                      p.POSITIONAL_OR_KEYWORD)]
+        upto = max((i + 1 for i, p in enumerate(positional) if p.name in given), default=0)
+        out = [given[p.name] if p.name in given else p.default for p in positional[:upto]]
+        keywords = {}
+        for p in params:
+            if p.name not in given:
+                continue
+            if p.kind == p.VAR_POSITIONAL:
+                out += list(given[p.name])
+            elif p.kind == p.KEYWORD_ONLY:
+                keywords[p.name] = given[p.name]
+            elif p.kind == p.VAR_KEYWORD:  # sorted: one cache entry whatever the order
+                keywords.update(sorted(given[p.name].items()))
+        return out, keywords
+
+    def lower(self, *args, **kwargs) -> Program:
         """The compiled program for these arguments' signature, without running it."""
         loc = _tr.user_loc()
-        names = _param_names(self.fn, len(args))
-        for i, (name, a) in enumerate(zip(names, args)):
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        return self._lower(args, kwargs, loc)
+
+    def _lower(self, args, kwargs, loc) -> Program:
+        values = tuple(args) + tuple(kwargs.values())
+        names = _param_names(self.fn, len(args)) + list(kwargs)
+        for i, (name, a) in enumerate(zip(names, values)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
-        sig, _ = _bind(args, names, loc)
-        prog = self._cache.get(sig)
+        sig, _ = _bind(values, names, loc)
+        key = (sig, tuple(kwargs))
+        prog = self._cache.get(key)
+        reason = None
+        if prog is not None:
+            changed = prog.changed_capture()
+            if changed is not None:
+                reason, prog = f"{changed} changed since tracing", None
+        elif self._last_key is not None:
+            reason = self._what_changed(self._last_key, key, names)
         if prog is None:
             with _no_gc():
-                graph, sig = _trace(self.fn, args, loc)
+                graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
                 prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
                                      self.sanitize, names)
-            self._cache[sig] = prog
+            prog._bind_call = self._bind_call
+            self._cache[key] = prog
+            self.traces += 1
+            if self.traces > 1:
+                self._note_retrace(reason, loc)
+        self._last_key = key
         return prog
 
-    def __call__(self, *args):
-        return self.lower(*args)(*args)
+    @staticmethod
+    def _what_changed(old, new, names) -> str:
+        (old_sig, old_kw), (new_sig, new_kw) = old, new
+        if old_kw != new_kw or len(old_sig) != len(new_sig):
+            return "a different set of arguments"
+        for name, a, b in zip(names, old_sig, new_sig):
+            if a == b:
+                continue
+            if a[0] == b[0] == "scalar":
+                return f"argument '{name}' (Python scalar {a[2]!r} -> {b[2]!r})"
+            return f"argument '{name}' ({_describe_sig(a)} -> {_describe_sig(b)})"
+        return "an argument"
 
-    def trace(self, *args) -> Graph:
-        return trace(self.fn, *args)
+    def _note_retrace(self, reason, loc):
+        retraces = self.traces - 1
+        if retraces <= RETRACE_LIMIT or self._warned:
+            return
+        self._warned = True
+        name = getattr(self.fn, "__name__", "f")
+        warnings.warn_explicit(
+            f"cc.compile: '{name}' was traced {self.traces} times ({retraces} retraces, more "
+            f"than {RETRACE_LIMIT}); the last one because of {reason}. Each trace builds a new "
+            "program: Python scalar arguments are compile-time constants (pass a 0-d array "
+            "for a value that changes) and values captured from the enclosing scope are "
+            "trace-time constants.", RetraceWarning, loc.file, loc.line)
+
+    def __call__(self, *args, **kwargs):
+        loc = _tr.user_loc()
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        return self._lower(args, kwargs, loc)(*args, *kwargs.values())
+
+    def trace(self, *args, **kwargs) -> Graph:
+        loc = _tr.user_loc()
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        with _no_gc():
+            return _trace(self.fn, tuple(args) + tuple(kwargs.values()), loc,
+                          kwnames=tuple(kwargs))[0]
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None):

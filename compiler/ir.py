@@ -107,6 +107,23 @@ class Node:
 
 
 @dataclass(eq=False)
+class DataCheck:
+    """A check on data the dtype and shape rules can't decide (class labels in range),
+    recorded at trace time. When the checked value is a view of a caller's argument
+    (`input_index`, through the view ops of `chain`), the driver checks the array at the call's
+    entry, before anything runs; otherwise `node` checks it while the program runs, and the
+    driver keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+
+    what: str                       # the user's function, e.g. "cross_entropy"
+    node: Node                      # the node that checks during the run
+    input_index: int | None         # the argument the value is a view of, if any
+    chain: tuple                    # its view ops ((op, attrs), ...) from that argument
+    num_classes: int
+    ignore_index: int | None
+    loc: Loc = UNKNOWN_LOC
+
+
+@dataclass(eq=False)
 class Graph:
     """A traced program.
 
@@ -124,6 +141,10 @@ class Graph:
     output_tree: Any = None
     mutations: dict[int, Value] = field(default_factory=dict)
     mutation_locs: dict[int, Loc] = field(default_factory=dict)
+    data_checks: list[DataCheck] = field(default_factory=list)
+    # numpy arrays the function captured as constants (cc.to_tensor, operands):
+    # [(node, reference to the array, snapshot of its values at trace time)]
+    captured: list = field(default_factory=list)
     # Nodes the user asked to run in place (`Node.inplace_of`) that dead-code elimination
     # removed: the plan still reports them, so a user looking for `x.sin_()` finds it.
     removed: list[Node] = field(default_factory=list)

@@ -36,6 +36,11 @@ def user_loc(depth: int = 1) -> Loc:
 _STACK: list["Tracer"] = []
 
 
+def active() -> "Tracer | None":
+    """The tracer recording now, or None outside any trace."""
+    return _STACK[-1] if _STACK else None
+
+
 def current() -> "Tracer":
     if not _STACK:
         raise TraceError("no function is being traced: tensors exist only inside cc.compile "
@@ -58,6 +63,8 @@ class Tracer:
         # not the history, so autodiff passes the new value's gradient on to the old one.
         self.grad_alias: dict[Value, Value] = {}
         self.input_storages: list = []
+        # Nodes a backward() without retain_graph differentiated -> that backward()'s line.
+        self.released: dict[Node, Loc] = {}
 
     def __enter__(self):
         _STACK.append(self)

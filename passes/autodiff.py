@@ -12,7 +12,8 @@ Algorithm:
   2. Walk the nodes recorded so far in reverse program order; skip nodes whose output has no
      gradient, does not require grad, or is a leaf (parameters updated under no_grad stay leaves).
      A value that a write recording no gradient produced (under no_grad or through a detach,
-     `tracer.grad_alias`) hands its gradient to the value it overwrote.
+     `tracer.grad_alias`) hands its gradient to the value it overwrote. (2a) A node that an
+     earlier backward() released raises.
   3. For each node, choose a VJP form: an op that can read either its input or its output reads
      the one no user inplace op overwrote, so the other buffer can be reused (DESIGN §4).
   4. Run the VJP under no_grad (no higher-order gradients) with a context that exposes only what
@@ -20,6 +21,8 @@ Algorithm:
      gradients to each input's shape and accumulate with `+`.
   5. Accumulate each leaf's gradient into `leaf.grad`: a Tensor of its own the first time, then
      in place (`add_`), as repeated `backward()` calls do in Paddle.
+  6. Unless `retain_graph=True`, mark the differentiated nodes released: a later backward()
+     that reaches one raises (step 2a), naming both backward() lines (DESIGN §3).
 """
 from __future__ import annotations
 
@@ -78,10 +81,23 @@ def sum_to(g, shape):
     return g.reshape(shape)
 
 
-def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object]):
+def _check_not_released(tracer, node, loc):
+    """Step 2a: a node whose graph an earlier backward() released (no retain_graph) can't be
+    differentiated again (Paddle, PyTorch): its saved values are gone there."""
+    first = tracer.released.get(node)
+    if first is not None:
+        raise TraceError(f"backward() runs through {node.op} at {node.loc}, which the "
+                         f"backward() at {first} already differentiated and released: pass "
+                         "retain_graph=True to that earlier backward() to backpropagate "
+                         "through it again", loc)
+
+
+def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object],
+             retain_graph: bool = False):
     """Append the backward of `root` (a traced tensor) to `tracer`'s graph. `wrap(value)`
     makes a fresh traced tensor of an SSA value: the tracer passes it in, so this pass
-    depends on the IR and the registry only, never on the tracer's Tensor class."""
+    depends on the IR and the registry only, never on the tracer's Tensor class.
+    `retain_graph=False` releases the differentiated nodes (step 6)."""
     loc = tracer.loc()
     r = root._v()
     if not r.requires_grad:
@@ -104,6 +120,7 @@ def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object]):
             if seed.shape != root.shape:
                 seed = seed.broadcast_to(root.shape)
         grads = {r: seed}
+        differentiated = []
         for node in reversed(list(tracer.graph.nodes)):  # Step 2
             g = grads.get(node.out)
             if g is None or not node.out.requires_grad or node.out in tracer.leaf_of:
@@ -112,6 +129,8 @@ def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object]):
             if old is not None:  # a write that recorded no gradient: pass it on unchanged
                 grads[old] = grads[old] + g if old in grads else g
                 continue
+            _check_not_released(tracer, node, loc)
+            differentiated.append(node)
             opdef = REGISTRY[node.op]
             form = choose_vjp_form(opdef, node, tracer.overwritten)  # Step 3
             tracer.in_backward = node
@@ -143,6 +162,9 @@ def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object]):
             else:
                 leaf.grad.add_(g)
         tracer.backward_calls += 1
+        if not retain_graph:
+            for node in differentiated:
+                tracer.released[node] = loc
     finally:
         tracer.grad_enabled, tracer.backward_loc = saved_grad_mode, None
         tracer.in_backward = None

@@ -453,7 +453,7 @@ def test_explicit_grad_array_and_tensor():
     def f(x, g):
         x.stop_gradient = False
         y = x.sin()
-        y.backward(G)                    # a numpy array
+        y.backward(G, retain_graph=True) # a numpy array; keeps the graph for the next call
         y.backward(g * 2.0)              # a traced tensor; accumulates
         return x.grad
 
@@ -503,7 +503,7 @@ def test_repeated_backward_keeps_view_grads_apart():
         for t in (a, b, c):
             t.stop_gradient = False
         y = c + cc.concat([a, b])
-        y.sum().backward()
+        y.sum().backward(retain_graph=True)
         (y * 2.0).sum().backward()
         a.grad.zero_()
         return a.grad, b.grad, c.grad
