@@ -16,7 +16,7 @@ from .errors import (CompilerError, DataError, InplaceError, RetraceWarning, Sha
                      SignatureError, TraceError)
 from .ir import Graph, type_str
 from .layout import apply_view
-from .ops import SUPPORTED_DTYPES
+from .ops import REGISTRY, SUPPORTED_DTYPES, VIEW
 from .ops.nn_ops import bad_label, label_range_message
 from .tensor import Storage, Tensor, _is_scalar
 
@@ -117,6 +117,7 @@ def _trace(fn, args, loc, name=None, kwnames=()) -> tuple[Graph, tuple]:
         result = fn(*targs[:npos], **dict(zip(kwnames, targs[npos:])))
         tensors: list[Tensor] = []
         graph.output_tree = _flatten_result(result, tensors, loc)
+        tracer.return_loc = _tr.return_loc(fn)
         graph.outputs = [t._v() for t in tensors]
     graph.mutations = {k: s.base for k, s in enumerate(storages)
                        if s.base is not graph.inputs[k]}
@@ -279,17 +280,43 @@ class Program:
         for k, arr in muts.items():
             if not _same_memory(arr, arrays[k]):
                 np.copyto(arrays[k], arr)
-        mutated_by_value = {id(v): k for k, v in self.graph.mutations.items()}
         results = []
         for v, arr in zip(self.graph.outputs, outs):
-            if id(v) in mutated_by_value:
-                results.append(arrays[mutated_by_value[id(v)]])  # eager: `y = x.add_(1)`
+            # An argument, or a view of one, is returned as that array or that view of it, as
+            # NumPy and PyTorch do (`return x`, `return x[1:]`, `return x.add_(1)`): 0 output
+            # bytes, as planned.
+            view = self._argument_view(v, arrays)
+            if view is not None:
+                results.append(view)
             elif any(np.may_share_memory(arr, a) for k, a in enumerate(arrays)
                      if k not in donated):
                 results.append(arr.copy())  # never hand out an alias of a caller's array
             else:
                 results.append(arr)
         return _rebuild(self.graph.output_tree, results)
+
+    def _argument_view(self, v, arrays) -> np.ndarray | None:
+        """`v` as a view of the caller's array it lives in, if it is an argument's value at
+        the end of the call (its value at the call when it is never written), or a view of it."""
+        final = {id(m): k for k, m in self.graph.mutations.items()}
+        chain, cur = [], v
+        while id(cur) not in final and cur.producer is not None \
+                and REGISTRY[cur.producer.op].kind == VIEW:
+            chain.append((cur.producer.op, cur.producer.attrs))
+            cur = cur.producer.inputs[0]
+        chain.reverse()
+        if id(cur) in final:
+            k = final[id(cur)]
+        elif cur.producer is None and self.graph.inputs.index(cur) not in self.graph.mutations:
+            k = self.graph.inputs.index(cur)
+        else:
+            return None  # computed, or a view of an argument's value before it was written
+        out = arrays[k]
+        for op, attrs in chain:
+            out = apply_view(out, op, attrs)
+            if out is None:  # a reshape the caller's strides can't take as a view
+                return None
+        return out
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:

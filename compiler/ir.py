@@ -5,12 +5,12 @@ survives as marks on nodes (`Node.inplace_of`: the input the user asked to overw
 graph's input mutations (`Graph.mutations`), which the reinplace pass turns back into real
 in-place writes when that is provably safe.
 
-Printed form (the format tests pin)::
+Printed form (the format tests pin; `[k]` is the node's program point)::
 
     graph f(x: f32[2,3], w: f32[3,4]) {
-      %0:f32[2,4] = matmul %x, %w                 # model.py:12
-      %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
-      return %1
+      [0] %0:f32[2,4] = matmul %x, %w                 # model.py:12
+      [1] %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
+      [2] return %1
     }
 """
 from __future__ import annotations
@@ -249,17 +249,22 @@ def format_node(n: Node) -> str:
 
 
 def format_graph(g: Graph) -> str:
+    """The listing: each node prefixed with its program point `[k]` (the numbering that live
+    intervals, the plan's report, its JSON and `plot()` use; the arguments are point -1, the
+    return is point len(nodes))."""
     params = ", ".join(f"{v.name}: {v.type}" for v in g.inputs)
     lines = [f"graph {g.name}({params}) {{"]
     phase = "forward"
-    for n in g.nodes:
+    width = len(str(len(g.nodes)))
+    for i, n in enumerate(g.nodes):
         if n.phase != phase:
             lines.append(f"  // {n.phase}")
             phase = n.phase
-        body = format_node(n)
-        lines.append(f"  {body:<48}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
+        body = f"[{i:>{width}}] {format_node(n)}"
+        lines.append(f"  {body:<52}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
     rets = ", ".join(v.ref() for v in g.outputs)
-    lines.append(f"  return {rets}" if rets else "  return")
+    end = f"[{len(g.nodes):>{width}}]"
+    lines.append(f"  {end} return {rets}" if rets else f"  {end} return")
     for i, v in g.mutations.items():
         lines.append(f"  mutate {g.inputs[i].ref()} <- {v.ref()}  # {g.mutation_locs.get(i, '')}")
     lines.append("}")

@@ -69,3 +69,31 @@ def test_decisions_carry_their_phase():
     assert header.split()[:4] == ["op", "where", "phase", "requested"]
     data = json.loads(plan.to_json())
     assert {d["phase"] for d in data["decisions"]} == phases
+
+
+def view_rederived_at_return(x):
+    y = x * 2.0
+    v = y[1:]
+    y.add_(1.0)
+    return v                     # v is re-derived from the written y here
+
+
+def test_nodes_made_for_the_outputs_carry_the_return_line():
+    graph = cc.compile(view_rederived_at_return).lower(X).graph
+    last = graph.nodes[-1]
+    assert last.op == "slice" and last.out is graph.outputs[0]
+    assert str(last.loc) == f"test_reasons.py:{line_of(view_rederived_at_return, 'return v')}"
+
+
+def test_printed_graph_numbers_the_points_the_plan_uses():
+    prog = cc.compile(view_rederived_at_return).lower(X)
+    text = str(prog.graph)
+    for k, node in enumerate(prog.graph.nodes):
+        assert f"[{k}] {node.out.ref()}:" in text
+    assert f"[{len(prog.graph.nodes)}] return" in text
+    for b in prog.plan.buffers:  # every interval is in the points the listing shows
+        assert -1 <= b.start <= b.end <= len(prog.graph.nodes)
+    data = json.loads(prog.plan.to_json())
+    assert data["num_points"] == len(prog.graph.nodes)
+    point = {v["value"]: v["point"] for v in data["values"]}
+    assert all(point[n.out.ref()] == k for k, n in enumerate(prog.graph.nodes))
