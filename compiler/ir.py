@@ -56,6 +56,15 @@ class Loc:
 UNKNOWN_LOC = Loc("<unknown>", 0)
 
 
+def _at(loc: Loc, where) -> bool:
+    """Does `loc` match `where`: a line number, "file.py:LINE" or "/path/to/file.py:LINE"?"""
+    if isinstance(where, int):
+        return loc.line == where
+    file, _, line = str(where).rpartition(":")
+    return loc.line == int(line) and (loc.file == file or loc.file.endswith(os.sep + file)
+                                      or os.path.basename(loc.file) == file)
+
+
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 
@@ -168,7 +177,32 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def op(self, op: str, *inputs: Value, loc=UNKNOWN_LOC, phase: str = "forward",
+           inplace_of: int | None = None, **attrs) -> Value:
+        """Append `op(*inputs, **attrs)`, typed by the registry's rule, and return its value:
+        the way to build a graph by hand (`y = g.op("exp", x)`)."""
+        from .errors import CompilerError
+        from .ops import REGISTRY
+        if op not in REGISTRY:
+            raise CompilerError(f"unknown op {op!r}: the registry has "
+                                + ", ".join(sorted(REGISTRY)))
+        shape, dtype = REGISTRY[op].infer([(v.shape, v.dtype) for v in inputs], **attrs)
+        return self.add_node(op, inputs, attrs, shape, dtype, loc, phase, inplace_of).out
+
     # -- queries ------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        """The value printed as `name` ("%3", "%x" or "x")."""
+        ref = name if name.startswith("%") else f"%{name}"
+        for v in self.all_values():
+            if v.ref() == ref:
+                return v
+        raise KeyError(f"{self.name} has no value {ref}")
+
+    def nodes_at(self, where) -> list[Node]:
+        """The nodes made by one source line: `where` is a line number, "file.py:LINE" or a
+        path ending in "file.py:LINE"."""
+        return [n for n in self.nodes if _at(n.loc, where)]
+
     def users(self) -> dict[Value, list[Node]]:
         """Map every value to the nodes that read it, in program order."""
         users: dict[Value, list[Node]] = {v: [] for v in self.inputs}
