@@ -12,7 +12,8 @@ For each program and inputs:
   2. `passes.verify.verify_plan` accepts the plan; `naive_bytes >= no_inplace_peak_bytes >=
      peak_bytes >= lower_bound_bytes` (strict: peak >= lower bound); `no_inplace_peak_bytes` is
      the peak of the inplace="off" plan; inplace decisions never raise the lower bound
-     (auto <= off; see test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_bound).
+     (auto <= off; see
+     test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_bound).
      `peak_bytes <= no_inplace_peak_bytes` (placement is a heuristic, so "auto" falls back
      to the plan without reuse when that one is smaller: test_inplace_never_raises_the_placed_
      peak).
