@@ -5,16 +5,17 @@ survives as marks on nodes (`Node.inplace_of`: the input the user asked to overw
 graph's input mutations (`Graph.mutations`), which the reinplace pass turns back into real
 in-place writes when that is provably safe.
 
-Printed form (the format tests pin)::
+Printed form (the format tests pin; `[k]` is the node's program point)::
 
     graph f(x: f32[2,3], w: f32[3,4]) {
-      %0:f32[2,4] = matmul %x, %w                 # model.py:12
-      %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
-      return %1
+      [0] %0:f32[2,4] = matmul %x, %w                 # model.py:12
+      [1] %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
+      [2] return %1
     }
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,10 +56,19 @@ class Loc:
 UNKNOWN_LOC = Loc("<unknown>", 0)
 
 
+def _at(loc: Loc, where) -> bool:
+    """Does `loc` match `where`: a line number, "file.py:LINE" or "/path/to/file.py:LINE"?"""
+    if isinstance(where, int):
+        return loc.line == where
+    file, _, line = str(where).rpartition(":")
+    return loc.line == int(line) and (loc.file == file or loc.file.endswith(os.sep + file)
+                                      or os.path.basename(loc.file) == file)
+
+
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 
-    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad")
+    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad", "size")
 
     def __init__(self, id: int, shape, dtype, producer: Node | None = None,
                  name: str | None = None):
@@ -68,10 +78,7 @@ class Value:
         self.producer = producer
         self.name = name  # graph inputs carry the parameter name
         self.requires_grad = False  # trace-time autodiff bookkeeping
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -109,6 +116,23 @@ class Node:
 
 
 @dataclass(eq=False)
+class DataCheck:
+    """A check on data the dtype and shape rules can't decide (class labels in range),
+    recorded at trace time. When the checked value is a view of a caller's argument
+    (`input_index`, through the view ops of `chain`), the driver checks the array at the call's
+    entry, before anything runs; otherwise `node` checks it while the program runs, and the
+    driver keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+
+    what: str                       # the user's function, e.g. "cross_entropy"
+    node: Node                      # the node that checks during the run
+    input_index: int | None         # the argument the value is a view of, if any
+    chain: tuple                    # its view ops ((op, attrs), ...) from that argument
+    num_classes: int
+    ignore_index: int | None
+    loc: Loc = UNKNOWN_LOC
+
+
+@dataclass(eq=False)
 class Graph:
     """A traced program.
 
@@ -126,6 +150,10 @@ class Graph:
     output_tree: Any = None
     mutations: dict[int, Value] = field(default_factory=dict)
     mutation_locs: dict[int, Loc] = field(default_factory=dict)
+    data_checks: list[DataCheck] = field(default_factory=list)
+    # numpy arrays the function captured as constants (cc.to_tensor, operands):
+    # [(node, reference to the array, snapshot of its values at trace time)]
+    captured: list = field(default_factory=list)
     # Nodes the user asked to run in place (`Node.inplace_of`) that dead-code elimination
     # removed: the plan still reports them, so a user looking for `x.sin_()` finds it.
     removed: list[Node] = field(default_factory=list)
@@ -149,7 +177,32 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def op(self, op: str, *inputs: Value, loc=UNKNOWN_LOC, phase: str = "forward",
+           inplace_of: int | None = None, **attrs) -> Value:
+        """Append `op(*inputs, **attrs)`, typed by the registry's rule, and return its value:
+        the way to build a graph by hand (`y = g.op("exp", x)`)."""
+        from .errors import CompilerError
+        from .ops import REGISTRY
+        if op not in REGISTRY:
+            raise CompilerError(f"unknown op {op!r}: the registry has "
+                                + ", ".join(sorted(REGISTRY)))
+        shape, dtype = REGISTRY[op].infer([(v.shape, v.dtype) for v in inputs], **attrs)
+        return self.add_node(op, inputs, attrs, shape, dtype, loc, phase, inplace_of).out
+
     # -- queries ------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        """The value printed as `name` ("%3", "%x" or "x")."""
+        ref = name if name.startswith("%") else f"%{name}"
+        for v in self.all_values():
+            if v.ref() == ref:
+                return v
+        raise KeyError(f"{self.name} has no value {ref}")
+
+    def nodes_at(self, where) -> list[Node]:
+        """The nodes made by one source line: `where` is a line number, "file.py:LINE" or a
+        path ending in "file.py:LINE"."""
+        return [n for n in self.nodes if _at(n.loc, where)]
+
     def users(self) -> dict[Value, list[Node]]:
         """Map every value to the nodes that read it, in program order."""
         users: dict[Value, list[Node]] = {v: [] for v in self.inputs}
@@ -230,17 +283,22 @@ def format_node(n: Node) -> str:
 
 
 def format_graph(g: Graph) -> str:
+    """The listing: each node prefixed with its program point `[k]` (the numbering that live
+    intervals, the plan's report, its JSON and `plot()` use; the arguments are point -1, the
+    return is point len(nodes))."""
     params = ", ".join(f"{v.name}: {v.type}" for v in g.inputs)
     lines = [f"graph {g.name}({params}) {{"]
     phase = "forward"
-    for n in g.nodes:
+    width = len(str(len(g.nodes)))
+    for i, n in enumerate(g.nodes):
         if n.phase != phase:
             lines.append(f"  // {n.phase}")
             phase = n.phase
-        body = format_node(n)
-        lines.append(f"  {body:<48}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
+        body = f"[{i:>{width}}] {format_node(n)}"
+        lines.append(f"  {body:<52}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
     rets = ", ".join(v.ref() for v in g.outputs)
-    lines.append(f"  return {rets}" if rets else "  return")
+    end = f"[{len(g.nodes):>{width}}]"
+    lines.append(f"  {end} return {rets}" if rets else f"  {end} return")
     for i, v in g.mutations.items():
         lines.append(f"  mutate {g.inputs[i].ref()} <- {v.ref()}  # {g.mutation_locs.get(i, '')}")
     lines.append("}")

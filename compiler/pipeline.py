@@ -78,35 +78,42 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
     ]
 
 
-def donated_names(graph, signature, donate) -> tuple[str, ...]:
-    """`donate` as parameter names: positions count the function's arguments."""
-    names, k, by_position = [], 0, {}
-    for pos, sig in enumerate(signature):
-        if sig[0] == "array":
-            by_position[pos] = graph.inputs[k].name
-            k += 1
+def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]:
+    """`donate` as graph input names: positions count the function's arguments."""
+    from .arguments import graph_input_positions
+    param_names = param_names or [f"arg{p}" for p in range(len(signature))]
+    input_of = {p: graph.inputs[k].name
+                for k, (kind, p) in enumerate(graph_input_positions(signature))
+                if kind == "array"}
+    names = []
     for d in donate:
-        if isinstance(d, str):
-            if d not in {v.name for v in graph.inputs}:
-                raise InplaceError(f"donate names '{d}', which is not an array parameter of "
-                                   f"{graph.name}")
-            names.append(d)
-        elif d in by_position:
-            names.append(by_position[d])
-        else:
-            raise InplaceError(f"donate position {d} is not an array argument of {graph.name}")
+        pos = param_names.index(d) if isinstance(d, str) and d in param_names else d
+        if isinstance(d, str) and pos == d:
+            pos = next((p for p, n in input_of.items() if n == d), None)
+        if pos is None or not isinstance(pos, int) or not 0 <= pos < len(signature) \
+                or signature[pos][0] == "scalar":
+            what = f"names '{d}', which is not an array parameter" if isinstance(d, str) \
+                else f"position {d} is not an array argument"
+            raise InplaceError(f"donate {what} of {graph.name}")
+        if signature[pos][0] == "view":
+            others = [param_names[q] for q, e in enumerate(signature)
+                      if q != pos and e[0] == "view" and e[3] == signature[pos][3]]
+            raise InplaceError(f"donated argument '{param_names[pos]}' shares memory with "
+                               f"argument '{others[0]}'")
+        names.append(input_of[pos])
     if len(set(names)) != len(names):
         raise InplaceError(f"argument '{next(n for n in names if names.count(n) > 1)}' is "
                            "donated twice")
-    # A mutated argument's buffer must end up holding its new value: donating it frees nothing.
-    mutated = {graph.inputs[k].name for k in graph.mutations}
-    return tuple(n for n in names if n not in mutated)
+    # A mutated argument stays in the list: the reinplace pass never reuses its buffer (it must
+    # end up holding the new value) and says so in its reasons.
+    return tuple(names)
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
-                 sanitize=None):
+                 sanitize=None, param_names=None):
     from .api import Program
-    state = CompileState(graph, backend, inplace, donated_names(graph, signature, donate))
+    state = CompileState(graph, backend, inplace,
+                         donated_names(graph, signature, donate, param_names))
     dump = set(filter(None, os.environ.get("COMPILER_DUMP", "").split(",")))
     for name, fn in pipeline(backend, inplace, donate):
         try:
@@ -123,7 +130,7 @@ def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
         sanitize = os.environ.get("COMPILER_SANITIZE", "") not in ("", "0")
     executable = _lower(state, backend, sanitize)
     return Program(state.graph, signature, backend, inplace, state.donate, state.plan,
-                   executable)
+                   executable, param_names)
 
 
 def _lower(state, backend, sanitize):

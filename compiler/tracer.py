@@ -36,6 +36,11 @@ def user_loc(depth: int = 1) -> Loc:
 _STACK: list["Tracer"] = []
 
 
+def active() -> "Tracer | None":
+    """The tracer recording now, or None outside any trace."""
+    return _STACK[-1] if _STACK else None
+
+
 def current() -> "Tracer":
     if not _STACK:
         raise TraceError("no function is being traced: tensors exist only inside cc.compile "
@@ -58,6 +63,11 @@ class Tracer:
         # not the history, so autodiff passes the new value's gradient on to the old one.
         self.grad_alias: dict[Value, Value] = {}
         self.input_storages: list = []
+        # While the returned values are materialized (views re-derived after the function
+        # returned): the line of its `return`, not the caller's `lower()` / `fn(x)` line.
+        self.return_loc: Loc | None = None
+        # Nodes a backward() without retain_graph differentiated -> that backward()'s line.
+        self.released: dict[Node, Loc] = {}
 
     def __enter__(self):
         _STACK.append(self)
@@ -81,6 +91,8 @@ class Tracer:
             return self.in_backward.loc
         if self.backward_loc is not None:
             return self.backward_loc
+        if self.return_loc is not None:
+            return self.return_loc
         return user_loc()
 
     def emit(self, op: str, inputs: list[Value], attrs: dict | None = None,
@@ -116,6 +128,22 @@ class Tracer:
                                   and node.out.dtype.kind == "f"
                                   and any(v.requires_grad for v in inputs))
         return node.out
+
+
+def return_loc(fn) -> Loc | None:
+    """The line of `fn`'s `return` statement when it has exactly one (found in its bytecode),
+    else its last line; None for callables without Python code."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    if code is None:
+        return None
+    import dis
+    lines = {i.positions.lineno for i in dis.get_instructions(code)
+             if i.opname.startswith("RETURN") and i.positions and i.positions.lineno}
+    explicit = sorted(lines)
+    if not explicit:
+        return None
+    line = explicit[0] if len(explicit) == 1 else explicit[-1]
+    return Loc(code.co_filename, line, linecache.getline(code.co_filename, line))
 
 
 @contextlib.contextmanager
