@@ -118,10 +118,11 @@ class RandomProgram:
         before the update."""
         assert self.has_backward
         lines = list(self.lines)
-        last = lines.index("loss2.backward()") if "loss2.backward()" in lines \
-            else lines.index("loss.backward()")
-        forward = [line for line in lines[:last] if not line.endswith(".backward()")]
-        total = "loss + loss2" if "loss2.backward()" in lines else "loss"
+        calls = [i for i, line in enumerate(lines) if line.startswith(("loss.backward(",
+                                                                       "loss2.backward("))]
+        last = calls[-1]
+        forward = [line for i, line in enumerate(lines[:last]) if i not in calls]
+        total = "loss + loss2" if len(calls) == 2 else "loss"
         grads = "".join(f"{w}.grad, " for w in self.leaves)
         head = ("import compiler as cc\nimport compiler.nn.functional as F\n"
                 f"def program({', '.join(self.inputs)}):\n")

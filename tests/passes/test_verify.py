@@ -201,11 +201,15 @@ def test_verify_plan_rejects_live_buffers_that_overlap():
     _rejects(prog, r"buffers #2 and #3 are live together and overlap in the arena")
 
 
-def test_verify_plan_rejects_touching_buffers_that_share_memory():
+@pytest.mark.parametrize("older, newer", [(0, 0), (0, 64), (64, 0)])
+def test_verify_plan_rejects_touching_buffers_that_share_memory(older, newer):
     # %2 dies at the multiply that defines %3: a copy (not an inplace op) never shares with its
-    # source, since it would overwrite operands it has not read yet.
+    # source, since it would overwrite operands it has not read yet. The newer buffer lies at,
+    # above or below the older one.
     prog = _lower(chain, X, inplace="off")
-    _buffer(prog, "%3").offset = 0
+    assert prog.plan.arena_bytes >= 64 + 96
+    _buffer(prog, "%2").offset = older
+    _buffer(prog, "%3").offset = newer
     _rejects(prog, r"buffers #2 and #3 are live together and overlap in the arena")
 
 

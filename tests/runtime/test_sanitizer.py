@@ -38,7 +38,8 @@ def _early_death_plan():
 
 def _run(prog, sanitize):
     exe = ArenaExecutable(prog.graph, prog.plan, sanitize=sanitize)
-    exe.arena[:] = 0  # whatever the allocator handed out: here, zeros
+    # The arena as the allocator hands it out (the first call allocates it): here, zeros.
+    exe.arena = np.zeros(prog.plan.arena_bytes, np.uint8)
     outs, _ = exe.run([X.copy()])
     return outs[0]
 
@@ -75,7 +76,7 @@ def test_a_sanitized_call_starts_from_an_all_poison_arena():
     # number. Here the arena holds an earlier unsanitized call's data, and padding.
     prog = cc.compile(program, sanitize=False).lower(X)
     exe = ArenaExecutable(prog.graph, prog.plan, sanitize=False)
-    exe.arena[:] = 0x3C
+    exe.arena = np.full(prog.plan.arena_bytes, 0x3C, np.uint8)
     first, _ = exe.run([X.copy()])
     used = np.zeros(prog.plan.arena_bytes, bool)
     for b in prog.plan.buffers:
