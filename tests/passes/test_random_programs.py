@@ -53,6 +53,7 @@ import compiler as cc
 import compiler.nn.functional as F
 from compiler.api import _rebuild
 from compiler.arguments import bind
+from passes import dce, plan_memory
 from passes.verify import verify_plan
 from runtime.reference import evaluate
 
@@ -220,6 +221,13 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
         f"inplace raised the lower bound\n{auto.plan.summary()}\n{off.plan.summary()}"
     assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
     assert auto.plan.peak_bytes <= auto.plan.no_inplace_peak_bytes, auto.plan.summary()
+    # CSE merges only values whose lives overlap: it never raises the lower bound (planned
+    # here without the fallback of "auto" to the plan without reuse, on both graphs).
+    unmerged = dce(cc.trace(fn, *prog.arrays()))
+    for mode in ("auto", "off"):
+        before = plan_memory(unmerged, mode, baseline=False).lower_bound_bytes
+        after = plan_memory(auto.graph, mode, baseline=False).lower_bound_bytes
+        assert after <= before, f"CSE raised the lower bound ({mode}): {before} -> {after}"
     if donate:
         _run(fn, expected, "auto", donate)
         _run(fn, expected, "off", donate)
