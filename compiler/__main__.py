@@ -11,11 +11,13 @@ def main(argv=None) -> int:
     sub.add_parser("demo", help="run the seed experiments and example models")
     plan = sub.add_parser("plan", help="print the memory plan of an example program")
     plan.add_argument("path")
+    plan.add_argument("--html", metavar="OUT.html",
+                      help="also write the plan explorer page (one self-contained HTML file)")
     args = parser.parse_args(argv)
     from . import cli
     if args.command == "demo":
         return cli.demo()
-    return cli.plan(args.path)
+    return cli.plan(args.path, html=args.html)
 
 
 if __name__ == "__main__":

@@ -76,13 +76,18 @@ def demo() -> int:
     return 1 if failures else 0
 
 
-def plan(path: str) -> int:
-    """Print the full memory plan report of an example exposing `build_program()`."""
+def plan(path: str, html: str | None = None) -> int:
+    """Print the full memory plan report of an example exposing `build_program()`; with
+    `html`, also write the plan explorer page there."""
     module = load_example(path)
     if not hasattr(module, "build_program"):
         print(f"{path} defines no build_program()", file=sys.stderr)
         return 2
-    print(module.build_program().plan.report())
+    memory_plan = module.build_program().plan
+    print(memory_plan.report())
+    if html:
+        memory_plan.to_html(html)
+        print(f"wrote {html}")
     return 0
 
 
