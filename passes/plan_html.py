@@ -62,6 +62,21 @@ def byte_ticks(top: float, count: int = 5) -> tuple[list[float], str, int]:
     return ticks, unit, size
 
 
+def buffer_source(b, comment: bool = True) -> str:
+    """Where a buffer's first value comes from: `model.py:12: h = x @ w` or `argument 'x'`."""
+    v = b.values[0]
+    p = v.producer
+    if p is None:
+        return f"argument '{v.name}'"
+    text = p.loc.text.strip()
+    if not comment:
+        text = re.split(r"\s+#\s", text)[0]
+    return f"{p.loc}: {text}" if text else f"{p.loc} ({p.op})"
+
+
+PEAK_ROWS = 12  # buffers listed by name under the arena picture; the rest are summed
+
+
 def reason_kind(reason: str) -> str:
     """A reason with its particulars (values, names, shapes, lines, numbers) removed, so that
     decisions refused for the same rule group together: "input argument 'x' is a caller's
@@ -228,6 +243,30 @@ class _Page:
         text = f": {p.loc.text.strip()}" if p.loc.text.strip() else ""
         return f"{p.op}{where}{text}"
 
+    def peak_html(self) -> str:
+        """What makes the peak: the buffers live there, largest first."""
+        plan, t = self.plan, self.peak
+        live = sorted((b for b in plan.buffers if b.kind == "input" or b.live_at(t)),
+                      key=lambda b: (-b.size, b.id))
+        total = self.curve[t + 1]
+
+        def counted(b):
+            return -(-b.size // plan.alignment) * plan.alignment if b.kind == "arena" else b.size
+
+        rows = [f'<tr><td><a href="#buf-{b.id}" data-buf="{b.id}">#{b.id}</a></td>'
+                f'<td>{esc(b.kind)}</td><td>{esc(b.phase)}</td><td>{human_bytes(b.size)}</td>'
+                f'<td>{100 * counted(b) / total:.1f}%</td><td class="src">'
+                f'{esc(buffer_source(b))}</td></tr>' for b in live[:PEAK_ROWS]]
+        rest = live[PEAK_ROWS:]
+        if rest:
+            rows.append(f'<tr><td colspan="3">and {len(rest)} smaller</td>'
+                        f'<td>{human_bytes(sum(b.size for b in rest))}</td><td>'
+                        f'{100 * sum(counted(b) for b in rest) / total:.1f}%</td><td></td></tr>')
+        return (f'<p>At the peak, point [{t}], {human_bytes(total)} are live in '
+                f'{len(live)} buffers:</p><table id="peak-table"><thead><tr><th>buffer</th>'
+                f'<th>kind</th><th>phase</th><th>size</th><th>share</th><th>made by</th></tr>'
+                f'</thead><tbody>{"".join(rows)}</tbody></table>')
+
     # -- 2. bytes over time ------------------------------------------------------------------
     def curves(self) -> list[tuple[str, str, list[int]]]:
         """(css class, label, live bytes per point) for each order drawn."""
@@ -283,7 +322,10 @@ class _Page:
         options = "".join(f'<option value="{esc(k)}">{esc(k)}</option>' for k in kinds)
         rows = []
         for i, (d, buf) in enumerate(zip(self.plan.decisions, self.decision_buf)):
-            value = d.node.out.ref() if d.node is not None else ""
+            value = esc(d.node.out.ref()) if d.node is not None else ""
+            point = self.plan.defined.get(d.node.out) if d.node is not None else None
+            if point is not None:
+                value = f'<a href="#pt-{point}">{value}</a>'
             link = f'<a href="#buf-{buf}" data-buf="{buf}">#{buf}</a>' if buf is not None else ""
             rows.append(
                 f'<tr id="dec-{i}" data-requested="{"yes" if d.requested else "no"}" '
@@ -293,7 +335,7 @@ class _Page:
                 f'<td>{"yes" if d.requested else "no"}</td>'
                 f'<td class="{"yes" if d.inplace else "no"}">'
                 f'{"in place" if d.inplace else "refused"}</td>'
-                f'<td class="code">{esc(value)}</td><td>{link}</td>'
+                f'<td class="code">{value}</td><td>{link}</td>'
                 f'<td>{esc(d.reason)}</td></tr>')
         return f"""<div class="filters" id="decision-filters">
 <label>requested <select id="f-requested"><option value="">any</option>
@@ -354,13 +396,14 @@ class _Page:
             for v in b.values:
                 p = v.producer
                 point = self.plan.defined.get(v, -1)
-                at = f'<a href="#pt-{point}">[{point}]</a>' if point >= 0 else "entry"
-                rows.append(
-                    f'<tr><td class="code">{esc(v.ref())}</td><td class="code">{esc(v.type)}'
-                    f'</td><td class="code">{esc(p.op if p else "argument")}</td><td>{at}</td>'
-                    f'<td>{esc(p.phase if p else "input")}</td>'
-                    f'<td>{esc(p.loc if p and p.loc is not UNKNOWN_LOC else "")}</td>'
-                    f'<td class="src">{esc(p.loc.text.strip() if p else "")}</td></tr>')
+                at = f'<a href="#pt-{point}">[{point}]</a>' if point >= 0 else "[-1] entry"
+                what = (f"= {esc(p.op)} · {esc(p.phase)}" if p is not None
+                        else f"argument {esc(repr(v.name))}")
+                where = "" if p is None or p.loc is UNKNOWN_LOC else esc(p.loc)
+                src = esc(p.loc.text.strip()) if p is not None else ""
+                rows.append(f'<li><span class="code">{esc(v.ref())}:{esc(v.type)}</span> {what}'
+                            f' at {at}<div class="where">{where} <span class="src">{src}'
+                            f'</span></div></li>')
             decs = []
             for d in self.decisions_of.get(b.id, []):
                 decs.append(f'<li class="{"yes" if d.inplace else "no"}"><span class="code">'
@@ -378,9 +421,7 @@ class _Page:
                 f'<dt>kind</dt><dd>{esc(b.kind)}{" " + esc(repr(b.name)) if b.name else ""}</dd>'
                 f'<dt>size</dt><dd>{b.size} B ({human_bytes(b.size)})</dd>'
                 f'<dt>where</dt><dd>{where}</dd><dt>live</dt><dd>{live}</dd></dl>'
-                f'<h4>values ({len(b.values)})</h4><table class="values"><thead><tr><th>value'
-                f'</th><th>type</th><th>op</th><th>point</th><th>phase</th><th>where</th>'
-                f'<th>source</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+                f'<h4>values ({len(b.values)})</h4><ul class="values">{"".join(rows)}</ul>'
                 f'<h4>decisions on its values ({len(decs)})</h4>'
                 f'<ul class="decs">{"".join(decs) or "<li>none</li>"}</ul></section>')
         return "\n".join(out)
@@ -423,6 +464,7 @@ class _Page:
 <p class="keys">{self.legend_html()} <span class="key">outlined: returned buffer</span>
 <span class="key">click a buffer for its values, source lines and decisions</span></p>
 {self.arena_svg()}
+{self.peak_html()}
 <h2>Bytes over time</h2>
 {self.curve_svg()}
 <h2>Inplace decisions</h2>
@@ -480,8 +522,8 @@ border-left:1px solid #ddd;padding-left:12px}
 .detail{display:none}.detail.on,.detail:target{display:block}
 .detail h3{margin:6px 0}.detail dl{display:grid;grid-template-columns:60px 1fr;margin:0}
 .detail dt{color:#666}.detail dd{margin:0}
-.detail h4{margin:10px 0 4px}.values{font-size:12px}.values .src{color:#4a6a2a;
-font-family:monospace}
+.detail h4{margin:10px 0 4px}.values{font-size:12px;padding-left:16px;margin:0}
+.values li{margin-bottom:3px}.where{color:#666}.src{color:#4a6a2a;font-family:monospace}
 .decs{padding-left:16px;margin:0}
 """
 

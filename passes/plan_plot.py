@@ -3,9 +3,7 @@ and coloured by phase like the explorer page, phases shaded, the peak marked, an
 buffers live at the peak labelled with their source lines."""
 from __future__ import annotations
 
-import re
-
-from .plan_html import PHASE_COLORS, PHASE_SHADES, human_bytes
+from .plan_html import PHASE_COLORS, PHASE_SHADES, buffer_source, human_bytes
 
 LABELLED = 5  # how many of the buffers live at the peak get a label
 
@@ -13,16 +11,6 @@ LABELLED = 5  # how many of the buffers live at the peak get a label
 def _unit(top: int) -> tuple[str, int]:
     return next(((u, s) for u, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
                  if top >= s), ("B", 1))
-
-
-def buffer_source(b) -> str:
-    """Where a buffer's first value comes from: `model.py:12: h = x @ w` or `argument 'x'`."""
-    v = b.values[0]
-    p = v.producer
-    if p is None:
-        return f"argument '{v.name}'"
-    text = re.split(r"\s+#\s", p.loc.text.strip())[0]  # the line without its comment
-    return f"{p.loc}: {text}" if text else f"{p.loc} ({p.op})"
 
 
 def peak_labels(plan, count: int = LABELLED) -> list[tuple[object, str]]:
@@ -93,7 +81,7 @@ def plot_plan(plan, path: str) -> str:
     for i, b in enumerate(labelled):
         ty = top * (0.92 - 0.17 * i)
         tx = peak + (0.06 if right else -0.06) * (plan.num_points + 2)
-        text = buffer_source(b)
+        text = buffer_source(b, comment=False)
         text = text if len(text) <= 60 else text[:57] + "..."
         ax.annotate(f"#{b.id} {human_bytes(b.size)}  {text}", xy=(peak, mid(b)),
                     xytext=(tx, ty), fontsize=7.5, ha="left" if right else "right",

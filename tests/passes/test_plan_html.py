@@ -281,10 +281,20 @@ def test_the_page_works_in_a_headless_browser_without_network(browser, example_p
         f"{len(refused)} of {len(plan.decisions)}"
     d = plan.decisions[refused[0]]
     want = plan.buffer_of[d.node.out].id
-    x, y, w, h = browser.eval(CENTRE_OF % f"document.querySelector('#dec-{refused[0]} a')")
+    link = f"document.querySelector('#dec-{refused[0]} a[data-buf]')"
+    x, y, w, h = browser.eval(CENTRE_OF % link)
     browser.click(x, y)
     assert visible(browser, f"buf-{want}") and not visible(browser, f"buf-{target.id}")
     assert d.reason in browser.eval(f"document.getElementById('buf-{want}').innerText")
+    # a value in the graph listing: the node at the peak
+    node = plan.graph.nodes[plan.peak_point()]
+    x, y, w, h = browser.eval(CENTRE_OF % f"document.querySelector('#pt-{plan.peak_point()} "
+                                          f"a[data-buf]')")
+    browser.click(x, y)
+    assert visible(browser, f"buf-{plan.buffer_of[node.out].id}")
+    # what makes the peak, largest first
+    assert browser.eval("document.querySelector('#peak-table tbody tr a').textContent") == \
+        f"#{peak_labels(plan, 1)[0][0].id}"
     assert browser.errors() == []
 
 
