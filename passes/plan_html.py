@@ -74,6 +74,12 @@ def buffer_source(b, comment: bool = True) -> str:
     return f"{p.loc}: {text}" if text else f"{p.loc} ({p.op})"
 
 
+def first_value(b) -> str:
+    """The value that opened a buffer, as the listing writes it: `%83 = matmul`."""
+    v = b.values[0]
+    return v.ref() if v.producer is None else f"{v.ref()} = {v.producer.op}"
+
+
 PEAK_ROWS = 12  # buffers listed by name under the arena picture; the rest are summed
 
 
@@ -255,16 +261,19 @@ class _Page:
 
         rows = [f'<tr><td><a href="#buf-{b.id}" data-buf="{b.id}">#{b.id}</a></td>'
                 f'<td>{esc(b.kind)}</td><td>{esc(b.phase)}</td><td>{human_bytes(b.size)}</td>'
-                f'<td>{100 * counted(b) / total:.1f}%</td><td class="src">'
-                f'{esc(buffer_source(b))}</td></tr>' for b in live[:PEAK_ROWS]]
+                f'<td>{100 * counted(b) / total:.1f}%</td><td class="code">'
+                f'{esc(first_value(b))}</td><td class="src">{esc(buffer_source(b))}</td></tr>'
+                for b in live[:PEAK_ROWS]]
         rest = live[PEAK_ROWS:]
         if rest:
             rows.append(f'<tr><td colspan="3">and {len(rest)} smaller</td>'
                         f'<td>{human_bytes(sum(b.size for b in rest))}</td><td>'
-                        f'{100 * sum(counted(b) for b in rest) / total:.1f}%</td><td></td></tr>')
+                        f'{100 * sum(counted(b) for b in rest) / total:.1f}%</td>'
+                        f'<td colspan="2"></td></tr>')
         return (f'<p>At the peak, point [{t}], {human_bytes(total)} are live in '
                 f'{len(live)} buffers:</p><table id="peak-table"><thead><tr><th>buffer</th>'
-                f'<th>kind</th><th>phase</th><th>size</th><th>share</th><th>made by</th></tr>'
+                f'<th>kind</th><th>phase</th><th>size</th><th>share</th><th>first value</th>'
+                f'<th>made by</th></tr>'
                 f'</thead><tbody>{"".join(rows)}</tbody></table>')
 
     # -- 2. bytes over time ------------------------------------------------------------------
@@ -523,7 +532,9 @@ border-left:1px solid #ddd;padding-left:12px}
 .detail h3{margin:6px 0}.detail dl{display:grid;grid-template-columns:60px 1fr;margin:0}
 .detail dt{color:#666}.detail dd{margin:0}
 .detail h4{margin:10px 0 4px}.values{font-size:12px;padding-left:16px;margin:0}
-.values li{margin-bottom:3px}.where{color:#666}.src{color:#4a6a2a;font-family:monospace}
+.values li{margin-bottom:3px;overflow-wrap:anywhere}
+#peak-table td:not(.src){white-space:nowrap}
+.where{color:#666}.src{color:#4a6a2a;font-family:monospace}
 .decs{padding-left:16px;margin:0}
 """
 

@@ -83,7 +83,8 @@ def plot_plan(plan, path: str) -> str:
         tx = peak + (0.06 if right else -0.06) * (plan.num_points + 2)
         text = buffer_source(b, comment=False)
         text = text if len(text) <= 60 else text[:57] + "..."
-        ax.annotate(f"#{b.id} {human_bytes(b.size)}  {text}", xy=(peak, mid(b)),
+        op = b.values[0].producer.op if b.values[0].producer is not None else "input"
+        ax.annotate(f"#{b.id} {human_bytes(b.size)} {op}  {text}", xy=(peak, mid(b)),
                     xytext=(tx, ty), fontsize=7.5, ha="left" if right else "right",
                     va="center", zorder=4,
                     bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="#999", lw=0.5),

@@ -157,6 +157,19 @@ def test_filters_offer_requested_refused_phase_and_each_kind_of_reason(example_p
                        "layout").startswith("a later reshape of the output can't")
 
 
+def test_the_peak_table_lists_what_is_live_there_largest_first(example_plans):
+    plan = example_plans["transformer_block"]
+    text = render_html(plan)
+    table = re.search(r'<table id="peak-table">.*?</table>', text, re.S).group(0)
+    shown = [int(i) for i in re.findall(r'<tr><td><a href="#buf-(\d+)"', table)]
+    live = [b for b in plan.buffers if b.kind == "input" or b.live_at(plan.peak_point())]
+    want = sorted(live, key=lambda b: (-b.size, b.id))
+    assert shown == [b.id for b in want[:12]]
+    assert f"and {len(live) - 12} smaller" in table
+    assert f"{human_bytes(plan.lower_bound_bytes)} are live in {len(live)} buffers" in text
+    assert f"{want[0].values[0].ref()} = {want[0].values[0].producer.op}" in table
+
+
 def test_bytes_over_time_draws_the_written_order_only_when_a_schedule_gave_one():
     plan = small_plan()
     assert 'class="curve written"' not in render_html(plan)
