@@ -238,6 +238,11 @@ class _Page:
             lines.append(f"{v.ref()}:{v.type} {self.value_origin(v)}")
         if len(b.values) > 6:
             lines.append(f"... and {len(b.values) - 6} more values")
+        taken = [d for d in self.decisions_of.get(b.id, []) if d.inplace]
+        for d in taken[:3]:
+            lines.append(f"in place: {d.op} at {d.loc} ({d.reason})")
+        if len(taken) > 3:
+            lines.append(f"... and {len(taken) - 3} more in-place decisions")
         return "\n".join(lines)
 
     @staticmethod

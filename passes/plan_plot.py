@@ -23,6 +23,15 @@ def peak_labels(plan, count: int = LABELLED) -> list[tuple[object, str]]:
 
 
 def plot_plan(plan, path: str) -> str:
+    import matplotlib.pyplot as plt
+    fig = plan_figure(plan)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plan_figure(plan):
+    """The matplotlib Figure that plot() saves."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -102,6 +111,4 @@ def plot_plan(plan, path: str) -> str:
                  f"{human_bytes(plan.lower_bound_bytes)}, no-inplace peak "
                  f"{human_bytes(plan.no_inplace_peak_bytes)}", fontsize=10, pad=14)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

@@ -12,7 +12,7 @@ import compiler as cc
 from compiler.__main__ import main
 from compiler.cli import load_example
 from passes.plan_html import render_html, byte_ticks, human_bytes, reason_kind
-from passes.plan_plot import peak_labels
+from passes.plan_plot import peak_labels, plan_figure
 
 from browser import Browser, find_browser  # tests/passes/browser.py
 
@@ -214,6 +214,18 @@ def test_plot_labels_the_five_largest_buffers_live_at_the_peak(example_plans, tm
     biggest, text = labels[0]
     assert text.startswith(str(biggest.values[0].producer.loc) + ": ")
     assert "F.linear(m, w_fc2, b_fc2)" in text  # the line itself
+    fig = plan_figure(plan)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "bytes live (MiB)"
+    assert ax.get_ylim()[1] == pytest.approx(plan.peak_bytes / (1 << 20) * 1.08)
+    notes = {int(t.get_text().split()[0][1:]): t.get_text() for t in ax.texts
+             if hasattr(t, "arrow_patch")}  # annotations, not the phase names
+    assert sorted(notes) == sorted(b.id for b, _ in labels)
+    for b, _ in labels:
+        loc = b.values[0].producer.loc
+        assert f"{loc}: {loc.text.strip()[:20]}" in notes[b.id]
+    phases = [t.get_text() for t in ax.texts if not hasattr(t, "arrow_patch")]
+    assert phases == ["forward", "backward", "update"]  # one shaded span each
     path = plan.plot(str(tmp_path / "plan.png"))
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
