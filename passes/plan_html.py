@@ -50,10 +50,15 @@ def human_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def byte_unit(top: float) -> tuple[str, int]:
+    """The unit a scale up to `top` bytes reads best in: ("MiB", 1 << 20), ..."""
+    return next(((u, s) for u, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+                 if top >= s), ("B", 1))
+
+
 def byte_ticks(top: float, count: int = 5) -> tuple[list[float], str, int]:
     """Round tick values from 0 to >= top in B, KiB or MiB: (ticks in bytes, unit, unit size)."""
-    unit, size = next(((u, s) for u, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
-                       if top >= s), ("B", 1))
+    unit, size = byte_unit(top)
     span = max(top / size, 1e-9)
     raw = span / count
     mag = 10 ** math.floor(math.log10(raw))
@@ -78,6 +83,18 @@ def first_value(b) -> str:
     """The value that opened a buffer, as the listing writes it: `%83 = matmul`."""
     v = b.values[0]
     return v.ref() if v.producer is None else f"{v.ref()} = {v.producer.op}"
+
+
+def phase_runs(plan) -> list[tuple[str, int, int]]:
+    """(phase, first point, last point) for each run of nodes of one phase; none without the
+    graph."""
+    phases = [n.phase for n in plan.graph.nodes] if plan.graph is not None else []
+    runs, start = [], 0
+    for k in range(1, len(phases) + 1):
+        if k == len(phases) or phases[k] != phases[start]:
+            runs.append((phases[start], start, k - 1))
+            start = k
+    return runs
 
 
 PEAK_ROWS = 12  # buffers listed by name under the arena picture; the rest are summed
@@ -109,7 +126,6 @@ class _Page:
     def __init__(self, plan):
         self.plan = plan
         self.graph = plan.graph
-        self.points = list(range(-1, plan.num_points + 1))
         self.curve = plan.live_curve()
         self.peak = plan.peak_point()
         self.buf_of_ref = {v.ref(): b.id for v, b in plan.buffer_of.items()}
@@ -120,21 +136,11 @@ class _Page:
             self.decision_buf.append(b.id if b is not None else None)
             if b is not None:
                 self.decisions_of.setdefault(b.id, []).append(d)
-        nodes = self.graph.nodes if self.graph is not None else []
-        self.node_phases = [n.phase for n in nodes]
 
     # -- x axis shared by both pictures -------------------------------------------------------
     def x(self, t: float) -> float:
         """Left edge of program point t's cell."""
         return _LEFT + (t + 1) * _WIDTH / (self.plan.num_points + 2)
-
-    def phase_runs(self):
-        runs, start = [], 0
-        for k in range(1, len(self.node_phases) + 1):
-            if k == len(self.node_phases) or self.node_phases[k] != self.node_phases[start]:
-                runs.append((self.node_phases[start], start, k - 1))
-                start = k
-        return runs
 
     def x_axis(self, height: float) -> list[str]:
         out = [f'<line class="axis" x1="{_LEFT}" y1="{height}" x2="{_LEFT + _WIDTH}" '
@@ -153,7 +159,7 @@ class _Page:
 
     def shading(self, height: float) -> list[str]:
         out = []
-        for phase, a, b in self.phase_runs():
+        for phase, a, b in phase_runs(self.plan):
             out.append(f'<rect class="shade" x="{self.x(a):.2f}" y="{_TOP}" '
                        f'width="{self.x(b + 1) - self.x(a):.2f}" height="{height - _TOP}" '
                        f'fill="{PHASE_SHADES.get(phase, "#f4f4f4")}"/>')

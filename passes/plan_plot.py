@@ -3,14 +3,10 @@ and coloured by phase like the explorer page, phases shaded, the peak marked, an
 buffers live at the peak labelled with their source lines."""
 from __future__ import annotations
 
-from .plan_html import PHASE_COLORS, PHASE_SHADES, buffer_source, human_bytes
+from .plan_html import (PHASE_COLORS, PHASE_SHADES, buffer_source, byte_unit, human_bytes,
+                        phase_runs)
 
 LABELLED = 5  # how many of the buffers live at the peak get a label
-
-
-def _unit(top: int) -> tuple[str, int]:
-    return next(((u, s) for u, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
-                 if top >= s), ("B", 1))
 
 
 def peak_labels(plan, count: int = LABELLED) -> list[tuple[object, str]]:
@@ -23,8 +19,8 @@ def peak_labels(plan, count: int = LABELLED) -> list[tuple[object, str]]:
 
 
 def plot_plan(plan, path: str) -> str:
+    fig = plan_figure(plan)  # first: it says what to install when matplotlib is missing
     import matplotlib.pyplot as plt
-    fig = plan_figure(plan)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -42,7 +38,7 @@ def plan_figure(plan):
     from .memory_plan import align
     points = list(range(-1, plan.num_points + 1))
     curve = plan.live_curve()
-    unit, scale = _unit(max(curve + [plan.peak_bytes]))
+    unit, scale = byte_unit(max(curve + [plan.peak_bytes]))
     peak = plan.peak_point()
 
     def counted(b) -> int:  # the footing of live_bytes and the lower bound
@@ -55,15 +51,10 @@ def plan_figure(plan):
     series = [[counted(b) / scale if live(b, t) else 0.0 for t in points] for b in order]
     fig, ax = plt.subplots(figsize=(11, 4.8))
     # Step 1: phases shaded behind everything, named at the top.
-    nodes = plan.graph.nodes if plan.graph is not None else []
-    start = 0
-    for k in range(1, len(nodes) + 1):
-        if k == len(nodes) or nodes[k].phase != nodes[start].phase:
-            phase = nodes[start].phase
-            ax.axvspan(start - 0.5, k - 0.5, color=PHASE_SHADES.get(phase, "#f4f4f4"), zorder=0)
-            ax.text((start + k - 1) / 2, 1.01, phase, transform=ax.get_xaxis_transform(),
-                    ha="center", va="bottom", fontsize=8, color="#555")
-            start = k
+    for phase, first, last in phase_runs(plan):
+        ax.axvspan(first - 0.5, last + 0.5, color=PHASE_SHADES.get(phase, "#f4f4f4"), zorder=0)
+        ax.text((first + last) / 2, 1.01, phase, transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=8, color="#555")
     # Step 2: the stack, one band per buffer, coloured by the phase that opened it.
     ax.stackplot(points, series, colors=[PHASE_COLORS.get(b.phase, "#888") for b in order],
                  step="mid", linewidth=0.3, edgecolor="white", zorder=2)
