@@ -135,7 +135,7 @@ def plan(path: str, inplace: str = "auto", fmt: str = "report") -> int:
         if title:
             print(f"=== {title}")
         if fmt == "dot":
-            print(prog.graph.to_dot())
+            print(prog.graph.to_dot(prog.plan))
         else:
             print(prog.plan.report())
             print()
