@@ -15,11 +15,13 @@ from .pipeline import pipeline
 from .tensor import Tensor, to_tensor
 from .tracer import no_grad
 
+from . import passes  # noqa: E402  (the pass-level API: compiler.passes)
+
 globals().update({k: v for k, v in _creation.module_functions().items() if k not in globals()})
 
 __all__ = [
     "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
     "zeros_like", "ones_like", "concat", "where", "CompilerError", "InplaceError", "ShapeError",
-    "TraceError", "InsufficientMemoryError", "DataError", "RetraceWarning",
+    "TraceError", "InsufficientMemoryError", "passes", "DataError", "RetraceWarning",
 ]

@@ -293,7 +293,11 @@ class Program:
                 results.append(arr.copy())  # never hand out an alias of a caller's array
             else:
                 results.append(arr)
-        return _rebuild(self.graph.output_tree, results)
+        tree = self.graph.output_tree
+        if tree is None:  # a hand-built graph: one output, or a tuple of them
+            tree = ("t", 0) if len(results) == 1 else \
+                ("tuple", [("t", i) for i in range(len(results))])
+        return _rebuild(tree, results)
 
     def _argument_view(self, v, arrays) -> np.ndarray | None:
         """`v` as a view of the caller's array it lives in, if it is an argument's value at

@@ -8,8 +8,9 @@ key, says for each argument either `("array", shape, dtype)` (its own buffer: on
 `base = (group, box, shape, dtype)` names the alias group's storage: the smallest box of the
 smallest array that all the group's members view, traced as one graph input. A member that is
 exactly that storage has `index == perm == ()`: every such member is one and the same Tensor
-(`fn(w, w)` passes one tensor twice, as in eager PyTorch: a gradient sees both uses). Overlaps that are not such views of one owner
-(another dtype, a stride-0 broadcast, memory owned by something other than an ndarray) are
+(`fn(w, w)` passes one tensor twice, as in eager PyTorch: a gradient sees both uses).
+Overlaps that are not such views of one owner (another dtype, a stride-0 broadcast, memory
+owned by something other than an ndarray) are
 refused before anything runs.
 """
 from __future__ import annotations
@@ -22,8 +23,8 @@ from .errors import InplaceError
 def _base_candidates(members: list[np.ndarray]):
     """C-contiguous arrays that the members might all be views of, smallest first: a member
     itself (`fn(x, x[1:])`), then the memory's owner, then the owner reshaped to the grid of
-    the members' strides (`fn(x[:, 1:], x[:, :2])`: numpy's `.base` is the owner, often a 1-D buffer), then
-    the owner flat."""
+    the members' strides (`fn(x[:, 1:], x[:, :2])`: numpy's `.base` is the owner, often a
+    1-D buffer), then the owner flat."""
     for a in members:
         if a.flags.c_contiguous:
             yield a

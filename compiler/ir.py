@@ -56,6 +56,15 @@ class Loc:
 UNKNOWN_LOC = Loc("<unknown>", 0)
 
 
+def _at(loc: Loc, where) -> bool:
+    """Does `loc` match `where`: a line number, "file.py:LINE" or "/path/to/file.py:LINE"?"""
+    if isinstance(where, int):
+        return loc.line == where
+    file, _, line = str(where).rpartition(":")
+    return loc.line == int(line) and (loc.file == file or loc.file.endswith(os.sep + file)
+                                      or os.path.basename(loc.file) == file)
+
+
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 
@@ -168,7 +177,32 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def op(self, op: str, *inputs: Value, loc=UNKNOWN_LOC, phase: str = "forward",
+           inplace_of: int | None = None, **attrs) -> Value:
+        """Append `op(*inputs, **attrs)`, typed by the registry's rule, and return its value:
+        the way to build a graph by hand (`y = g.op("exp", x)`)."""
+        from .errors import CompilerError
+        from .ops import REGISTRY
+        if op not in REGISTRY:
+            raise CompilerError(f"unknown op {op!r}: the registry has "
+                                + ", ".join(sorted(REGISTRY)))
+        shape, dtype = REGISTRY[op].infer([(v.shape, v.dtype) for v in inputs], **attrs)
+        return self.add_node(op, inputs, attrs, shape, dtype, loc, phase, inplace_of).out
+
     # -- queries ------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        """The value printed as `name` ("%3", "%x" or "x")."""
+        ref = name if name.startswith("%") else f"%{name}"
+        for v in self.all_values():
+            if v.ref() == ref:
+                return v
+        raise KeyError(f"{self.name} has no value {ref}")
+
+    def nodes_at(self, where) -> list[Node]:
+        """The nodes made by one source line: `where` is a line number, "file.py:LINE" or a
+        path ending in "file.py:LINE"."""
+        return [n for n in self.nodes if _at(n.loc, where)]
+
     def users(self) -> dict[Value, list[Node]]:
         """Map every value to the nodes that read it, in program order."""
         users: dict[Value, list[Node]] = {v: [] for v in self.inputs}
@@ -202,16 +236,39 @@ class Graph:
                 g.add_edge(v.ref(), n.out.ref())
         return g
 
-    def to_dot(self) -> str:
-        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red."""
+    def to_dot(self, plan=None) -> str:
+        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red,
+        backward/update nodes dashed. With `plan` (a MemoryPlan of this graph), each value is
+        filled with its buffer's colour and labelled `#buffer`, and each decided node shows
+        "in place" or "copy" (the reason is its tooltip)."""
         lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", "  node [fontname=monospace];"]
+
+        def buffer_attrs(v):
+            if plan is None or v not in plan.buffer_of:
+                return "", ""
+            b = plan.buffer_of[v]
+            hue = (b.id * 0.618034) % 1.0  # golden-ratio hues: neighbours look different
+            return (f", style=filled, fillcolor=\"{hue:.3f} 0.35 1.0\"",
+                    f"\\n#{b.id} {b.kind}")
+
+        decided = {id(d.node): d for d in (plan.decisions if plan is not None else ())
+                   if d.node is not None}
         for v in self.inputs:
-            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}"];')
+            fill, tag = buffer_attrs(v)
+            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}{tag}"{fill}];')
         for n in self.nodes:
             color = ', color=red' if n.inplace_of is not None else ''
+            fill, tag = buffer_attrs(n.out)
             style = ', style=dashed' if n.phase != "forward" else ''
+            if fill and style:
+                style, fill = "", fill.replace("style=filled", "style=\"filled,dashed\"")
+            d = decided.get(id(n))
+            if d is not None:
+                reason = d.reason.replace('"', "'")
+                tag += f"\\n{'in place' if d.inplace else 'copy'}"
+                fill += f', tooltip="{reason}"'
             lines.append(f'  v{n.out.id} [label="{n.out.ref()} = {n.op}\\n{n.out.type}\\n'
-                         f'{n.loc}"{color}{style}];')
+                         f'{n.loc}{tag}"{color}{style}{fill}];')
             for v in n.inputs:
                 lines.append(f"  v{v.id} -> v{n.out.id};")
         for i, v in enumerate(self.outputs):

@@ -32,6 +32,8 @@ class Liveness:
 
 
 def liveness(graph: Graph, aliases: AliasInfo | None = None) -> Liveness:
+    """When each buffer root is defined and read, over the whole program in program order
+    (see the module docstring). `aliases` defaults to `alias_analysis(graph)`."""
     aliases = aliases or alias_analysis(graph)
     end = len(graph.nodes)
     defined = {v: -1 for v in graph.inputs}

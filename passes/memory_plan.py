@@ -98,6 +98,29 @@ class MemoryPlan:
     written_order_live_bytes: list[int] | None = field(default=None, repr=False)
 
     # -- inspection ------------------------------------------------------------------------
+    def buffer(self, value) -> Buffer:
+        """The buffer a value lives in: a `Value` or its printed name ("%3", "x")."""
+        if isinstance(value, str):
+            ref = value if value.startswith("%") else f"%{value}"
+            value = next((v for v in self.buffer_of if v.ref() == ref), None)
+            if value is None:
+                raise KeyError(f"the plan of {self.graph_name} has no value {ref}")
+        return self.buffer_of[value]
+
+    def decision(self, value) -> Decision:
+        """The inplace decision about the node that produces `value` (a `Value` or "%3")."""
+        ref = value if isinstance(value, str) else value.ref()
+        ref = ref if ref.startswith("%") else f"%{ref}"
+        for d in self.decisions:
+            if d.node is not None and d.node.out.ref() == ref:
+                return d
+        raise KeyError(f"no inplace decision about {ref} (only candidates get one)")
+
+    def decisions_at(self, where) -> list[Decision]:
+        """The decisions about one source line: a line number or "file.py:LINE"."""
+        from compiler.ir import _at
+        return [d for d in self.decisions if d.node is not None and _at(d.node.loc, where)]
+
     def live_bytes(self, t: int) -> int:
         """Bytes live at program point `t`, on the footing of the lower bound."""
         return sum(align(b.size, self.alignment) if b.kind == "arena" else b.size
@@ -135,7 +158,8 @@ class MemoryPlan:
     LEGEND = (
         "Bytes: arena buffers count at their size rounded up to the alignment ({alignment} B), "
         "caller inputs and\nreturned buffers (allocated per call, outside the arena) at their "
-        "size, in all four figures, so that\nnaive >= no-inplace peak >= peak >= lower bound. Program points: -1 is the call's entry, node k of the\nprinted graph "
+        "size, in all four figures, so that\nnaive >= no-inplace peak >= peak >= lower bound. "
+        "Program points: -1 is the call's entry, node k of the\nprinted graph "
         "([k]) is point k, {end} is the return; a buffer is live over [start, end], both "
         "included.")
 

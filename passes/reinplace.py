@@ -46,6 +46,9 @@ from .liveness import Liveness, liveness
 
 @dataclass
 class Decision:
+    """One inplace candidate: what was decided, and why. `loc` is "file.py:LINE"; `source` is
+    the full location (path, line, source text) of the node decided."""
+
     op: str               # as the user wrote it: "sin_" for a requested inplace sin
     loc: str              # "file.py:LINE"
     requested: bool       # the user wrote the inplace form (or set-item)
@@ -53,6 +56,11 @@ class Decision:
     reason: str           # why not, or what it reuses
     input_index: int | None = None
     node: Node | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def source(self):
+        """The node's `compiler.ir.Loc`: `.file` (the full path), `.line`, `.text`."""
+        return self.node.loc if self.node is not None else None
 
     @property
     def phase(self) -> str:

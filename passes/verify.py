@@ -39,6 +39,8 @@ def verify_graph(graph: Graph) -> None:
         for v in n.inputs:
             if id(v) not in defined:
                 raise PlanError(f"{v.ref()} used before definition\n{_context(graph, i)}")
+        if n.op not in REGISTRY:
+            raise PlanError(f"{n.out.ref()} uses unknown op {n.op!r}\n{_context(graph, i)}")
         shape, dtype = REGISTRY[n.op].infer([(v.shape, v.dtype) for v in n.inputs], **n.attrs)
         if tuple(shape) != n.out.shape or dtype != n.out.dtype:
             raise PlanError(f"type of {n.out.ref()} disagrees with {n.op}'s rule\n"

@@ -196,10 +196,16 @@ def test_units_and_ticks_are_human():
 
 def test_cli_writes_the_page(tmp_path, capsys):
     out = tmp_path / "mlp.html"
-    assert main(["plan", "mlp", "--html", str(out)]) == 0
-    assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["plan", "mlp", "--json", "--html", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert f"wrote {out}" in printed.err
+    assert json.loads(printed.out)["num_points"] > 0  # stdout stays the JSON alone
     text = out.read_text()
     assert text.startswith("<!DOCTYPE html>") and "mlp.py:" in text and 'id="arena"' in text
+    with pytest.raises(SystemExit):  # a SEEDS file has many programs: say so, write nothing
+        main(["plan", "seeds", "--html", str(tmp_path / "seeds.html")])
+    assert "defines SEEDS" in capsys.readouterr().err
+    assert not (tmp_path / "seeds.html").exists()
 
 
 def test_plot_labels_the_five_largest_buffers_live_at_the_peak(example_plans, tmp_path):

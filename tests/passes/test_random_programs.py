@@ -10,8 +10,9 @@ For each program and inputs:
      (numpy's own aliasing decides what an inplace write through a view reaches). Donated
      arguments' contents after the call are unspecified and not compared.
   2. `passes.verify.verify_plan` accepts the plan; `naive_bytes >= no_inplace_peak_bytes >=
-     peak_bytes >= lower_bound_bytes` (strict: peak >= lower bound); `no_inplace_peak_bytes` is the peak of the
-     inplace="off" plan; inplace decisions never raise the lower bound (auto <= off; see
+     peak_bytes >= lower_bound_bytes` (strict: peak >= lower bound); `no_inplace_peak_bytes` is
+     the peak of the inplace="off" plan; inplace decisions never raise the lower bound
+     (auto <= off; see
      test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_bound).
      `peak_bytes <= no_inplace_peak_bytes` (placement is a heuristic, so "auto" falls back
      to the plan without reuse when that one is smaller: test_inplace_never_raises_the_placed_
