@@ -90,6 +90,13 @@ def test_every_buffer_has_a_rectangle_details_and_links_that_resolve():
     assert {r["data-phase"] for r in rects} >= {"input", "forward", "backward"}
     colours = {r["data-phase"]: r["fill"] for r in rects}
     assert len(set(colours.values())) == len(colours)
+    # hovering: the tooltip names the values, their lines, the interval and the in-place ops
+    relu = next(n for n in plan.graph.nodes if n.op == "relu")
+    b = plan.buffer_of[relu.out]
+    tip = re.search(rf'id="rect-{b.id}"[^>]*><title>(.*?)</title>', render_html(plan), re.S)
+    tip = tip.group(1)
+    assert f"live [{b.start}, {b.end}]" in tip and f"relu at {relu.loc}" in tip
+    assert f"in place: relu_ at {relu.loc}" in tip and "&lt;script&gt;" in tip
 
 
 def test_rectangles_are_placed_by_program_point_and_arena_offset(example_plans):
