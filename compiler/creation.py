@@ -96,7 +96,8 @@ METHOD_FUNCTIONS = (
     "greater_than", "less_than", "greater_equal", "less_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_not", "sum", "mean", "max", "matmul", "reshape",
     "transpose", "t", "flatten", "squeeze", "unsqueeze", "expand", "cast", "detach", "sign",
-    "erf", "relu", "broadcast_to",
+    "erf", "relu", "broadcast_to", "asinh", "acosh", "atanh", "floor_divide", "remainder",
+    "numel",
 )
 
 

@@ -21,7 +21,7 @@ from .errors import InplaceError, ShapeError, TraceError
 from .ir import Value
 from .layout import apply_view, overlaps_itself, value_probe
 from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
-from .ops.registry import DEFAULT_FLOAT, normalize_axes
+from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
 
 
 class Storage:
@@ -375,9 +375,24 @@ class Tensor:
     def _alpha(self, y, alpha):
         if alpha == 1:
             return y
-        if _is_scalar(y):
-            return y * alpha
-        return Tensor._fresh(self._operand(y)).scale(alpha)
+        y_dtype = y.dtype if isinstance(y, Tensor) else \
+            scalar_dtype(y, self.dtype) if _is_scalar(y) else None
+        out = promote(self.dtype, y_dtype) if y_dtype is not None else DEFAULT_FLOAT
+        if out.kind == "f":
+            if _is_scalar(y):
+                return y * alpha
+            return Tensor._fresh(self._operand(y)).scale(alpha)
+        # Integer and bool results keep their dtype (alpha * y in that dtype), so alpha must
+        # be a whole number, as PyTorch requires.
+        if not _is_scalar(alpha) or not float(alpha).is_integer():
+            raise TraceError(f"alpha={alpha!r} with {out} operands: use an integer alpha, or "
+                             "cast to a float dtype first", _tr.user_loc())
+        yt = Tensor._fresh(self._operand(y))
+        if yt.dtype != out:
+            yt = yt.cast(out)
+        if out == BOOL:  # bool addition is logical or: alpha * y is y, or nothing
+            return yt if alpha else yt.logical_and(False)
+        return yt * int(alpha)
 
     def scale(self, scale=1.0, bias=0.0, bias_after_scale=True):
         return self._op("scale", scale=float(scale), bias=float(bias),
@@ -388,22 +403,78 @@ class Tensor:
                              bias_after_scale=bool(bias_after_scale))
 
     def clip(self, min=None, max=None):
-        return self._op("clip", **self._clip_bounds(min, max))
+        return self._op("clip", *self._clip_bounds(min, max))
 
     def clip_(self, min=None, max=None):
-        return self._inplace("clip", **self._clip_bounds(min, max))
+        return self._inplace("clip", *self._clip_bounds(min, max))
 
     def _clip_bounds(self, lo, hi):
-        big = float(np.finfo(np.float64).max) if self.dtype.kind == "f" \
-            else int(np.iinfo(self.dtype).max) if self.dtype != BOOL else 1
-        lo = -big if lo is None else lo
-        hi = big if hi is None else hi
-        return {"min": lo, "max": hi}
+        """The bounds as inputs of the graph in the tensor's dtype: a Python scalar (cast as
+        Paddle does), a 0-d (or broadcastable) Tensor, or None for no bound."""
+        if self.dtype == BOOL:
+            raise TraceError("clip is not defined for bool tensors", _tr.user_loc())
+        big = np.inf if self.dtype.kind == "f" else None
+        out = []
+        for bound, default in ((lo, -big if big else np.iinfo(self.dtype).min),
+                               (hi, big if big else np.iinfo(self.dtype).max)):
+            bound = default if bound is None else bound
+            if isinstance(bound, Tensor):
+                out.append(bound if bound.dtype == self.dtype else bound.cast(self.dtype))
+            elif _is_scalar(bound):
+                out.append(Tensor._fresh(self._tracer.emit(
+                    "full", [], {"shape": (), "value": bound, "dtype": self.dtype})))
+            else:
+                raise TraceError(f"clip: a bound must be a number, a Tensor or None, not "
+                                 f"{type(bound).__name__}", _tr.user_loc())
+        return out
+
+    def _check_int_power(self, y):
+        """An integer tensor to a negative Python-int power has no integer result: a
+        trace-time error (a negative exponent *tensor* is data: defined in the registry)."""
+        if self.dtype.kind in "iub" and _is_scalar(y) and not isinstance(y, (float, np.floating)) \
+                and not isinstance(y, (bool, np.bool_)) and y < 0:
+            raise TraceError(f"integers to negative integer powers are not allowed "
+                             f"({self.dtype} tensor ** {y}): cast to a float dtype first",
+                             _tr.user_loc())
 
     def pow(self, y):
-        if _is_scalar(y) and self.dtype.kind != "f" and isinstance(y, float):
+        self._check_int_power(y)
+        if _is_scalar(y) and self.dtype.kind != "f" and isinstance(y, (float, np.floating)):
             return self.cast(DEFAULT_FLOAT)._op("pow", y)
         return self._op("pow", y)
+
+    def pow_(self, y):
+        self._check_int_power(y)
+        return self._inplace("pow", y)
+
+    # Paddle's defaults for the activations with attributes.
+    def elu(self, alpha=1.0):
+        return self._op("elu", alpha=float(alpha))
+
+    def elu_(self, alpha=1.0):
+        return self._inplace("elu", alpha=float(alpha))
+
+    def leaky_relu(self, negative_slope=0.01):
+        return self._op("leaky_relu", negative_slope=float(negative_slope))
+
+    def leaky_relu_(self, negative_slope=0.01):
+        return self._inplace("leaky_relu", negative_slope=float(negative_slope))
+
+    def hardtanh(self, min=-1.0, max=1.0):
+        return self._op("hardtanh", min=float(min), max=float(max))
+
+    def hardtanh_(self, min=-1.0, max=1.0):
+        return self._inplace("hardtanh", min=float(min), max=float(max))
+
+    @property
+    def T(self):
+        """All axes reversed (Paddle); a tensor of rank < 2 is returned as it is."""
+        return self if self.ndim < 2 else self.transpose(list(range(self.ndim))[::-1])
+
+    def numel(self):
+        """The number of elements, as a 0-d int64 tensor (Paddle)."""
+        return Tensor._fresh(self._tracer.emit(
+            "full", [], {"shape": (), "value": self.size, "dtype": np.dtype(np.int64)}))
 
     def cast(self, dtype):
         dtype = np.dtype(dtype)
@@ -495,17 +566,25 @@ class Tensor:
 
     # -- views ---------------------------------------------------------------------------------
     def reshape(self, shape):
+        """Paddle's rules: a 0 copies the input's dimension at that index, one -1 is
+        inferred."""
         shape = list(shape) if isinstance(shape, (list, tuple)) else [shape]
-        shape = self._resolve_shape(shape)
+        return self.reshape_to(self._resolve_shape(shape))
+
+    def reshape_to(self, shape):
+        """A reshape to a literal shape (0 is a zero-size dimension): what the compiler's own
+        computed shapes (flatten, squeeze, gradients) use."""
+        shape = [int(d) for d in shape]
         if apply_view(self._layout, "reshape", {"shape": shape}) is None:
             # The strides don't allow a view: reshape copies (a write won't reach the base).
-            return self._op("contiguous").reshape(shape)
+            return self._op("contiguous").reshape_to(shape)
         return self._view("reshape", shape=tuple(shape))
 
     def _resolve_shape(self, shape):
         shape = [int(d) for d in shape]
-        if shape.count(-1) > 1:
-            raise ShapeError(f"reshape: only one -1 allowed in {shape}", _tr.user_loc())
+        if shape.count(-1) > 1 or any(d < -1 for d in shape):
+            raise ShapeError(f"reshape: {shape} has a negative size other than one -1",
+                             _tr.user_loc())
         shape = [self.shape[i] if d == 0 and i < self.ndim else d for i, d in enumerate(shape)]
         if -1 in shape:
             known = int(np.prod([d for d in shape if d != -1]))
@@ -519,20 +598,26 @@ class Tensor:
     view = reshape
 
     def flatten(self, start_axis=0, stop_axis=-1):
+        (start,), (stop,) = _user_axes(start_axis, self.ndim), _user_axes(stop_axis, self.ndim)
         if self.ndim == 0:
-            return self.reshape([1])
-        start = start_axis % self.ndim
-        stop = stop_axis % self.ndim
+            return self.reshape_to([1])
+        if start > stop:
+            raise ShapeError(f"flatten: start_axis {start_axis} is after stop_axis {stop_axis}",
+                             _tr.user_loc())
         shape = self.shape[:start] + [int(np.prod(self.shape[start:stop + 1]))] \
             + self.shape[stop + 1:]
-        return self.reshape(shape)
+        return self.reshape_to(shape)
 
     def squeeze(self, axis=None):
+        if self.ndim == 0:  # Paddle and NumPy: a 0-d tensor stays as it is (axis 0 or -1)
+            if axis is not None:
+                _user_axes(axis, 0)
+            return self.reshape_to([])
         if axis is None:
             axes = [i for i, d in enumerate(self.shape) if d == 1]
         else:
             axes = [a for a in _user_axes(axis, self.ndim) if self.shape[a] == 1]
-        return self.reshape([d for i, d in enumerate(self.shape) if i not in axes])
+        return self.reshape_to([d for i, d in enumerate(self.shape) if i not in axes])
 
     def unsqueeze(self, axis):
         axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
@@ -543,7 +628,7 @@ class Tensor:
                              f"{rank}", _tr.user_loc())
         for a in sorted(int(a) % rank for a in axes):
             shape.insert(a, 1)
-        return self.reshape(shape)
+        return self.reshape_to(shape)
 
     def transpose(self, perm):
         perm = tuple(int(p) % max(self.ndim, 1) for p in perm)
@@ -643,6 +728,10 @@ class Tensor:
     def __rtruediv__(self, y): return self._rop("divide", y)
     def __pow__(self, y): return self.pow(y)
     def __rpow__(self, y): return self._rop("pow", y)
+    def __floordiv__(self, y): return self._op("floor_divide", y)
+    def __rfloordiv__(self, y): return self._rop("floor_divide", y)
+    def __mod__(self, y): return self._op("remainder", y)
+    def __rmod__(self, y): return self._rop("remainder", y)
     def __matmul__(self, y): return self.matmul(y)
     def __rmatmul__(self, y): return to_tensor(y).matmul(self)
     def __neg__(self): return self._op("neg")
@@ -655,6 +744,8 @@ class Tensor:
     def __isub__(self, y): return self._inplace("subtract", y)
     def __imul__(self, y): return self._inplace("multiply", y)
     def __itruediv__(self, y): return self._inplace("divide", y)
+    def __ifloordiv__(self, y): return self._inplace("floor_divide", y)
+    def __imod__(self, y): return self._inplace("remainder", y)
 
 
 def _install_elementwise_methods():
@@ -672,7 +763,6 @@ def _install_elementwise_methods():
 _install_elementwise_methods()
 Tensor.multiply_ = lambda self, y: self._inplace("multiply", y)
 Tensor.divide_ = lambda self, y: self._inplace("divide", y)
-Tensor.pow_ = lambda self, y: self._inplace("pow", y)
 
 
 def check_dtype(dtype, loc=None):

@@ -74,7 +74,7 @@ def sum_to(g: Tensor, shape) -> Tensor:
                                 if d == 1 and g.shape[lead + i] != 1]
     if axes:
         g = g.sum(axis=axes, keepdim=True)
-    return g.reshape(shape)
+    return g.reshape_to(shape)
 
 
 def backward(tracer, root: Tensor, grad=None):

@@ -15,7 +15,8 @@ from ..errors import ShapeError, TraceError
 from ..tensor import Tensor, to_tensor
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
-           "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d"]
+           "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d", "elu", "elu_",
+           "leaky_relu", "leaky_relu_", "hardtanh", "hardtanh_"]
 
 
 def relu(x: Tensor) -> Tensor:
@@ -28,6 +29,36 @@ def relu_(x: Tensor) -> Tensor:
 
 def sigmoid(x: Tensor) -> Tensor:
     return x.sigmoid()
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return x.elu(alpha=float(alpha))
+
+
+def elu_(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return x.elu_(alpha=float(alpha))
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return x.leaky_relu(negative_slope=float(negative_slope))
+
+
+def leaky_relu_(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return x.leaky_relu_(negative_slope=float(negative_slope))
+
+
+def _hardtanh_bounds(min, max):
+    if min > max:
+        raise ShapeError(f"hardtanh: min {min} is greater than max {max}", _tr.user_loc())
+    return dict(min=float(min), max=float(max))
+
+
+def hardtanh(x: Tensor, min: float = -1.0, max: float = 1.0) -> Tensor:
+    return x.hardtanh(**_hardtanh_bounds(min, max))
+
+
+def hardtanh_(x: Tensor, min: float = -1.0, max: float = 1.0) -> Tensor:
+    return x.hardtanh_(**_hardtanh_bounds(min, max))
 
 
 def gelu(x: Tensor, approximate: bool = False) -> Tensor:
@@ -116,24 +147,72 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int = 0) -> 
     return x * to_tensor(keep.astype(x.dtype) / (1.0 - p), dtype=x.dtype)
 
 
-def _pair(v):
-    return (int(v), int(v)) if isinstance(v, numbers.Integral) else tuple(int(a) for a in v)
+def _pair(v, what="value"):
+    if isinstance(v, numbers.Integral):
+        return (int(v), int(v))
+    try:
+        pair = tuple(int(a) for a in v)
+    except (TypeError, ValueError):
+        pair = ()
+    if len(pair) != 2:
+        raise TraceError(f"{what} must be an int or a pair of ints, got {v!r}", _tr.user_loc())
+    return pair
+
+
+def _conv_padding(padding, x, weight, stride, dilation):
+    """Paddle's padding forms -> ((top, bottom, left, right), dilation): an int, [h, w],
+    [top, bottom, left, right], [[0, 0], [0, 0], [top, bottom], [left, right]], or "SAME" /
+    "VALID". Paddle's "SAME" gives an output of ceil(size / stride), the extra pixel at the
+    bottom/right, and sets the dilation to 1 (Paddle's UpdatePaddingAndDilation)."""
+    if isinstance(padding, str):
+        algo = padding.upper()
+        if algo == "VALID":
+            return (0, 0, 0, 0), dilation
+        if algo != "SAME":
+            raise TraceError(f"conv2d: unknown padding {padding!r}: use 'SAME', 'VALID' or "
+                             "ints", _tr.user_loc())
+        if x.ndim != 4 or weight.ndim != 4:
+            return (0, 0, 0, 0), dilation  # the op's shape rule reports the ranks
+        pads = []
+        for size, k, s in zip(x.shape[2:], weight.shape[2:], stride):
+            out = -(-size // s)
+            total = max((out - 1) * s + k - size, 0)
+            pads += [total // 2, total - total // 2]
+        return tuple(pads), (1, 1)
+    if isinstance(padding, numbers.Integral):
+        return (int(padding),) * 4, dilation
+    items = list(padding)
+    if len(items) == 4 and all(not isinstance(p, numbers.Integral) for p in items):
+        if [list(p) for p in items[:2]] != [[0, 0], [0, 0]]:
+            raise TraceError(f"conv2d: padding {padding!r} pads the batch or channel axis",
+                             _tr.user_loc())
+        items = list(items[2]) + list(items[3])
+    if len(items) == 2:
+        ph, pw = _pair(items, "conv2d padding")
+        return (ph, ph, pw, pw), dilation
+    if len(items) == 4 and all(isinstance(p, numbers.Integral) for p in items):
+        return tuple(int(p) for p in items), dilation
+    raise TraceError(f"conv2d: unsupported padding {padding!r}", _tr.user_loc())
 
 
 def conv2d(x: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1,
            groups=1) -> Tensor:
-    """NCHW input, OIHW weight."""
+    """NCHW input, OIHW weight; `padding` in any of Paddle's forms (see `_conv_padding`)."""
     if groups != 1:
         raise TraceError("conv2d supports groups=1 only", _tr.user_loc())
-    out = x.primitive("conv2d", weight, stride=_pair(stride), padding=_pair(padding),
-                      dilation=_pair(dilation))
+    stride, dilation = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
+    padding, dilation = _conv_padding(padding, x, weight, stride, dilation)
+    out = x.primitive("conv2d", weight, stride=stride, padding=padding, dilation=dilation)
     if bias is not None:
         out = out + bias.reshape([1, -1, 1, 1])
     return out
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
-    kernel = _pair(kernel_size)
-    return x.primitive("max_pool2d", kernel=kernel,
-                       stride=kernel if stride is None else _pair(stride),
-                       padding=_pair(padding))
+    kernel = _pair(kernel_size, "max_pool2d kernel_size")
+    stride = kernel if stride is None else _pair(stride, "max_pool2d stride")
+    padding = _pair(padding, "max_pool2d padding")
+    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
+        raise ShapeError(f"max_pool2d: bad kernel {list(kernel)}, stride {list(stride)} or "
+                         f"padding {list(padding)}", _tr.user_loc())
+    return x.primitive("max_pool2d", kernel=kernel, stride=stride, padding=padding)

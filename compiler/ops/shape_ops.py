@@ -37,7 +37,7 @@ def _mean_dtype(d):
 def _kept(ctx, t):
     """`t` (a reduction's output or its gradient) reshaped to keep the reduced axes as 1."""
     shape = reduced_shape(ctx.inputs[0].shape, ctx.attrs["axis"], True)
-    return t.reshape(list(shape))
+    return t.reshape_to(shape)
 
 
 def _sum_vjp(ctx, g):
@@ -45,8 +45,10 @@ def _sum_vjp(ctx, g):
 
 
 def _mean_vjp(ctx, g):
-    count = ctx.inputs[0].size // max(ctx.out.size, 1)
-    return (_kept(ctx, g * (1.0 / count)).broadcast_to(ctx.inputs[0].shape),)
+    shape = ctx.inputs[0].shape
+    count = math.prod(shape[a] for a in normalize_axes(ctx.attrs["axis"], len(shape)))
+    # No elements averaged: the input gradient is empty, any factor will do.
+    return (_kept(ctx, g * (1.0 / max(count, 1))).broadcast_to(shape),)
 
 
 def _max_vjp(ctx, g):
@@ -111,7 +113,7 @@ def _reshape_infer(types, shape):
 
 
 defop("reshape", VIEW, _reshape_infer, lambda x, shape: x.reshape(shape),
-      vjp={"none": lambda ctx, g: (g.reshape(list(ctx.inputs[0].shape)),)})
+      vjp={"none": lambda ctx, g: (g.reshape_to(ctx.inputs[0].shape),)})
 
 
 def _transpose_infer(types, perm):
