@@ -64,7 +64,15 @@ def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
         (sa, da), (sb, db) = types
         out_dtype = dtype(da, db) if dtype else promote(da, db)
         return broadcast_shapes(sa, sb), out_dtype
-    return defop(name, ELEMENTWISE, infer, ref, vjp=vjp, expr=expr,
+
+    def ref_in_out_dtype(x, y):
+        # Operands are converted to the result's dtype first, as the scalar expression does
+        # (`expr_for`): numpy would add int64 and float32 in float64 and round afterwards.
+        out = dtype(x.dtype, y.dtype) if dtype else promote(x.dtype, y.dtype)
+        if out != BOOL:
+            x, y = x.astype(out, copy=False), y.astype(out, copy=False)
+        return ref(x, y)
+    return defop(name, ELEMENTWISE, infer, ref_in_out_dtype, vjp=vjp, expr=expr,
                  inplace=(name + "_") if inplace else None)
 
 
@@ -74,7 +82,9 @@ a, b, c = S.arg(0), S.arg(1), S.arg(2)
 unary("neg", np.negative, -a, dtype=_numeric, vjp={"none": lambda ctx, g: (-g,)})
 unary("abs", np.abs, S.call("abs", a),
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0].sign(),)})
-unary("sign", np.sign, S.call("where", a > 0, 1, S.call("where", a < 0, -1, 0)),
+# sign(NaN) is NaN (NumPy): `a != a` picks out NaN, never true for integers.
+unary("sign", np.sign, S.call("where", a.ne(a), a,
+                              S.call("where", a > 0, 1, S.call("where", a < 0, -1, 0))),
       dtype=_numeric)
 unary("exp", np.exp, S.call("exp", a), dtype=_float,
       vjp={"output": lambda ctx, g: (g * ctx.out,),
@@ -240,9 +250,12 @@ def _int_pow_expr():
 
 
 def _pow_vjp(ctx, g):
+    # At a zero base, PyTorch's rules: d/dx is 0 where y == 0 (not 0 * 0**-1 = NaN), and
+    # d/dy is 0 where y >= 0 (not 0 * log(0) = NaN).
     x, y = ctx.inputs
-    gx = g * y * x.pow(y - 1.0) if ctx.needs_grad[0] else None
-    gy = g * x.pow(y) * x.log() if ctx.needs_grad[1] else None
+    gx = (g * y * x.pow(y - 1.0)).where_mask(y != 0) if ctx.needs_grad[0] else None
+    gy = (g * x.pow(y) * x.log()).where_mask((x != 0).logical_or(y < 0)) \
+        if ctx.needs_grad[1] else None
     return gx, gy
 
 

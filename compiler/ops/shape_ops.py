@@ -71,7 +71,15 @@ defop("mean", REDUCTION, _reduce_infer(_mean_dtype),
       lambda x, axis=None, keepdim=False: np.mean(x, axis=_axes(axis), keepdims=keepdim,
                                                   dtype=_mean_dtype(x.dtype)),
       vjp={"none": _mean_vjp})
-defop("max", REDUCTION, _reduce_infer(lambda d: d),
+def _max_infer(types, axis=None, keepdim=False):
+    shape, dtype = types[0]
+    if any(shape[a] == 0 for a in normalize_axes(axis, len(shape)) if len(shape)):
+        raise ShapeError(f"max over an axis of size 0 (shape {list(shape)}): the maximum of "
+                         "no elements is undefined")
+    return reduced_shape(shape, axis, keepdim), dtype
+
+
+defop("max", REDUCTION, _max_infer,
       lambda x, axis=None, keepdim=False: np.max(x, axis=_axes(axis), keepdims=keepdim),
       vjp={"input+output": _max_vjp})
 
@@ -241,9 +249,20 @@ defop("concat", OTHER, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=
 # -- creation ------------------------------------------------------------------------------
 defop("full", CREATION, lambda types, shape, value, dtype: (tuple(shape), np.dtype(dtype)),
       lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
+def _arange_len(start, stop, step):
+    return max(0, math.ceil((stop - start) / step))
+
+
+# Element i is start + i * step computed in float64 (exact for integer bounds), then cast to
+# the dtype (PyTorch's rule): numpy's arange with float bounds and an integer dtype steps by
+# int(start + step) - int(start) instead.
 defop("arange", CREATION,
-      lambda types, start, stop, step, dtype: (
-          (max(0, math.ceil((stop - start) / step)),), np.dtype(dtype)),
-      lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=dtype))
+      lambda types, start, stop, step, dtype: ((_arange_len(start, stop, step),),
+                                               np.dtype(dtype)),
+      lambda start, stop, step, dtype: (
+          np.arange(_arange_len(start, stop, step), dtype=np.int64) * step + start
+          if all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+          else np.arange(_arange_len(start, stop, step)) * float(step) + float(start)
+      ).astype(dtype))
 defop("constant", CREATION, lambda types, value: (value.shape, value.dtype),
       lambda value: value.copy(), doc="data captured at trace time (to_tensor)")
