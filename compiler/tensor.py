@@ -225,7 +225,7 @@ class Tensor:
 
     def __len__(self):
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise TraceError("len() of a 0-d tensor", _tr.user_loc())
         return self.shape[0]
 
     def __iter__(self):

@@ -120,7 +120,7 @@ unary("sigmoid", _sigmoid_ref, 1.0 / (1.0 + S.call("exp", -a)), dtype=_float,
 unary("sqrt", np.sqrt, S.call("sqrt", a), dtype=_float,
       vjp={"output": lambda ctx, g: (g / (ctx.out * 2.0),),
            "input": lambda ctx, g: (g / (ctx.inputs[0].sqrt() * 2.0),)})
-unary("square", np.square, a * a,
+unary("square", np.square, a * a, dtype=_numeric,
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0] * 2.0,)})
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), S.call("max", a, 0),
       vjp={"output": lambda ctx, g: (g.where_positive(ctx.out),),
@@ -207,7 +207,8 @@ unary("logical_not", np.logical_not, S.call("not", a), dtype=_bool)
 unary("cast", lambda x, dtype: x.astype(dtype), None, inplace=False,
       infer=lambda types, dtype: (types[0][0], np.dtype(dtype)),
       vjp={"none": lambda ctx, g: (g.cast(ctx.inputs[0].dtype),)})
-unary("contiguous", lambda x: np.ascontiguousarray(x).copy(), a, inplace=False,
+# np.array, not np.ascontiguousarray: that one turns a 0-d array into shape (1,).
+unary("contiguous", lambda x: np.array(x, order="C", copy=True), a, inplace=False,
       vjp={"none": lambda ctx, g: (g,)}, doc="a copy in a fresh buffer")
 
 # -- binary arithmetic ---------------------------------------------------------------------
