@@ -902,8 +902,10 @@ def build_matmul():
                terms=lambda y: terms(np.ones((2, 3)), y)))
     add(Sample("Tensor.matmul", lambda x, y: x.matmul(y), (rand((0, 0), F64), rand((0, 0), F64)),
                want, SUM, terms=terms, grad=True, label="|empty-grad"))
-    add(Sample("Tensor.matmul", lambda x, y: x.matmul(y), (rand((2, 0), F64), rand((0, 3), F64)),
-               want, SUM, terms=terms, grad=True, label="|empty-grad"))
+    for sa, sb in [((2, 0), (0, 3)), ((0,), (0, 3)), ((0, 0), (0,)), ((0,), (0,)),
+                   ((3, 0), (2, 0, 4))]:
+        add(Sample("Tensor.matmul", lambda x, y: x.matmul(y), (rand(sa, F64), rand(sb, F64)),
+                   want, SUM, terms=terms, grad=True, label="|empty-grad"))
     invalid("Tensor.matmul", lambda x, y: x @ y, [np.ones((2, 3)), np.ones((2, 3))],
             cc.ShapeError)
     invalid("Tensor.matmul", lambda x, y: x @ y, [np.ones(()), np.ones((2, 3))], cc.ShapeError)
