@@ -539,8 +539,19 @@ class Tensor:
             axes = None
         return self._op(op, axis=axes, keepdim=bool(keepdim))
 
-    def sum(self, axis=None, keepdim=False):
-        return self._reduce("sum", axis, keepdim)
+    def sum(self, axis=None, dtype=None, keepdim=False):
+        """Paddle's signature: `dtype` is the result's dtype (default: the input's float dtype,
+        int64 for integers and bools), so `keepdim` goes by keyword or third."""
+        if isinstance(dtype, (bool, np.bool_)):
+            raise TraceError(f"sum(axis, dtype, keepdim): dtype={dtype!r} is not a dtype (pass "
+                             "keepdim by keyword)", _tr.user_loc())
+        x = self
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            check_dtype(dtype)
+            x = self.cast(dtype) if dtype != self.dtype else self
+        out = x._reduce("sum", axis, keepdim)
+        return out.cast(dtype) if dtype is not None and out.dtype != dtype else out
 
     def mean(self, axis=None, keepdim=False):
         return self._reduce("mean", axis, keepdim)

@@ -159,40 +159,40 @@ def _pair(v, what="value"):
     return pair
 
 
-def _conv_padding(padding, x, weight, stride, dilation):
-    """Paddle's padding forms -> ((top, bottom, left, right), dilation): an int, [h, w],
+def _padding(what, padding, x, kernel, stride):
+    """Paddle's padding forms -> ((top, bottom, left, right), same): an int, [h, w],
     [top, bottom, left, right], [[0, 0], [0, 0], [top, bottom], [left, right]], or "SAME" /
-    "VALID". Paddle's "SAME" gives an output of ceil(size / stride), the extra pixel at the
-    bottom/right, and sets the dilation to 1 (Paddle's UpdatePaddingAndDilation)."""
+    "VALID" (any case). Paddle's "SAME" gives an output of ceil(size / stride) with the extra
+    pixel at the bottom/right (Paddle's UpdatePaddingAndDilation)."""
     if isinstance(padding, str):
         algo = padding.upper()
         if algo == "VALID":
-            return (0, 0, 0, 0), dilation
+            return (0, 0, 0, 0), False
         if algo != "SAME":
-            raise TraceError(f"conv2d: unknown padding {padding!r}: use 'SAME', 'VALID' or "
+            raise TraceError(f"{what}: unknown padding {padding!r}: use 'SAME', 'VALID' or "
                              "ints", _tr.user_loc())
-        if x.ndim != 4 or weight.ndim != 4:
-            return (0, 0, 0, 0), dilation  # the op's shape rule reports the ranks
+        if x.ndim != 4 or len(kernel) != 2:
+            return (0, 0, 0, 0), True  # the op's shape rule reports the ranks
         pads = []
-        for size, k, s in zip(x.shape[2:], weight.shape[2:], stride):
-            out = -(-size // s)
+        for size, k, s in zip(x.shape[2:], kernel, stride):
+            out = -(-size // max(s, 1))
             total = max((out - 1) * s + k - size, 0)
             pads += [total // 2, total - total // 2]
-        return tuple(pads), (1, 1)
+        return tuple(pads), True
     if isinstance(padding, numbers.Integral):
-        return (int(padding),) * 4, dilation
+        return (int(padding),) * 4, False
     items = list(padding)
     if len(items) == 4 and all(not isinstance(p, numbers.Integral) for p in items):
         if [list(p) for p in items[:2]] != [[0, 0], [0, 0]]:
-            raise TraceError(f"conv2d: padding {padding!r} pads the batch or channel axis",
+            raise TraceError(f"{what}: padding {padding!r} pads the batch or channel axis",
                              _tr.user_loc())
         items = list(items[2]) + list(items[3])
     if len(items) == 2:
-        ph, pw = _pair(items, "conv2d padding")
-        return (ph, ph, pw, pw), dilation
+        ph, pw = _pair(items, f"{what} padding")
+        return (ph, ph, pw, pw), False
     if len(items) == 4 and all(isinstance(p, numbers.Integral) for p in items):
-        return tuple(int(p) for p in items), dilation
-    raise TraceError(f"conv2d: unsupported padding {padding!r}", _tr.user_loc())
+        return tuple(int(p) for p in items), False
+    raise TraceError(f"{what}: unsupported padding {padding!r}", _tr.user_loc())
 
 
 def conv2d(x: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1,
@@ -201,18 +201,20 @@ def conv2d(x: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1
     if groups != 1:
         raise TraceError("conv2d supports groups=1 only", _tr.user_loc())
     stride, dilation = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
-    padding, dilation = _conv_padding(padding, x, weight, stride, dilation)
+    padding, same = _padding("conv2d", padding, x, weight.shape[2:], stride)
+    if same:
+        dilation = (1, 1)  # Paddle: "SAME" sets the dilation to 1
     out = x.primitive("conv2d", weight, stride=stride, padding=padding, dilation=dilation)
     if bias is not None:
         out = out + bias.reshape([1, -1, 1, 1])
     return out
 
 
-def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False) -> Tensor:
+    """NCHW; `padding` in any of Paddle's forms (see `_padding`)."""
+    if ceil_mode:
+        raise TraceError("max_pool2d: ceil_mode=True is not supported", _tr.user_loc())
     kernel = _pair(kernel_size, "max_pool2d kernel_size")
     stride = kernel if stride is None else _pair(stride, "max_pool2d stride")
-    padding = _pair(padding, "max_pool2d padding")
-    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
-        raise ShapeError(f"max_pool2d: bad kernel {list(kernel)}, stride {list(stride)} or "
-                         f"padding {list(padding)}", _tr.user_loc())
+    padding, _ = _padding("max_pool2d", padding, x, kernel, stride)
     return x.primitive("max_pool2d", kernel=kernel, stride=stride, padding=padding)

@@ -149,15 +149,18 @@ defop("conv2d_grad_input", OTHER,
 defop("conv2d_grad_weight", OTHER,
       lambda types, w_shape, **kw: (tuple(w_shape), types[0][1]), _conv2d_grad_weight_ref)
 
-# -- max_pool2d ----------------------------------------------------------------------------
+# -- max_pool2d (padding (top, bottom, left, right)) ----------------------------------------
 
 
 def _pool_infer(types, kernel, stride, padding):
     shape, dtype = types[0]
     if len(shape) != 4:
         raise ShapeError(f"max_pool2d expects [N,C,H,W], got {list(shape)}")
-    oh = conv_out_size(shape[2], kernel[0], stride[0], 2 * padding[0], 1)
-    ow = conv_out_size(shape[3], kernel[1], stride[1], 2 * padding[1], 1)
+    if len(padding) != 4 or min(padding) < 0 or min(stride) < 1 or min(kernel) < 1:
+        raise ShapeError(f"max_pool2d: bad kernel {list(kernel)}, stride {list(stride)} or "
+                         f"padding {list(padding)}")
+    oh = conv_out_size(shape[2], kernel[0], stride[0], padding[0] + padding[1], 1)
+    ow = conv_out_size(shape[3], kernel[1], stride[1], padding[2] + padding[3], 1)
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"max_pool2d: kernel {list(kernel)} is larger than the input")
     return (shape[0], shape[1], oh, ow), dtype
@@ -182,7 +185,7 @@ def _max_pool2d_grad_ref(x, g, kernel, stride, padding):
     n, c, oh, ow, kh, kw = win.shape
     arg = win.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
     rows = np.arange(oh)[:, None] * stride[0] + arg // kw - padding[0]
-    cols = np.arange(ow)[None, :] * stride[1] + arg % kw - padding[1]
+    cols = np.arange(ow)[None, :] * stride[1] + arg % kw - padding[2]
     gx = np.zeros_like(x)
     ni, ci = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
     np.add.at(gx, (ni[:, :, None, None], ci[:, :, None, None], rows, cols), g)

@@ -297,7 +297,7 @@ def test_reductions(name, axis, keepdim, dtype):
     np_axis = None if axis is None else tuple(axis) if isinstance(axis, (list, tuple)) else axis
     want = REDUCE[name](x.astype(np.float64), axis=np_axis, keepdims=keepdim)
     check(run(lambda t: getattr(t, name)(axis=axis, keepdim=keepdim), x), want, dtype)
-    check(run(lambda t: getattr(cc, name)(t, axis, keepdim), x), want, dtype)
+    check(run(lambda t: getattr(cc, name)(t, axis, keepdim=keepdim), x), want, dtype)
 
 
 @pytest.mark.parametrize("dtype", INTS + [np.bool_])

@@ -812,7 +812,7 @@ def build_reductions():
                 tol = EXACT if exact else SUM
                 for label, x in layouts(shape, dtype, seed=k)[:2 if k % 2 else 4]:
                     api, body = [(f"Tensor.{name}", lambda t, a=axis, kd=keepdim, n=name:
-                                  getattr(t, n)(a, kd)),
+                                  getattr(t, n)(a, keepdim=kd)),
                                  (f"cc.{name}", lambda t, a=axis, kd=keepdim, n=name:
                                   getattr(cc, n)(t, axis=a, keepdim=kd))][(k + len(label)) % 2]
                     add(Sample(api, body, (x,), want, tol, terms=terms_for(name, axis, keepdim),
@@ -831,8 +831,22 @@ def build_reductions():
                        label="|special"))
         invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=2), [np.ones((2, 3))],
                 cc.ShapeError)
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=-3), [np.ones((2, 3))],
+                cc.ShapeError)
         invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=[0, 0]),
                 [np.ones((2, 3))], cc.ShapeError)
+    # Paddle's sum(x, axis, dtype, keepdim): the result's dtype
+    for src, dst in [(I32, I32), (I32, F64), (B, I32), (F32, F64), (F64, F32), (I64, F32)]:
+        x = rand((3, 4), src, seed=4)
+        add(Sample("Tensor.sum", lambda t, d=dst: t.sum(1, d), (x,),
+                   lambda a, d=dst: np.add.reduce(a.astype(d), axis=1, dtype=d), SUM,
+                   terms=lambda a: np.abs(f64(a)).sum(axis=1), label="|dtype"))
+        add(Sample("cc.sum", lambda t, d=dst: cc.sum(t, axis=[0, 1], dtype=d, keepdim=True),
+                   (x,), lambda a, d=dst: np.add.reduce(a.astype(d), axis=(0, 1), keepdims=True,
+                                                        dtype=d), SUM,
+                   terms=lambda a: np.abs(f64(a)).sum(keepdims=True), label="|dtype"))
+    invalid("Tensor.sum", lambda t: t.sum(0, True), [np.ones((2, 3))], cc.TraceError)
+    invalid("Tensor.sum", lambda t: t.sum(dtype="float16"), [np.ones((2, 3))], cc.TraceError)
     # ties share the gradient equally (PyTorch's amax; conventions table)
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
     add(Sample("Tensor.max", lambda t: t.max(axis=1), (x,), lambda t: t.max(axis=1),
@@ -1445,19 +1459,30 @@ def build_conv_pool():
         kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
         stride = kernel if stride is None else stride
         sh, sw = (stride, stride) if isinstance(stride, int) else stride
-        ph, pw = (padding, padding) if isinstance(padding, int) else padding
         n, c, h, wd = x.shape
+        if isinstance(padding, str):
+            pads = _same_pads(h, kh, sh) + _same_pads(wd, kw, sw) \
+                if padding.upper() == "SAME" else (0, 0, 0, 0)
+        elif isinstance(padding, int):
+            pads = (padding,) * 4
+        elif len(padding) == 2:
+            pads = (padding[0], padding[0], padding[1], padding[1])
+        else:
+            pads = tuple(padding)
+        top, bottom, left, right = pads
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        xp = np.full((n, c, h + 2 * ph, wd + 2 * pw), low, x.dtype)
-        xp[:, :, ph:ph + h, pw:pw + wd] = x
-        oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+        xp = np.full((n, c, h + top + bottom, wd + left + right), low, x.dtype)
+        xp[:, :, top:top + h, left:left + wd] = x
+        oh, ow = (h + top + bottom - kh) // sh + 1, (wd + left + right - kw) // sw + 1
         out = np.empty((n, c, oh, ow), x.dtype)
         for i in range(oh):
             for j in range(ow):
                 out[:, :, i, j] = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw].max(axis=(2, 3))
         return out
     for k, (kernel, stride, padding) in enumerate([(2, None, 0), (2, 1, 0), (3, 2, 1),
-                                                   ((2, 3), (1, 2), (1, 1)), (2, 2, (0, 1))]):
+                                                   ((2, 3), (1, 2), (1, 1)), (2, 2, (0, 1)),
+                                                   (3, 2, "SAME"), ((2, 3), 1, "same"),
+                                                   (3, 2, "VALID"), (3, 1, [1, 0, 0, 1])]):
         for dtype in NUMERIC:  # int with padding: issue 18 item 8
             x = rand((2, 3, 6, 7), dtype, -9, -2, seed=k)  # all negative: padding must not win
             add(Sample("F.max_pool2d", lambda t, a=kernel, s=stride, p=padding:
@@ -1470,6 +1495,10 @@ def build_conv_pool():
     invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 5), [np.ones((1, 1, 3, 3))], cc.ShapeError)
     invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 2), [np.ones((3, 3))], cc.ShapeError)
     invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 0), [np.ones((1, 1, 3, 3))], cc.ShapeError)
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 2, padding="full"),
+            [np.ones((1, 1, 3, 3))], cc.TraceError)
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+            [np.ones((1, 1, 3, 3))], cc.TraceError)
 
 
 # -- misc: the alpha of add/subtract (issue 18 item 6) and ties / kinks -----------------------
