@@ -68,11 +68,14 @@ def gelu(x: Tensor, approximate: bool = False) -> Tensor:
     return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
+def softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    """`dtype` (Paddle): the input is cast to it first."""
+    x = x if dtype is None else x.cast(dtype)
     return x.primitive("softmax", axis=int(axis))
 
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+def log_softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    x = x if dtype is None else x.cast(dtype)
     return x.primitive("log_softmax", axis=int(axis))
 
 

@@ -767,33 +767,37 @@ def build_logical_not():
 
 
 # -- reductions ------------------------------------------------------------------------------
-def build_reductions():
-    def want_for(name, axis, keepdim):
-        def want(x):
-            ax = tuple(axis) if isinstance(axis, list) else axis
-            ax = None if x.ndim == 0 else ax
-            if name == "sum":
-                dt = x.dtype if x.dtype.kind == "f" else I64
-                return np.add.reduce(f64(x) if dt.kind == "f" else x.astype(I64), axis=ax,
-                                     keepdims=keepdim).astype(dt)
-            if name == "mean":
-                dt = float_of(x.dtype)
-                with np.errstate(all="ignore"):
-                    return (np.add.reduce(f64(x), axis=ax, keepdims=keepdim)
-                            / max(1, _count(x.shape, ax)) if _count(x.shape, ax) else
-                            np.full(np.add.reduce(f64(x), axis=ax, keepdims=keepdim).shape,
-                                    np.nan)).astype(dt)
-            return np.maximum.reduce(x, axis=ax, keepdims=keepdim) if x.size else \
-                np.zeros(np.add.reduce(x, axis=ax, keepdims=keepdim).shape, x.dtype)
-        return want
+def _reduction_want(name, axis, keepdim):
+    def want(x):
+        ax = tuple(axis) if isinstance(axis, list) else axis
+        ax = None if x.ndim == 0 else ax
+        if name == "sum":
+            dt = x.dtype if x.dtype.kind == "f" else I64
+            return np.add.reduce(f64(x) if dt.kind == "f" else x.astype(I64), axis=ax,
+                                 keepdims=keepdim).astype(dt)
+        if name == "mean":
+            dt = float_of(x.dtype)
+            with np.errstate(all="ignore"):
+                return (np.add.reduce(f64(x), axis=ax, keepdims=keepdim)
+                        / max(1, _count(x.shape, ax)) if _count(x.shape, ax) else
+                        np.full(np.add.reduce(f64(x), axis=ax, keepdims=keepdim).shape,
+                                np.nan)).astype(dt)
+        return np.maximum.reduce(x, axis=ax, keepdims=keepdim) if x.size else \
+            np.zeros(np.add.reduce(x, axis=ax, keepdims=keepdim).shape, x.dtype)
+    return want
 
-    def terms_for(name, axis, keepdim):
-        def terms(x):
-            ax = tuple(axis) if isinstance(axis, list) else axis
-            ax = None if x.ndim == 0 else ax
-            t = np.add.reduce(np.abs(f64(x)), axis=ax, keepdims=keepdim)
-            return t / max(1, _count(x.shape, ax)) if name == "mean" else t
-        return terms
+
+def _reduction_terms(name, axis, keepdim):
+    def terms(x):
+        ax = tuple(axis) if isinstance(axis, list) else axis
+        ax = None if x.ndim == 0 else ax
+        t = np.add.reduce(np.abs(f64(x)), axis=ax, keepdims=keepdim)
+        return t / max(1, _count(x.shape, ax)) if name == "mean" else t
+    return terms
+
+
+def build_reductions():
+    want_for, terms_for = _reduction_want, _reduction_terms
     cases = [((3, 4), None, False), ((3, 4), 0, False), ((3, 4), -1, True), ((2, 3, 4), [0, 2],
                                                                                 False),
              ((2, 3, 4), (-1, -2), True), ((), None, False), ((), 0, True), ((1,), 0, False),
@@ -1274,6 +1278,8 @@ def build_functional():
             add(Sample(f"F.{name}", lambda t, a=axis, n=name: getattr(F, n)(t, a),
                        (rand(shape, F64, -2, 2),), lambda v, a=axis, r=ref: r(v, a), CLOSE,
                        grad=True))
+        add(Sample(f"F.{name}", lambda t, n=name: getattr(F, n)(t, dtype="float64"),
+                   (rand((2, 3), I32),), lambda v, r=ref: r(f64(v), -1), CLOSE, label="|dtype"))
         x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [0, -np.inf, 1]])
         add(Sample(f"F.{name}", lambda t, n=name: getattr(F, n)(t), (x,),
                    lambda v, r=ref: errstate(r)(v, -1), CLOSE, label="|extreme"))
@@ -1567,3 +1573,65 @@ def build_all():
 
 
 build_all()
+
+
+# -- a seeded random sweep (tests/opdb/test_opdb.py::test_seeded_sweep) --------------------------
+SWEEP_UNARY = [n for n in UNARY]
+SWEEP_BINARY = [n for n in BINARY]
+
+
+def _random_shape(rng, rank):
+    return tuple(int(d) for d in rng.choice([0, 1, 1, 2, 3, 4], size=rank))
+
+
+def _broadcast_partner(rng, shape):
+    """A shape that broadcasts with `shape`: some dims set to 1, some leading dims dropped."""
+    out = [1 if rng.random() < 0.3 else d for d in shape]
+    return tuple(out[int(rng.integers(0, len(out) + 1)):]) if out else ()
+
+
+def random_samples(seed: int, count: int = 25) -> list[Sample]:
+    """`count` samples of random ops on random shapes, dtypes and caller layouts, checked by the
+    same formulas as the fixed samples."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        kind = rng.choice(["unary", "binary", "reduction"])
+        shape = _random_shape(rng, int(rng.integers(0, 5)))
+        if kind == "unary":
+            name = str(rng.choice(SWEEP_UNARY))
+            formula, tol, k, dtypes, (lo, hi), _, _ = UNARY[name]
+            dtype = dtypes[int(rng.integers(len(dtypes)))]
+            choices = layouts(shape, dtype, lo, hi, seed=int(rng.integers(1 << 30)))
+            label, x = choices[int(rng.integers(len(choices)))]
+            if rng.random() < 0.3 and x.size:
+                x = x.copy()
+                x.flat[int(rng.integers(x.size))] = rng.choice(specials(dtype))
+            out.append(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (x,),
+                              unary_want(name, formula, k), tol, label=f"|sweep{label}"))
+        elif kind == "binary":
+            name = str(rng.choice(SWEEP_BINARY))
+            _, tol, _, dtypes, _ = BINARY[name]
+            da, db = (dtypes[int(rng.integers(len(dtypes)))] for _ in range(2))
+            other = _broadcast_partner(rng, shape)
+            if rng.random() < 0.5:
+                shape, other = other, shape
+            a = _binary_domain(name, da, shape, int(rng.integers(1 << 30)))
+            b = _exponent(db, other, 1) if name == "pow" else rand(other, db, seed=2)
+            out.append(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y), (a, b),
+                              binary_want(name), tol, label="|sweep"))
+        else:
+            name = str(rng.choice(["sum", "mean", "max"]))
+            dtype = NUMERIC[int(rng.integers(len(NUMERIC)))]
+            axis = None if not shape or rng.random() < 0.3 else \
+                int(rng.integers(-len(shape), len(shape)))
+            keepdim = bool(rng.random() < 0.5)
+            if name == "max" and not _reduces_only_nonzero(shape, axis):
+                continue
+            x = rand(shape, dtype, seed=int(rng.integers(1 << 30)))
+            tol = EXACT if name == "max" or (name == "sum" and dtype.kind != "f") else SUM
+            out.append(Sample(f"Tensor.{name}", lambda t, n=name, a=axis, kd=keepdim:
+                              getattr(t, n)(axis=a, keepdim=kd), (x,),
+                              _reduction_want(name, axis, keepdim), tol,
+                              terms=_reduction_terms(name, axis, keepdim), label="|sweep"))
+    return out

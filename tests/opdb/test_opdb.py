@@ -137,6 +137,25 @@ INPLACE_PARAMS = [p for p in VALUE_PARAMS if p.values[0].writes is not None]
 @pytest.mark.parametrize("backend", AVAILABLE)
 @pytest.mark.parametrize("sample", VALUE_PARAMS)
 def test_value(sample, backend):
+    check_value(sample, backend)
+
+
+# A larger seeded sweep: a few seeds always, more with OPDB_SWEEP_SEEDS=N (select with -m slow).
+SWEEP_SEEDS = int(os.environ.get("OPDB_SWEEP_SEEDS", "2"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", AVAILABLE)
+@pytest.mark.parametrize("seed", range(SWEEP_SEEDS))
+def test_seeded_sweep(seed, backend):
+    for sample in db.random_samples(seed):
+        try:
+            check_value(sample, backend)
+        except AssertionError as e:
+            raise AssertionError(f"{sample.id} (seed {seed}): {e}") from None
+
+
+def check_value(sample, backend):
     with np.errstate(all="ignore"):
         want = sample.want(*_copies(sample.args))
     terms = sample.terms(*_copies(sample.args)) if sample.terms else None
