@@ -257,6 +257,25 @@ def build_unary():
                 add(Sample(api, body, (rand(shape, dtype, lo, hi, seed=j),), want, tol,
                            writes=0))
             add(Sample(api, body, (specials(dtype),), want, tol, writes=0, label="|special"))
+        # the `_` form through an in-trace view (transposed, reversed, strided, a sub-block):
+        # the write reaches the caller's array through the view's inverse
+        for v, view in enumerate([lambda t: t.T, lambda t: t[::-1], lambda t: t[:, ::2],
+                                  lambda t: t[1:, 1:3]]):
+            dtype = F64 if kind == "float" else dtypes[v % len(dtypes)]
+            x = rand((3, 4), dtype, lo, hi, seed=v)
+            idx = [(slice(None),) * 2, (slice(None, None, -1),),
+                   (slice(None), slice(None, None, 2)), (slice(1, None), slice(1, 3))][v]
+
+            def want_v(a, idx=idx, want=want):
+                out = a.copy()
+                out[idx] = want(a[idx])
+                return out
+            add(Sample(f"Tensor.{name}_", lambda t, n=name, vw=view: (getattr(vw(t), n + "_")(),
+                                                                     t)[1],
+                       (x,), want_v, tol, writes=0, label=f"|view{v}"))
+            if v == 0:
+                add(Sample(f"Tensor.{name}", lambda t, n=name, vw=view: getattr(vw(t), n)(),
+                           (x,), lambda a, want=want: want(a.T), tol, label="|view"))
         if kind == "float":
             invalid(f"Tensor.{name}_", lambda x, n=name: getattr(x, n + "_")(), [np.arange(3)],
                     cc.InplaceError)
@@ -628,6 +647,17 @@ def build_binary():
                 def want_i(x, y, name=name):
                     return binary_want(name)(x, y).astype(x.dtype)
                 add(Sample(api, body, (a, b), want_i, tol, writes=0))
+            if j == 0 and rule != "float" or (rule == "float" and dtype == F64):
+                # through an in-trace transposed view, broadcasting y into it
+                def want_t(x, y, name=name):
+                    out = x.copy()
+                    out.T[...] = binary_want(name)(x.T, y).astype(x.dtype)
+                    return out
+                a = _binary_domain(name, dtype, (4, 3), 7)
+                b = _exponent(dtype, (4,), 8) if name == "pow" else rand((4,), dtype, seed=8)
+                add(Sample(f"Tensor.{name}_", lambda x, y, n=name: (getattr(x.T, n + "_")(y),
+                                                                    x)[1],
+                           (a, b), want_t, tol, writes=0, label="|view"))
             if name in ("greater_than", "equal", "logical_and") and dtype.kind == "f":
                 a, b = rand((3,), dtype), rand((3,), dtype, seed=1)
                 add(Sample(icalls[0][0], icalls[0][1], (a, b),

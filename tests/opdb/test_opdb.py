@@ -360,3 +360,23 @@ def test_database_size():
     assert len(db.SAMPLES) > 2000 and len(db.INVALID) > 100
     assert sum(1 for s in db.SAMPLES if s.grad) > 150
     assert sum(1 for s in db.SAMPLES if s.writes is not None) > 300
+
+
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_negative_int_power_fails_before_any_write(backend):
+    """Issue 13 item 4: the program that raised NumPy's ValueError mid-run, after `b` was
+    written, is a trace-time error naming the line, and the caller's arrays stay as they were."""
+    def f(a, b):
+        b.add_(1)
+        return b, a ** -1
+    a, b = np.arange(1, 4, dtype=np.int32), np.zeros(3, np.float32)
+    with pytest.raises(cc.TraceError) as info:
+        cc.compile(f, backend=backend)(a, b)
+    assert f"test_opdb.py:{f.__code__.co_firstlineno + 2}" in str(info.value)
+    assert "negative integer powers" in str(info.value)
+    np.testing.assert_array_equal(b, 0)
+    np.testing.assert_array_equal(a, [1, 2, 3])
+    # a negative exponent *tensor* is data: defined, no error (issue 18 item 7)
+    out = cc.compile(lambda x, e: x ** e, backend=backend)(
+        np.array([2, 1, -1, -1, 0], np.int32), np.array([-1, -3, -3, -2, -1], np.int32))
+    np.testing.assert_array_equal(out, [0, 1, -1, 1, 0])
