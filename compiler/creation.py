@@ -124,3 +124,14 @@ def module_functions() -> dict:
         if name.endswith("_") and not name.startswith("_"):
             funcs[name] = _inplace_function(name)
     return funcs
+
+
+def _check_user_arguments():
+    # bad arguments (cc.full([2], "a"), cc.zeros([-1])) raise a TraceError naming the line
+    from .tensor import user_errors
+    for name in __all__:
+        if name != "to_tensor":
+            globals()[name] = user_errors(globals()[name], f"cc.{name}")
+
+
+_check_user_arguments()

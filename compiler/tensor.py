@@ -12,12 +12,13 @@ that numpy itself answers "is this reshape a view?" and "does this view overlap 
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
 
 from . import tracer as _tr
-from .errors import InplaceError, ShapeError, TraceError
+from .errors import CompilerError, InplaceError, ShapeError, TraceError
 from .ir import Value
 from .layout import apply_view, overlaps_itself, value_probe
 from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
@@ -80,14 +81,19 @@ def normalize_index(idx, shape) -> tuple:
         else:
             k = int(item)
             if not -shape[dim] <= k < shape[dim]:
-                raise IndexError(f"index {k} is out of bounds for axis {dim} with size "
-                                 f"{shape[dim]} (at {_tr.user_loc()})")
+                raise IndexOutOfRange(f"index {k} is out of bounds for axis {dim} with size "
+                                      f"{shape[dim]}", _tr.user_loc())
             out.append(("i", k % shape[dim]))
             dim += 1
     while dim < len(shape):
         out.append(("s", None, None, None))
         dim += 1
     return tuple(out)
+
+
+class IndexOutOfRange(ShapeError, IndexError):
+    """An integer index past the end of its axis: a `ShapeError`, and an `IndexError` as
+    Python's sequences raise."""
 
 
 def _user_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -642,6 +648,8 @@ class Tensor:
         return self.reshape_to(shape)
 
     def transpose(self, perm):
+        if not all(isinstance(p, numbers.Integral) for p in perm):
+            raise TraceError(f"transpose: {list(perm)} is not a list of axes", _tr.user_loc())
         perm = tuple(int(p) % max(self.ndim, 1) for p in perm)
         if sorted(perm) != list(range(self.ndim)):
             raise ShapeError(f"transpose: {list(perm)} is not a permutation of {self.ndim} axes",
@@ -774,6 +782,49 @@ def _install_elementwise_methods():
 _install_elementwise_methods()
 Tensor.multiply_ = lambda self, y: self._inplace("multiply", y)
 Tensor.divide_ = lambda self, y: self._inplace("divide", y)
+
+# Errors Python raises on a bad argument deep inside a method (`int("a")`, `np.dtype("foo")`,
+# comparing a str with a float) become a TraceError naming the user's line: what the user
+# passed is wrong, not the compiler (issue 18: never an internal exception).
+ARGUMENT_ERRORS = (TypeError, ValueError, IndexError, KeyError, OverflowError, AttributeError)
+
+
+def user_errors(fn, name=None):
+    """`fn`, with Python's argument errors re-raised as a `TraceError` naming the user's line."""
+    name = name or fn.__name__
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CompilerError:
+            raise
+        except ARGUMENT_ERRORS as e:
+            raise TraceError(f"{name}: bad argument ({type(e).__name__}: {e})",
+                             _tr.user_loc()) from e
+    checked._user_errors = True
+    return checked
+
+
+_OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__matmul__", "__rmatmul__", "__neg__",
+              "__abs__", "__invert__", "__and__", "__or__", "__iadd__", "__isub__", "__imul__",
+              "__itruediv__", "__ifloordiv__", "__imod__", "__eq__", "__ne__", "__lt__",
+              "__le__", "__gt__", "__ge__", "__getitem__", "__setitem__")
+
+
+def _check_user_arguments():
+    for name in [n for n in dir(Tensor) if not n.startswith("_")] + list(_OPERATORS):
+        attr = Tensor.__dict__.get(name)
+        if isinstance(attr, property):
+            if name == "T":
+                setattr(Tensor, name, property(user_errors(attr.fget, "T")))
+        elif callable(attr) and not getattr(attr, "_user_errors", False):
+            setattr(Tensor, name, user_errors(attr, f"Tensor.{name.strip('_') or name}"))
+
+
+_check_user_arguments()
 
 
 def check_dtype(dtype, loc=None):

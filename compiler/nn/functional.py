@@ -221,3 +221,12 @@ def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False) 
     stride = kernel if stride is None else _pair(stride, "max_pool2d stride")
     padding, _ = _padding("max_pool2d", padding, x, kernel, stride)
     return x.primitive("max_pool2d", kernel=kernel, stride=stride, padding=padding)
+
+
+def _check_user_arguments():
+    from ..tensor import user_errors
+    for name in __all__:
+        globals()[name] = user_errors(globals()[name], f"F.{name}")
+
+
+_check_user_arguments()

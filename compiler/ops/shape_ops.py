@@ -247,8 +247,15 @@ defop("concat", OTHER, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=
       vjp={"none": _concat_vjp})
 
 # -- creation ------------------------------------------------------------------------------
-defop("full", CREATION, lambda types, shape, value, dtype: (tuple(shape), np.dtype(dtype)),
-      lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
+def _full_infer(types, shape, value, dtype):
+    if any(int(d) < 0 for d in shape):
+        raise ShapeError(f"negative dimension in {list(shape)}")
+    with np.errstate(all="ignore"):
+        np.asarray(value).astype(dtype)  # a value the dtype can't hold raises here, not mid-run
+    return tuple(shape), np.dtype(dtype)
+
+
+defop("full", CREATION, _full_infer, lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
 def _arange_len(start, stop, step):
     return max(0, math.ceil((stop - start) / step))
 

@@ -1581,6 +1581,42 @@ def build_ties_and_kinks():
                label="|zero-base"))
 
 
+def build_bad_arguments():
+    """Arguments of the wrong type or range: Python would raise TypeError/ValueError deep inside
+    the compiler; the user gets a CompilerError naming the call."""
+    x = [np.ones((2, 3), np.float32)]
+    CE = cc.CompilerError
+    for api, fn, err in [
+        ("Tensor.reshape", lambda t: t.reshape("a"), CE),
+        ("Tensor.sum", lambda t: t.sum(axis=1.5), CE),
+        ("Tensor.sum", lambda t: t.sum(dtype="foo"), CE),
+        ("Tensor.mean", lambda t: t.mean(axis="a"), CE),
+        ("Tensor.squeeze", lambda t: t.squeeze("x"), CE),
+        ("Tensor.unsqueeze", lambda t: t.unsqueeze(None), CE),
+        ("Tensor.cast", lambda t: t.cast("foo"), CE),
+        ("Tensor.__getitem__", lambda t: t[5], cc.ShapeError),
+        ("Tensor.__getitem__", lambda t: t[1.5], cc.TraceError),
+        ("Tensor.scale", lambda t: t.scale("a"), CE),
+        ("Tensor.flatten", lambda t: t.flatten(0.5), CE),
+        ("Tensor.transpose", lambda t: t.transpose([0.5, 1]), cc.TraceError),
+        ("Tensor.numel", lambda t: t.numel(1), CE),
+        ("Tensor.fill_", lambda t: t.fill_("a"), CE),
+        ("Tensor.__add__", lambda t: t + "a", CE),
+        ("Tensor.expand", lambda t: t.expand([-2, 3]), CE),
+        ("F.dropout", lambda t: F.dropout(t, p="a"), CE),
+        ("F.elu", lambda t: F.elu(t, "a"), CE),
+        ("F.hardtanh", lambda t: F.hardtanh(t, "a"), CE),
+        ("F.conv2d", lambda t: F.conv2d(t.reshape([1, 1, 2, 3]), t.reshape([1, 1, 2, 3]), stride="a"), CE),  # noqa: E501
+        ("F.max_pool2d", lambda t: F.max_pool2d(t.reshape([1, 1, 2, 3]), "a"), CE),
+        ("F.softmax", lambda t: F.softmax(t, dtype="foo"), CE),
+        ("cc.full", lambda t: cc.full([2], "a"), CE),
+        ("cc.zeros", lambda t: cc.zeros([-1]), CE),
+        ("cc.arange", lambda t: cc.arange("a"), CE),
+        ("cc.concat", lambda t: cc.concat([t, "a"]), CE),
+    ]:
+        invalid(api, fn, x, err)
+
+
 def build_all():
     build_unary()
     build_activations()
@@ -1600,6 +1636,7 @@ def build_all():
     build_functional()
     build_alpha()
     build_ties_and_kinks()
+    build_bad_arguments()
 
 
 build_all()
