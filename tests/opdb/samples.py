@@ -691,6 +691,30 @@ def build_binary():
                        grad=True, writes=0))
 
 
+def build_aliasing():
+    """Inplace ops whose other operand aliases the target (DESIGN §8.6): every operand is read
+    before the write, as in eager NumPy."""
+    x = rand((6,), F64, seed=3)
+    m = rand((3, 4), F32, seed=4)
+    cases = [
+        ("Tensor.add_", lambda t: t.add_(t), lambda a: a + a),
+        ("Tensor.multiply_", lambda t: t.multiply_(t[::-1]), lambda a: a * a[::-1]),
+        ("Tensor.subtract_", lambda t: (t[1:].subtract_(t[:-1]), t)[1],
+         lambda a: np.concatenate([a[:1], a[1:] - a[:-1]])),
+        ("Tensor.__iadd__", lambda t: _iop(t, t[0], "+="), lambda a: a + a[0]),
+        ("Tensor.maximum_", lambda t: (t[::2].maximum_(t[1::2]), t)[1],
+         lambda a: _set(a, slice(None, None, 2), np.maximum(a[::2], a[1::2]))),
+    ]
+    for api, fn, want in cases:
+        add(Sample(api, fn, (x.copy(),), want, writes=0, label="|alias"))
+    add(Sample("Tensor.add_", lambda t: (t.T[:2].add_(t[:, :2].T), t)[1], (m,),
+               lambda a: _set(a, (slice(None), slice(0, 2)), a[:, :2] + a[:, :2]), writes=0,
+               label="|alias-T"))
+    add(Sample("Tensor.__setitem__", lambda t: _setitem(t, (slice(1, None),), t[:-1] * 2.0),
+               (x.copy(),), lambda a: _set(a, slice(1, None), a[:-1] * 2.0), writes=0,
+               label="|alias"))
+
+
 def _iop(a, b, op):
     if op == "+=":
         a += b
@@ -1637,6 +1661,7 @@ def build_all():
     build_alpha()
     build_ties_and_kinks()
     build_bad_arguments()
+    build_aliasing()
 
 
 build_all()

@@ -231,6 +231,18 @@ def _wrt(sample, arrays):
     return [i for i, a in enumerate(arrays) if a.dtype == np.float64]
 
 
+@pytest.mark.parametrize("backend", AVAILABLE)
+@pytest.mark.parametrize("sample", INPLACE_PARAMS)
+def test_inplace_off_gives_the_same_values(sample, backend):
+    """`inplace="off"` changes buffers, never values."""
+    want = expected(sample, backend)
+    args = _copies(sample.args)
+    out = cc.compile(_traced(sample, {}), backend=backend, inplace="off")(*args)
+    terms = sample.terms(*_copies(sample.args)) if sample.terms else None
+    assert_matches(out, want, sample.tol, terms)
+    assert_matches(args[sample.writes], want, sample.tol, terms, "the caller's array")
+
+
 def _grad_body(sample):
     w = sample.writes
 
