@@ -1103,6 +1103,10 @@ def build_views():
                    want, returns=0))
     add(Sample("cc.transpose_", lambda t: cc.transpose_(t, [1, 0]), (rand((2, 3), F32),),
                lambda a: a.T, returns=0))
+    for shape in [(2, 3), (3,), (), (2, 3, 4)]:
+        add(Sample("Tensor.t_", lambda t: t.t_(), (rand(shape, F32),),
+                   lambda a: np.swapaxes(a, -1, -2) if a.ndim >= 2 else a, returns=0))
+    add(Sample("cc.t_", lambda t: cc.t_(t), (rand((2, 3), I64),), lambda a: a.T, returns=0))
     invalid("Tensor.transpose", lambda t: t.transpose([0, 0]), [np.ones((2, 3))], cc.ShapeError)
     invalid("Tensor.transpose", lambda t: t.transpose([0]), [np.ones((2, 3))], cc.ShapeError)
     for shape in [(2, 3), (3,), (), (2, 3, 4), (0, 2)]:

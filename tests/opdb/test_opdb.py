@@ -332,7 +332,8 @@ def public_api() -> set[str]:
              if not n.startswith("_") and n not in NOT_OPS["Tensor"]}
     names |= {f"Tensor.{n}" for n in OPERATORS if n in vars(cc.Tensor)}
     names |= {f"cc.{n}" for n in dir(cc) if not n.startswith("_") and callable(getattr(cc, n))
-              and not inspect.ismodule(getattr(cc, n)) and n not in NOT_OPS["cc"]}
+              and not inspect.ismodule(getattr(cc, n)) and not inspect.isclass(getattr(cc, n))
+              and n not in NOT_OPS["cc"]}
     names |= {f"F.{n}" for n in F.__all__}
     return names
 
