@@ -939,8 +939,15 @@ _OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__le__", "__gt__", "__ge__", "__getitem__", "__setitem__")
 
 
+# Building blocks of VJP rules and the autodiff entry: an error there is the compiler's, and
+# must surface as such.
+_INTERNAL = ("backward", "primitive", "reshape_to", "where_mask", "where_positive",
+             "full_like_value", "zeros_like_shape", "slice_index", "slice_scatter")
+
+
 def _check_user_arguments():
-    for name in [n for n in dir(Tensor) if not n.startswith("_")] + list(_OPERATORS):
+    for name in [n for n in dir(Tensor) if not n.startswith("_") and n not in _INTERNAL] \
+            + list(_OPERATORS):
         attr = Tensor.__dict__.get(name)
         if isinstance(attr, property):
             if name == "T":
