@@ -334,6 +334,9 @@ def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, 
     for t in sorted(set(born) | set(dies)):
         for b in sorted(born.get(t, ()), key=lambda b: (-b.size, b.id)):
             need = align(b.size, alignment)
+            if need == 0:  # a zero-size buffer holds no bytes: no gap to take or give back
+                offsets[b.id] = 0
+                continue
             fits = [o for o in gap_starts if gap_size[o] >= need]
             if fits:
                 o = min(fits, key=lambda o: (gap_size[o], o))
@@ -351,6 +354,8 @@ def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, 
             offsets[b.id] = o
         for b in dies.get(t, ()):
             o, size = offsets[b.id], align(b.size, alignment)
+            if size == 0:
+                continue
             i = bisect_left(gap_starts, o)
             if i < len(gap_starts) and gap_starts[i] == o + size:  # merge with the next gap
                 size += gap_size.pop(gap_starts.pop(i))
