@@ -236,16 +236,39 @@ class Graph:
                 g.add_edge(v.ref(), n.out.ref())
         return g
 
-    def to_dot(self) -> str:
-        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red."""
+    def to_dot(self, plan=None) -> str:
+        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red,
+        backward/update nodes dashed. With `plan` (a MemoryPlan of this graph), each value is
+        filled with its buffer's colour and labelled `#buffer`, and each decided node shows
+        "in place" or "copy" (the reason is its tooltip)."""
         lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", "  node [fontname=monospace];"]
+
+        def buffer_attrs(v):
+            if plan is None or v not in plan.buffer_of:
+                return "", ""
+            b = plan.buffer_of[v]
+            hue = (b.id * 0.618034) % 1.0  # golden-ratio hues: neighbours look different
+            return (f", style=filled, fillcolor=\"{hue:.3f} 0.35 1.0\"",
+                    f"\\n#{b.id} {b.kind}")
+
+        decided = {id(d.node): d for d in (plan.decisions if plan is not None else ())
+                   if d.node is not None}
         for v in self.inputs:
-            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}"];')
+            fill, tag = buffer_attrs(v)
+            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}{tag}"{fill}];')
         for n in self.nodes:
             color = ', color=red' if n.inplace_of is not None else ''
+            fill, tag = buffer_attrs(n.out)
             style = ', style=dashed' if n.phase != "forward" else ''
+            if fill and style:
+                style, fill = "", fill.replace("style=filled", "style=\"filled,dashed\"")
+            d = decided.get(id(n))
+            if d is not None:
+                reason = d.reason.replace('"', "'")
+                tag += f"\\n{'in place' if d.inplace else 'copy'}"
+                fill += f', tooltip="{reason}"'
             lines.append(f'  v{n.out.id} [label="{n.out.ref()} = {n.op}\\n{n.out.type}\\n'
-                         f'{n.loc}"{color}{style}];')
+                         f'{n.loc}{tag}"{color}{style}{fill}];')
             for v in n.inputs:
                 lines.append(f"  v{v.id} -> v{n.out.id};")
         for i, v in enumerate(self.outputs):

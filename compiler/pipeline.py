@@ -1,7 +1,8 @@
 """The pass pipeline: one flat list of named passes, run in order on a traced graph.
 
 Environment switches:
-  COMPILER_DUMP=name[,name...]|all   print the graph (and plan) after those passes
+  COMPILER_DUMP=name[,name...]|all   print the graph and the pass's analysis (decisions,
+                                     the plan) after those passes; unknown names raise
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
 """
 from __future__ import annotations
@@ -109,13 +110,41 @@ def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]
     return tuple(names)
 
 
+DUMP_EXTRAS = ("all",)  # COMPILER_DUMP names beside the passes'
+
+
+def dump_request(pass_names) -> set[str]:
+    """The pass names in COMPILER_DUMP; an unknown name raises, listing the valid ones."""
+    dump = {d.strip() for d in os.environ.get("COMPILER_DUMP", "").split(",") if d.strip()}
+    unknown = dump - set(pass_names) - set(DUMP_EXTRAS)
+    if unknown:
+        raise CompilerError(f"COMPILER_DUMP names {', '.join(sorted(unknown))}: valid names are "
+                            + ", ".join(list(pass_names) + list(DUMP_EXTRAS)))
+    return dump
+
+
+def dump_text(name: str, state: CompileState) -> str:
+    """What COMPILER_DUMP prints after pass `name`: the graph it left, then its analysis (the
+    decisions after reinplace; the plan with intervals and offsets after planning)."""
+    parts = [f"--- after {name} ---", str(state.graph)]
+    if state.plan is not None:
+        parts.append(state.plan.report())
+    elif state.decisions is not None:
+        parts += ["decisions:"] + [
+            f"  {d.op:<14} {d.loc:<20} {d.phase:<8} "
+            f"{'in place' if d.inplace else 'NOT in place'}: {d.reason}"
+            for d in state.decisions]
+    return "\n".join(parts)
+
+
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
                  sanitize=None, param_names=None):
     from .api import Program
     state = CompileState(graph, backend, inplace,
                          donated_names(graph, signature, donate, param_names))
-    dump = set(filter(None, os.environ.get("COMPILER_DUMP", "").split(",")))
-    for name, fn in pipeline(backend, inplace, donate):
+    passes = pipeline(backend, inplace, donate)
+    dump = dump_request([name for name, _ in passes])
+    for name, fn in passes:
         try:
             state = fn(state)
         except CompilerError:
@@ -123,9 +152,7 @@ def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
         except Exception as e:  # an internal failure: say which pass
             raise RuntimeError(f"pass '{name}' failed on {graph.name}: {e}") from e
         if name in dump or "all" in dump:
-            print(f"--- after {name} ---\n{state.graph}")
-            if state.plan is not None:
-                print(state.plan.report())
+            print(dump_text(name, state))
     if sanitize is None:
         sanitize = os.environ.get("COMPILER_SANITIZE", "") not in ("", "0")
     executable = _lower(state, backend, sanitize)

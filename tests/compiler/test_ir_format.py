@@ -78,3 +78,15 @@ def test_to_dot_mentions_every_node():
         assert f"v{v.id} -> out{i};" in dot
     for i, v in graph.mutations.items():
         assert f"v{v.id} -> mut{i};" in dot
+
+
+def test_to_dot_with_a_plan_shows_buffers_and_decisions():
+    def f(x):
+        return (x * 2.0).exp()
+    prog = cc.compile(f).lower(np.ones(3))
+    dot = prog.graph.to_dot(prog.plan)
+    exp = prog.graph.nodes[-1]
+    line = next(s for s in dot.splitlines() if s.startswith(f"  v{exp.out.id} ["))
+    buf = prog.plan.buffer(exp.out)
+    assert f"#{buf.id} {buf.kind}" in line and "in place" in line
+    assert 'tooltip="writes over %' in line and "fillcolor=" in line
