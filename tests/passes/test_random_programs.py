@@ -118,7 +118,7 @@ class Expected:
     def __init__(self, prog: RandomProgram, fn):
         self.prog = prog
         self.arrays = prog.arrays()
-        graph = cc.trace(fn, *prog.arrays())
+        self.graph = graph = cc.trace(fn, *prog.arrays())
         outs, self.final = _reference_run(graph, prog, prog.arrays())
         self.outputs = _rebuild(graph.output_tree, outs)
         for i, v in enumerate(_flat(self.outputs) + self.final):
@@ -223,7 +223,7 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
     assert auto.plan.peak_bytes <= auto.plan.no_inplace_peak_bytes, auto.plan.summary()
     # CSE merges only values whose lives overlap: it never raises the lower bound (planned
     # here without the fallback of "auto" to the plan without reuse, on both graphs).
-    unmerged = dce(cc.trace(fn, *prog.arrays()))
+    unmerged = dce(expected.graph)
     for mode in ("auto", "off"):
         before = plan_memory(unmerged, mode, baseline=False).lower_bound_bytes
         after = plan_memory(auto.graph, mode, baseline=False).lower_bound_bytes
