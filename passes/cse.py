@@ -60,26 +60,39 @@ class _NoKey(Exception):
 def attr_key(value):
     """A hashable key such that equal keys mean attributes that give the same result.
 
-    Arrays are keyed by a digest of their bytes; `same_attrs` confirms a hit byte for byte."""
-    if value is None or isinstance(value, str):
+    Arrays are keyed by a digest of their bytes; `same_attrs` confirms a hit byte for byte.
+    A dict's key follows its insertion order (one op's attributes are made in one order; two
+    orders only miss a merge)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return (kind.__name__,) + tuple(attr_key(v) for v in value)
+    if kind is float or isinstance(value, np.floating):
+        # Bits, not value: 0.0 == -0.0 and nan != nan, but neither may be merged as equal.
+        return ("float", np.dtype(kind).str, float(value).hex())
+    if value is None or kind is str:
         return value
-    if isinstance(value, (bool, np.bool_)):
+    if kind is bool or isinstance(value, np.bool_):
         return ("bool", bool(value))
     if isinstance(value, numbers.Integral):
         return ("int", int(value))
-    if isinstance(value, (float, np.floating)):
-        # Bits, not value: 0.0 == -0.0 and nan != nan, but neither may be merged as equal.
-        return ("float", np.dtype(type(value)).str, float(value).hex())
     if isinstance(value, np.dtype):
         return ("dtype", value.str)
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
         return ("array", value.dtype.str, value.shape, digest)
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__,) + tuple(attr_key(v) for v in value)
     if isinstance(value, dict):
-        return ("dict",) + tuple(sorted((k, attr_key(v)) for k, v in value.items()))
-    raise _NoKey(type(value).__name__)
+        return ("dict",) + tuple((k, attr_key(v)) for k, v in value.items())
+    raise _NoKey(kind.__name__)
+
+
+def _has_array(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_array(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_array(v) for v in value.values())
+    return False
 
 
 def _same_value(a, b) -> bool:
@@ -94,7 +107,10 @@ def _same_value(a, b) -> bool:
 
 
 def same_attrs(a: Node, b: Node) -> bool:
-    """Whether two nodes' attributes are equal (arrays byte for byte)."""
+    """Whether two nodes whose `attr_key`s are equal have equal attributes: only arrays (keyed
+    by a digest) need a second look, byte for byte."""
+    if not _has_array(a.attrs):
+        return True
     return a.attrs.keys() == b.attrs.keys() and all(
         _same_value(a.attrs[k], b.attrs[k]) for k in a.attrs)
 
@@ -173,16 +189,18 @@ def cse(graph: Graph) -> Graph:
                 reach.add(id(node.out))
         if id(orig) not in pinned:  # Step 3
             try:
-                key = (node.op, tuple(id(v) for v in inputs), attr_key(node.attrs),
-                       node.out.shape, node.out.dtype.str)
+                attrs = tuple((k, attr_key(v)) for k, v in node.attrs.items()) \
+                    if node.attrs else ()
+                key = (node.op, tuple(map(id, inputs)), attrs, node.out.shape,
+                       node.out.dtype.str)
             except _NoKey:
                 key = None
             if key is not None:
                 first, first_orig = table.setdefault(key, (node, orig))
                 is_view = REGISTRY[node.op].kind == VIEW
-                if first is not node and same_attrs(first, node) and not (
-                        id(first.out) in reach and id(node.out) in reach) and (
-                        is_view or last[id(first_orig.out)] > i):
+                if first is not node and (is_view or last[id(first_orig.out)] > i) and not (
+                        id(first.out) in reach and id(node.out) in reach) and \
+                        same_attrs(first, node):
                     replaced[id(orig.out)] = first.out
                     if id(node.out) in reach:
                         reach.add(id(first.out))
