@@ -306,3 +306,27 @@ def test_examples_match_the_unmerged_reference_bit_for_bit(name):
         assert got_muts[k].tobytes() == want_muts[k].tobytes()
     merged = len(dce(traced).nodes) - len(prog.graph.nodes)
     assert merged == {"mlp": 0, "transformer_block": 2}[name]
+
+
+def test_constant_arrays_with_one_digest_are_compared_byte_for_byte(monkeypatch):
+    # Arrays are keyed by a SHA-256 of their bytes; a collision must not merge them.
+    import sys
+    cse_module = sys.modules["passes.cse"]  # (`passes.cse` is the function)
+
+    class Colliding:
+        def __init__(self, data):
+            pass
+
+        def hexdigest(self):
+            return "0" * 64
+
+    monkeypatch.setattr(cse_module.hashlib, "sha256", Colliding)
+
+    def program(x):
+        a = cc.to_tensor(np.arange(4.0))
+        b = cc.to_tensor(np.arange(4.0) + 1.0)  # live together with a: a merge candidate
+        return x * a + x * b
+
+    before, after = _graphs(program, X)
+    assert len(_ops(after, "constant")) == 2
+    _assert_same_results(before, after, [X])
