@@ -129,7 +129,8 @@ class RandomProgram:
             body.append("return (" + "".join(r[0] + ", " for r in self.returns) + ")")
         else:
             body.append("return None")
-        return (HEADER + f"def program({params}):\n" + "".join("    " + line + "\n" for line in body))
+        return (HEADER + f"def program({params}):\n"
+                + "".join("    " + line + "\n" for line in body))
 
     def numpy_source(self) -> str | None:
         if self.has_backward or self.expect_error is not None:
