@@ -10,7 +10,9 @@ sharing no code with the planner's liveness or reinplace logic:
      over program points, O(n log n));
   5. inside one buffer, successive values never live at once: the older one's last read is
      at the node that overwrites it (an op writing element-for-element over its operand), or
-     it is the write-back scatter that replaces exactly the region the newer value occupies.
+     it is the write-back scatter that replaces exactly the region the newer value occupies;
+  6. every node that needs scratch memory has a workspace buffer in the arena, big enough,
+     live at its point (and, by 4, overlapping nothing live there).
 A failure raises `PlanError` with the IR around the offending node.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ from bisect import bisect_left
 
 from compiler.ir import Graph, format_node
 from compiler.layout import apply_view, contiguous_probe, region
-from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, workspace_bytes
 
 
 class PlanError(AssertionError):
@@ -162,3 +164,14 @@ def verify_plan(graph: Graph, plan) -> None:
             if not ok:
                 raise PlanError(f"{new.ref()} overwrites {old.ref()} in buffer #{b.id}, but "
                                 f"{old.ref()} is read later\n{_context(graph, t)}")
+    # 6. workspaces
+    workspace = getattr(plan, "workspace", {})
+    for i, n in enumerate(graph.nodes):
+        need = workspace_bytes(n)
+        if not need:
+            continue
+        b = workspace.get(n)
+        if b is None or b.kind != "arena" or b.workspace_of is not n or b.size < need \
+                or not b.start <= i <= b.end or b not in plan.buffers:
+            raise PlanError(f"{n.out.ref()} ({n.op}) needs a workspace of {need} B live at "
+                            f"point {i}; the plan has {b and f'#{b.id}'}\n{_context(graph, i)}")

@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import DataError, ShapeError
 from .registry import OTHER, defop, normalize_axes
+from .shape_ops import reduced_shape
 
 # -- softmax / log_softmax along one axis ---------------------------------------------------
 
@@ -47,9 +48,37 @@ def _log_softmax_vjp(ctx, g):
     return (g - y.exp() * g.sum(axis=axis, keepdim=True),)
 
 
-defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp})
+def _row_scratch(count):
+    """Scratch of a row-wise op: `count` arrays of one value per row (the max, the sum)."""
+    def scratch(types, out, axis):
+        shape, dtype = types[0]
+        return [(reduced_shape(shape, axis, True), dtype)] * count
+    return scratch
+
+
+# The references' steps in the same order, into `out` (bit-identical), with the row max and
+# sum in scratch. log_softmax computes `x - max` twice instead of keeping a full-size copy.
+def _softmax_into(out, x, axis, scratch):
+    (m,) = scratch
+    if x.size:
+        np.max(x, axis=axis, keepdims=True, out=m)
+        np.exp(np.subtract(x, m, out=out), out=out)
+        np.divide(out, np.sum(out, axis=axis, keepdims=True, out=m), out=out)
+
+
+def _log_softmax_into(out, x, axis, scratch):
+    m, s = scratch
+    if x.size:
+        np.max(x, axis=axis, keepdims=True, out=m)
+        np.exp(np.subtract(x, m, out=out), out=out)
+        np.log(np.sum(out, axis=axis, keepdims=True, out=s), out=s)
+        np.subtract(np.subtract(x, m, out=out), s, out=out)
+
+
+defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp},
+      into=_softmax_into, scratch=_row_scratch(1))
 defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
-      vjp={"output": _log_softmax_vjp})
+      vjp={"output": _log_softmax_vjp}, into=_log_softmax_into, scratch=_row_scratch(2))
 
 
 def _one_hot_infer(types, num_classes, dtype, ignore_index=None):
@@ -92,7 +121,22 @@ def _one_hot_ref(labels, num_classes, dtype, ignore_index=None):
     return hot.astype(dtype)
 
 
-defop("one_hot", OTHER, _one_hot_infer, _one_hot_ref,
+def _one_hot_into(out, labels, num_classes, dtype, ignore_index=None, scratch=()):
+    (classes,) = scratch
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        found = bad_label(labels, num_classes, ignore_index)  # (the error path may allocate)
+        if found is not None:
+            raise DataError(label_range_message(*found, num_classes, ignore_index))
+    classes.fill(1)  # 0, 1, ..., num_classes - 1 without a temporary
+    classes[:1] = 0
+    np.cumsum(classes, out=classes)
+    np.equal(labels[..., None], classes, out=out, casting="unsafe")
+    if ignore_index is not None and 0 <= ignore_index < num_classes:
+        out[..., ignore_index] = 0  # its rows had their one there
+
+
+defop("one_hot", OTHER, _one_hot_infer, _one_hot_ref, into=_one_hot_into,
+      scratch=lambda types, out, num_classes, **kw: [((num_classes,), np.int64)],
       doc="one_hot(labels) [..., num_classes]; checks each label's range (DataError)")
 
 # -- conv2d (NCHW, weights OIHW, groups=1; padding (top, bottom, left, right)) -------------
