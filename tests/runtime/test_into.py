@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import compiler as cc
+import compiler.nn.functional as F
 from compiler.ops import ELEMENTWISE, REGISTRY, VIEW, scratch_specs
 from runtime.arena import compute
 from runtime.reference import run_graph
@@ -71,3 +72,57 @@ def test_direct_writes_match_the_reference(sample):
                     dest = np.array(env[v], order="C")  # in place: the operand is the output
                     _check(node, dest, [dest if w is v else env[w] for w in node.inputs],
                            want, f"in place over {v.ref()}")
+
+
+def _check_graph(graph, arrays):
+    """Every non-view node written directly equals the reference interpreter's value."""
+    with np.errstate(all="ignore"):
+        env = run_graph(graph, arrays)
+        for node in graph.nodes:
+            if REGISTRY[node.op].kind != VIEW:
+                want = env[node.out]
+                _check(node, np.empty(want.shape, want.dtype), [env[v] for v in node.inputs],
+                       want, "out of place")
+
+
+def _conv_step(stride, padding, dilation):
+    def step(x, w):
+        w.stop_gradient = False
+        x.stop_gradient = False
+        y = F.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+        z = F.max_pool2d(y, 2, stride=1, padding=1)
+        (z * z).sum().backward()
+        return z, x.grad, w.grad
+    return step
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("stride,padding,dilation", [(1, 0, 1), (2, 1, 1), (1, [0, 1, 2, 0], 2)])
+def test_conv_and_pool_gradients_written_directly_match_the_reference(stride, padding, dilation,
+                                                                      dtype):
+    # The gradient ops only appear in backward graphs, which the samples above don't trace.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(dtype)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(dtype)
+    graph = cc.trace(_conv_step(stride, padding, dilation), x, w)
+    ops = {n.op for n in graph.nodes}
+    assert {"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d",
+            "max_pool2d_grad"} <= ops
+    _check_graph(graph, [x, w])
+
+
+def _pool_step(x):
+    x.stop_gradient = False
+    z = F.max_pool2d(x * 1.0, 2, stride=1, padding=1)
+    z.sum().backward()
+    return x.grad
+
+
+def test_pool_gradient_of_a_window_of_minus_infinity_matches_the_reference():
+    # The top-left window holds only padding and x[0, 0, 0, 0] = -inf: its argmax is padding,
+    # an index outside x that the reference wraps; the direct write must fall back to it.
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
+    x[0, 0, 0, 0] = -np.inf
+    graph = cc.trace(_pool_step, x)
+    assert "max_pool2d_grad" in {n.op for n in graph.nodes}
+    _check_graph(graph, [x])

@@ -87,6 +87,32 @@ def test_relu_inplace_allocates_nothing_and_relu_its_output(backend):
     assert X16.nbytes <= allocated_by_call(out, [X16]) <= X16.nbytes + SLACK
 
 
+def _cnn_step(x, w1, w2):
+    w1.stop_gradient = False
+    w2.stop_gradient = False
+    h = F.max_pool2d(F.relu(F.conv2d(x, w1, padding=1)), 2)
+    y = F.conv2d(h, w2, stride=2, padding="SAME")
+    loss = (y * y).mean()
+    loss.backward()
+    with cc.no_grad():
+        w1.subtract_(0.1 * w1.grad)
+        w2.subtract_(0.1 * w2.grad)
+    return loss
+
+
+def test_cnn_step_keeps_its_columns_and_indices_in_workspaces():
+    # conv2d's columns, its gradients' copies and max_pool2d_grad's argmax indices (MiBs
+    # here) are workspaces of the plan, so the call itself allocates next to nothing.
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32)
+            for s in [(8, 3, 32, 32), (16, 3, 3, 3), (8, 16, 3, 3)]]
+    prog = cc.compile(_cnn_step).lower(*args)
+    assert {n.op for n in prog.plan.workspace} == {"conv2d", "conv2d_grad_input",
+                                                    "conv2d_grad_weight", "max_pool2d_grad"}
+    assert sum(b.size for b in prog.plan.workspace.values()) > 2**20
+    assert allocated_by_call(prog, args) <= prog.plan.output_bytes + SLACK
+
+
 def _composites(x, labels):
     p = F.softmax(x, axis=-1)
     return p, F.log_softmax(x * 2.0, axis=0), F.cross_entropy(x, labels)
