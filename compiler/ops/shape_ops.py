@@ -306,14 +306,35 @@ def _arange_len(start, stop, step):
 # Element i is start + i * step computed in float64 (exact for integer bounds), then cast to
 # the dtype (PyTorch's rule): numpy's arange with float bounds and an integer dtype steps by
 # int(start + step) - int(start) instead.
+def _arange_exact(start, stop, step) -> bool:
+    return all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+
+
+def _arange_into(out, start, stop, step, dtype, scratch):
+    # The reference's int64 or float64 steps in scratch, then one cast; 0, 1, 2, ... made
+    # by a cumulative sum of ones (exact in both).
+    (acc,) = scratch
+    acc.fill(1)
+    acc[:1] = 0
+    np.cumsum(acc, out=acc)
+    if _arange_exact(start, stop, step):
+        np.add(np.multiply(acc, step, out=acc), start, out=acc)
+    else:
+        np.add(np.multiply(acc, float(step), out=acc), float(start), out=acc)
+    np.copyto(out, acc, casting="unsafe")
+
+
 defop("arange", CREATION,
       lambda types, start, stop, step, dtype: ((_arange_len(start, stop, step),),
                                                np.dtype(dtype)),
       lambda start, stop, step, dtype: (
           np.arange(_arange_len(start, stop, step), dtype=np.int64) * step + start
-          if all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+          if _arange_exact(start, stop, step)
           else np.arange(_arange_len(start, stop, step)) * float(step) + float(start)
-      ).astype(dtype))
+      ).astype(dtype),
+      into=_arange_into,
+      scratch=lambda types, out, start, stop, step, dtype: [
+          (out[0], np.int64 if _arange_exact(start, stop, step) else np.float64)])
 defop("constant", CREATION, lambda types, value: (value.shape, value.dtype),
       lambda value: value.copy(), doc="data captured at trace time (to_tensor)",
       into=lambda out, value: np.copyto(out, value))

@@ -39,7 +39,8 @@ SAMPLES = _pick(db.SAMPLES)
 
 def _garbage(shape, dtype):
     a = np.empty(shape, dtype)
-    a.view(np.uint8).fill(0xFF)  # NaN / -1: an `into` must not read its scratch uninitialised
+    # NaN / -1 everywhere: an `into` must not read its scratch before writing it
+    a.reshape(-1).view(np.uint8).fill(0xFF)
     return a
 
 
