@@ -1,7 +1,8 @@
 """The pass pipeline: one flat list of named passes, run in order on a traced graph.
 
 Environment switches:
-  COMPILER_DUMP=name[,name...]|all   print the graph (and plan) after those passes
+  COMPILER_DUMP=name[,name...]|all   print the graph (and plan) after those passes;
+                                     `llvm` prints the cpu backend's LLVM IR
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
 """
 from __future__ import annotations
@@ -123,5 +124,11 @@ def _lower(state, backend, sanitize):
     if backend == "numpy":
         from runtime.arena import ArenaExecutable
         return ArenaExecutable(state.graph, state.plan, sanitize=sanitize)
+    if backend == "cpu":
+        from runtime.cpu import CpuExecutable
+        executable = CpuExecutable(state.graph, state.plan, sanitize=sanitize)
+        if "llvm" in os.environ.get("COMPILER_DUMP", "").split(","):
+            print(executable.source)
+        return executable
     raise CompilerError(f"the {backend!r} backend is not available in this build yet; use "
                         "backend='numpy'")
