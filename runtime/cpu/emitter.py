@@ -302,7 +302,7 @@ class ModuleEmitter:
         arr = b.alloca(PTR, size=len(places))
         for k, p in enumerate(places):
             b.store(self.slot_ptr(p.slot), b.gep(arr, [i64(k)], source_etype=PTR))
-        b.call(cb, [i64(t), arr], cconv=None)
+        b.call(_Callee(cb, cb_type), [i64(t), arr])
         self.fallback_nodes[t] = node
 
     # -- kernels ---------------------------------------------------------------------------
@@ -671,6 +671,17 @@ class ModuleEmitter:
             rem = b.srem(rem, i64(src.strides[d]))
             acc = b.add(acc, b.mul(q, i64(dst.strides[d])))
         return acc
+
+
+class _Callee:
+    """An opaque `ptr` value called as a function of type `ftype` (llvmlite's builder wants a
+    typed callee; printing uses only the pointer's name)."""
+
+    def __init__(self, value, ftype):
+        self.value, self.function_type, self.type = value, ftype, value.type
+
+    def get_reference(self):
+        return self.value.get_reference()
 
 
 def blas_layout(rows, cols, rs, cs):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import hashlib
 import itertools
 import os
 import threading
@@ -124,10 +125,18 @@ def optimize(module_ref, speed_level: int = 3):
     pb.getModulePassManager().run(module_ref, pb)
 
 
+_cache: dict = {}
+
+
 def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:
-    """Optimise `ir_text` for the host, emit object code, link it into the process JIT."""
+    """Optimise `ir_text` for the host, emit object code, link it into the process JIT.
+    Cached in memory by the IR text: two programs that lower to the same module share one
+    library (a module refers to nothing outside itself but the symbols registered here)."""
     st = _init()
+    key = hashlib.sha256(f"{opt}|{','.join(exports)}|{ir_text}".encode()).hexdigest()
     with _lock:
+        if key in _cache:
+            return _cache[key]
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
         if opt:
@@ -140,4 +149,5 @@ def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:
         for name in exports:
             builder.export_symbol(name)
         tracker = builder.link(st["lljit"], f"inplace_cpu_{next(_names)}")
-    return Compiled(tracker, optimized, obj)
+        _cache[key] = Compiled(tracker, optimized, obj)
+        return _cache[key]

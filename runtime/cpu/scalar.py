@@ -54,9 +54,10 @@ def constant(value, dtype):
     dtype = np.dtype(dtype)
     if dtype == BOOL:
         return ir.Constant(I1, int(bool(value)))
-    if dtype.kind == "f":
-        return ir.Constant(ll_type(dtype), float(np.asarray(value).astype(dtype)))
-    return ir.Constant(ll_type(dtype), int(np.asarray(value).astype(dtype)))
+    with np.errstate(all="ignore"):  # as numpy's astype: inf for a too-large float32
+        if dtype.kind == "f":
+            return ir.Constant(ll_type(dtype), float(np.asarray(value).astype(dtype)))
+        return ir.Constant(ll_type(dtype), int(np.asarray(value).astype(dtype)))
 
 
 def convert(b: ir.IRBuilder, v, src, dst):
@@ -74,7 +75,12 @@ def convert(b: ir.IRBuilder, v, src, dst):
     if src.kind == "f" and dst.kind == "f":
         return b.fpext(v, t) if dst.itemsize > src.itemsize else b.fptrunc(v, t)
     if src.kind == "f":
-        return b.freeze(b.fptosi(v, t))
+        # x86's cvtt* (what numpy's C cast compiles to) gives INT_MIN for NaN and out-of-range
+        # values; `fptosi` would give poison there, which the select never picks.
+        lim = float(2 ** (8 * dst.itemsize - 1))
+        inside = b.and_(b.fcmp_ordered(">=", v, ir.Constant(v.type, -lim)),
+                        b.fcmp_ordered("<", v, ir.Constant(v.type, lim)))
+        return b.select(inside, b.fptosi(v, t), ir.Constant(t, -int(lim)))
     if dst.kind == "f":
         return b.sitofp(v, t)
     if dst.itemsize > src.itemsize:
