@@ -74,7 +74,9 @@ a, b, c = S.arg(0), S.arg(1), S.arg(2)
 unary("neg", np.negative, -a, dtype=_numeric, vjp={"none": lambda ctx, g: (-g,)})
 unary("abs", np.abs, S.call("abs", a),
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0].sign(),)})
-unary("sign", np.sign, S.call("where", a > 0, 1, S.call("where", a < 0, -1, 0)),
+# NaN has no sign: the innermost `where` keeps it (`a == a` is false only for NaN).
+unary("sign", np.sign, S.call("where", a > 0, 1, S.call("where", a < 0, -1,
+                                                         S.call("where", a.eq(a), 0, a))),
       dtype=_numeric)
 unary("exp", np.exp, S.call("exp", a), dtype=_float,
       vjp={"output": lambda ctx, g: (g * ctx.out,),

@@ -260,6 +260,8 @@ class Renderer:
         if e.op in ("max", "min"):
             return select_max(b, vals[0], vals[1], t, e.op == "max"), t
         if e.op == "pow":
+            if t == BOOL:  # numpy computes bool ** bool in int8: x ** y = x or not y
+                return b.or_(vals[0], b.xor(vals[1], ir.Constant(I1, 1))), t
             if fl:
                 return libm(b, "pow", *vals), t
             return _int_pow(b, *vals), t
