@@ -58,12 +58,12 @@ POISON = 0xFF
 
 # Ops that run through the numpy reference via the fallback callback: a temporary gap, listed
 # here so that it is explicit (a test pins this set). Everything else is native.
-FALLBACK_OPS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
+FALLBACK_OPS = frozenset()
 # Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
 # for every op of that kind).
 NATIVE_OTHER = frozenset({"matmul", "slice_scatter", "concat", "softmax", "log_softmax",
                           "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange",
-                          "constant"})
+                          "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
 
 
 def native_ops() -> set[str]:
@@ -257,6 +257,8 @@ class ModuleEmitter:
         elif op == "max_pool2d":
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
                                                                           ins[0]))
+        elif op in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
+            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
         elif op == "max_pool2d_grad":
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
                 b, p, node, out, *ins))
@@ -580,6 +582,104 @@ class ModuleEmitter:
                 with for_range(b, n, "j") as j:
                     store(b, b.fdiv(b.load(oat(j), typ=t), s), oat(j), dt)
         loop_nest(b, [x.shape[d] for d in others], row, "o")
+
+    # -- convolution -------------------------------------------------------------------------
+    def _conv(self, b, ptrs, node, out: Place, p0: Place, p1: Place):
+        """conv2d (NCHW, OIHW) and its two gradients as direct loops. The kernel offsets
+        (u, v) are unrolled at emission time, which makes the valid output ranges of each
+        offset compile-time constants: no bounds tests in the loops, and the innermost loop
+        runs along an output (or input-gradient) row, which vectorises for stride 1.
+
+          conv2d:       out[n,o,i,j]  += x[n,c,r,q] * w[o,c,u,v]
+          grad_input:   gx[n,c,r,q]   += g[n,o,i,j] * w[o,c,u,v]
+          grad_weight:  gw[o,c,u,v]    = sum_{n,i,j} g[n,o,i,j] * x[n,c,r,q]
+        with r = i*sh + u*dh - ph, q = j*sw + v*dw - pw. Sums are reassociated (within the
+        reduction tolerance); grad_weight accumulates float32 in float64."""
+        op = node.op
+        (sh, sw), (ph, pw), (dh, dw) = (node.attrs["stride"], node.attrs["padding"],
+                                        node.attrs["dilation"])
+        dt = out.dtype
+        if op == "conv2d":
+            x, w = p0, p1
+            g = out
+        elif op == "conv2d_grad_input":
+            g, w = p0, p1
+            x = out
+        else:
+            x, g = p0, p1
+            w = out
+        nb, cin, h, wd = x.shape
+        co, _, kh, kw = w.shape
+        oh, ow = g.shape[2], g.shape[3]
+        t = ll_type(dt)
+
+        def at(p, idx):
+            return elem_ptr(b, ptrs[p.slot], p.dtype, index(b, p.offset, p.strides, idx))
+
+        def val(p, idx):
+            return convert(b, load(b, at(p, idx), p.dtype), p.dtype, dt)
+
+        def valid(k, stride, pad, dil, size, osize):
+            # output positions i with 0 <= i*stride + k*dil - pad < size
+            lo = max(0, -(-(pad - k * dil) // stride))
+            hi = min(osize, (size - 1 + pad - k * dil) // stride + 1)
+            return lo, max(lo, hi)
+        if op != "conv2d_grad_weight":
+            self._fill(b, ptrs, out, None)
+        acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
+        acc = b.alloca(ll_type(acc_d))
+        for u in range(kh):
+            ilo, ihi = valid(u, sh, ph, dh, h, oh)
+            for v in range(kw):
+                jlo, jhi = valid(v, sw, pw, dw, wd, ow)
+                if op == "conv2d_grad_weight":
+                    def wbody(idx, u=u, v=v, ilo=ilo, ihi=ihi, jlo=jlo, jhi=jhi):
+                        o, c = idx
+                        b.store(constant(0, acc_d), acc)
+
+                        def inner(nij):
+                            n, i, j = nij
+                            i = b.add(i, i64(ilo))
+                            j = b.add(j, i64(jlo))
+                            r = b.add(b.mul(i, i64(sh)), i64(u * dh - ph))
+                            q = b.add(b.mul(j, i64(sw)), i64(v * dw - pw))
+                            prod = convert(b, self._mul(b, val(g, [n, o, i, j]),
+                                                        val(x, [n, c, r, q]), dt), dt, acc_d)
+                            a = b.load(acc, typ=ll_type(acc_d))
+                            b.store(b.fadd(a, prod, flags=["reassoc"]) if dt.kind == "f"
+                                    else b.add(a, prod), acc)
+                        loop_nest(b, (nb, ihi - ilo, jhi - jlo), inner, "r")
+                        res = convert(b, b.load(acc, typ=ll_type(acc_d)), acc_d, dt)
+                        store(b, res, at(w, [o, c, i64(u), i64(v)]), dt)
+                    loop_nest(b, (co, cin), wbody, "w")
+                    continue
+                if ihi <= ilo or jhi <= jlo:
+                    continue
+
+                def body(idx, u=u, v=v, ilo=ilo, jlo=jlo):
+                    n, a1, a2, i, j = idx
+                    o, c = (a1, a2) if op == "conv2d" else (a2, a1)
+                    i = b.add(i, i64(ilo))
+                    j = b.add(j, i64(jlo))
+                    r = b.add(b.mul(i, i64(sh)), i64(u * dh - ph))
+                    q = b.add(b.mul(j, i64(sw)), i64(v * dw - pw))
+                    wv = val(w, [o, c, i64(u), i64(v)])
+                    if op == "conv2d":
+                        dst, src = at(out, [n, o, i, j]), val(x, [n, c, r, q])
+                    else:
+                        dst, src = at(out, [n, c, r, q]), val(g, [n, o, i, j])
+                    cur = b.load(dst, typ=t)
+                    b.store(self._add(b, cur, self._mul(b, src, wv, dt), dt), dst)
+                outer = (co, cin) if op == "conv2d" else (cin, co)
+                loop_nest(b, (nb,) + outer + (ihi - ilo, jhi - jlo), body, "c")
+
+    @staticmethod
+    def _mul(b, x, y, dt):
+        return b.fmul(x, y) if dt.kind == "f" else b.mul(x, y)
+
+    @staticmethod
+    def _add(b, x, y, dt):
+        return b.fadd(x, y, flags=["reassoc"]) if dt.kind == "f" else b.add(x, y)
 
     # -- pooling -----------------------------------------------------------------------------
     def _pool_window(self, b, node, x: Place, idxs, visit):

@@ -33,6 +33,9 @@ LIBM = {
     "erf": ("erff", "erf"), "pow": ("powf", "pow"),
 }
 LIBC = ("memset", "memcpy", "memmove")
+# Functions LLVM's optimiser may introduce on its own (pow(2, n) -> ldexp, sin+cos -> sincos,
+# pow(2, x) -> exp2): registered too, so what a module calls never depends on the process.
+LIBM_EXTRA = ("ldexpf", "ldexp", "exp2f", "exp2", "sincosf", "sincos", "exp10f", "exp10")
 
 # CBLAS entry points of numpy's bundled OpenBLAS (64-bit integer interface).
 BLAS_GEMM = {"float32": "scipy_cblas_sgemm64_", "float64": "scipy_cblas_dgemm64_"}
@@ -61,6 +64,9 @@ def _external_symbols() -> dict[str, int]:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     for names in LIBM.values():
         for name in names:
+            syms[name] = ctypes.cast(getattr(libm, name), ctypes.c_void_p).value
+    for name in LIBM_EXTRA:
+        if hasattr(libm, name):
             syms[name] = ctypes.cast(getattr(libm, name), ctypes.c_void_p).value
     for name in LIBC:
         syms[name] = ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
