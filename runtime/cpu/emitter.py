@@ -286,6 +286,9 @@ class ModuleEmitter:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR] * len(slots)),
                          f"k{t}_{node.op}")
         fn.linkage = "internal"
+        # Kept out of line: a kernel is a loop nest that gains nothing from being inlined into
+        # `run`, and one giant function costs the optimiser far more than many small ones.
+        fn.attributes.add("noinline")
         ptrs = {}
         for a, slot in zip(fn.args, slots):
             a.add_attribute("noalias")
