@@ -3,8 +3,10 @@
 `run(inputs)` passes the caller's (C-contiguous) arrays, a freshly allocated buffer for each
 returned buffer of the plan and the arena to the native `run` in ONE ctypes call, then wraps
 the results as numpy views of those buffers (the layouts come from `places.py`). The arena is
-allocated once per program (64-byte aligned, the plan's alignment), so a Program is not
-re-entrant, exactly like the numpy arena executor.
+allocated at the first call and reused (64-byte aligned, the plan's alignment), so lowering a
+program bigger than the machine works, and a call that can't get its memory raises a
+`CompilerError` before anything runs. A Program is not re-entrant, like the numpy arena
+executor.
 
 Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebuilds the
 operands as numpy views from the buffer pointers it gets, runs the op's reference and writes
@@ -18,6 +20,7 @@ import os
 
 import numpy as np
 
+from compiler.errors import CompilerError
 from runtime.reference import run_node
 
 from . import jit
@@ -60,11 +63,21 @@ class CpuExecutable:
         self.optimized_ir = self._compiled.optimized_ir
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
-        self.arena = _aligned(plan.arena_bytes)  # allocated once per program
+        self._arena = None  # allocated at the first call, then reused
         self._sizes = self._buffer_sizes()
         self._error = None
         if os.environ.get("COMPILER_DUMP_OPT_LLVM"):
             print(self.optimized_ir)
+
+    @property
+    def arena(self) -> np.ndarray:
+        if self._arena is None:
+            try:
+                self._arena = _aligned(self.plan.arena_bytes)
+            except MemoryError:
+                raise CompilerError(f"{self.graph.name}: can't allocate its arena of "
+                                    f"{self.plan.arena_bytes} bytes") from None
+        return self._arena
 
     def _buffer_sizes(self) -> dict:
         sizes = {}
@@ -108,11 +121,16 @@ class CpuExecutable:
             assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape
             flat.append(a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8))
         self._run_inputs = flat
-        outputs = [_aligned(max(b.size, 1)) for b in self._output_buffers]
+        arena = self.arena
+        try:
+            outputs = [_aligned(max(b.size, 1)) for b in self._output_buffers]
+        except MemoryError:
+            raise CompilerError(f"{graph.name}: can't allocate its outputs "
+                                f"({self.plan.output_bytes} bytes)") from None
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         self._error = None
-        self._entry(self.arena.ctypes.data, ctypes.addressof(in_ptrs),
+        self._entry(arena.ctypes.data, ctypes.addressof(in_ptrs),
                     ctypes.addressof(out_ptrs), ctypes.cast(self._cb, ctypes.c_void_p).value)
         self._run_inputs = None
         if self._error is not None:

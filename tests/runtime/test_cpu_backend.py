@@ -307,6 +307,30 @@ def test_inplace_on_a_transposed_view_of_an_intermediate():
     np.testing.assert_array_equal(cpu(f)(x), reference(f, x)[0])
 
 
+def test_outputs_that_are_strided_views():
+    def f(x):
+        y = x * 2.0
+        return y.t(), y[::-1, 1:], x[1:], x.t()
+    x = np.arange(12.0).reshape(3, 4)
+    got = cpu(f)(x)
+    for g, w in zip(got, reference(f, x)):
+        np.testing.assert_array_equal(g, w)
+    assert not any(np.shares_memory(g, x) for g in got)  # views of the caller's x are copied
+    assert got[0].strides == (8, 32)  # a view of the output buffer, as the plan placed it
+
+
+def test_program_bigger_than_the_machine_lowers_and_refuses_to_run():
+    def f(x):
+        # a 256 TiB intermediate: more than a 47-bit user address space, whatever the
+        # kernel's overcommit policy
+        return (x.expand([1 << 23, 1 << 22]) + 1.0).sum()
+    x = np.ones((1, 1 << 22))
+    prog = cpu(f).lower(x)
+    assert prog.plan.arena_bytes >= 1 << 48
+    with pytest.raises(cc.CompilerError, match="can't allocate its arena"):
+        prog(x)
+
+
 def test_caller_mutation_through_a_view_and_donation():
     def f(x, y):
         x[0].add_(y)
