@@ -21,9 +21,12 @@ that call back into the numpy reference through `fallback`):
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
     (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions
     that are contiguous in every operand are merged first, so a contiguous op is one loop;
-  - reductions (sum, mean, max over any axes, keepdim): a loop nest over the kept dims, an
-    accumulator over the reduced ones: float64 for float32 sums (one rounding at the end,
-    well inside the 1e-5 tolerance) with `reassoc` so the accumulation vectorises;
+  - reductions (sum, mean, max over any axes, keepdim): when a reduced dim is innermost in
+    memory, a loop nest over the kept dims and a register accumulator over the reduced ones:
+    float64 for float32 sums (one rounding at the end, well inside the 1e-5 tolerance) with
+    `reassoc` so the accumulation vectorises; when the kept dims are innermost (a bias
+    gradient), the output accumulates row by row (numpy's own order), contiguous and
+    vectorised;
   - matmul: numpy's OpenBLAS `cblas_?gemm` (64-bit ints), transposed operands as BLAS flags,
     batch loops over broadcast batch dims, and a batch that is contiguous with the rows of a
     2-D right operand folded into one GEMM; integer or non-BLAS layouts get a generated loop;
@@ -373,6 +376,9 @@ class ModuleEmitter:
             acc_d = np.dtype(np.int64)
         acc_t = ll_type(acc_d)
         count = int(np.prod(rshape, dtype=np.int64)) if rshape else 1
+        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
+            self._reduce_outer(b, ptrs, op, out, x, kshape, kx, ko, rshape, rx, count)
+            return
         slot = b.alloca(acc_t, name="acc")
 
         def outer(oidx):
@@ -405,6 +411,47 @@ class ModuleEmitter:
                 a = convert(b, a, acc_d, od)
             store(b, a, elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, oidx)), od)
         loop_nest(b, kshape, outer, "o")
+
+    def _reduce_outer(self, b, ptrs, op, out, x, kshape, kx, ko, rshape, rx, count):
+        """A reduction over axes that are outer in memory (a bias gradient: [B, N] -> [N]):
+        accumulate into the output row by row, the kept dims innermost, so each pass is a
+        contiguous, vectorisable loop. Same order as numpy's own outer-axis reductions
+        (out = x[0]; out += x[1]; ...), in the output dtype as numpy does."""
+        xd, od = x.dtype, out.dtype
+
+        def at_out(kidx):
+            return elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, kidx))
+        if op == "max":
+            init = constant(-np.inf, od) if od.kind == "f" else \
+                constant(np.iinfo(od).min if od.kind == "i" else 0, od)
+        else:
+            init = constant(0, od)
+        loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")
+
+        def row(ridx):
+            roff = index(b, x.offset, rx, ridx)
+
+            def inner(kidx):
+                v = load(b, elem_ptr(b, ptrs[x.slot], xd, b.add(roff, index(b, 0, kx, kidx))),
+                         xd)
+                v = convert(b, v, xd, od)
+                p = at_out(kidx)
+                a = load(b, p, od)
+                if op == "max":
+                    r = select_max(b, a, v, od)
+                elif od.kind == "f":
+                    r = b.fadd(a, v)
+                elif od.kind == "b":
+                    r = b.or_(a, v)
+                else:
+                    r = b.add(a, v)
+                store(b, r, p, od)
+            loop_nest(b, kshape, inner, "k")
+        loop_nest(b, rshape, row, "r")
+        if op == "mean":
+            loop_nest(b, kshape, lambda kidx: store(
+                b, b.fdiv(load(b, at_out(kidx), od), constant(float(count), od)), at_out(kidx),
+                od), "m")
 
     # -- matmul ----------------------------------------------------------------------------
     def _matmul(self, b, ptrs, out: Place, x: Place, y: Place):
