@@ -53,8 +53,8 @@ from compiler.ops.elementwise import expr_for
 
 from . import jit
 from .places import Place, buffer_slots, compute_places, contiguous_strides
-from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, libm, ll_type,
-                     load, mem_type, select_max, store)
+from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
+                     ll_type, load, mem_type, select_max, store)
 
 PTR = ir.PointerType()
 POISON = 0xFF
@@ -618,7 +618,7 @@ class ModuleEmitter:
             m = b.load(mx, typ=t)
             b.store(constant(0.0, np.float64), sm)
             with for_range(b, n, "j") as j:
-                e = libm(b, "exp", b.fsub(xat(j), m))
+                e = fast_exp(b, b.fsub(xat(j), m))
                 if not log:
                     store(b, e, oat(j), dt)
                 b.store(b.fadd(b.load(sm, typ=F64), convert(b, e, dt, np.float64),
