@@ -2,7 +2,8 @@
 
 Environment switches:
   COMPILER_DUMP=name[,name...]|all   print the graph (and plan) after those passes;
-                                     `llvm` prints the cpu backend's LLVM IR
+                                     `llvm` (`llvm-opt`) prints the cpu backend's LLVM
+                                     IR (after -O3)
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
 """
 from __future__ import annotations

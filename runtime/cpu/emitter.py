@@ -158,8 +158,10 @@ def collapse(shape, stride_lists):
 class ModuleEmitter:
     """Builds the module for one planned graph. `ir_text` is the result."""
 
-    def __init__(self, graph, plan, sanitize: bool = False, name: str = "program"):
+    def __init__(self, graph, plan, sanitize: bool = False, name: str = "program",
+                 profile: bool = False):
         self.graph, self.plan, self.sanitize = graph, plan, sanitize
+        self.profile = profile  # tick the fallback callback with -1 - t after each node
         self.places = compute_places(graph, plan)
         self.slots, self.output_buffers = buffer_slots(graph, plan)
         self.arena_offset = {b.id: b.offset for b in plan.buffers if b.kind == "arena"}
@@ -211,6 +213,8 @@ class ModuleEmitter:
             kind = REGISTRY[node.op].kind
             if kind != VIEW and node.out.size > 0:
                 self._emit_node(t, node, cb, cb_type)
+                if self.profile:
+                    b.call(_Callee(cb, cb_type), [i64(-1 - t), ir.Constant(PTR, None)])
             if self.sanitize:
                 for buf in dies_after.get(t, ()):
                     self._memset(b, slot_ptr(("arena", buf.id)), buf.size)

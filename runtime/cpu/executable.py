@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 
 import numpy as np
 
@@ -52,9 +53,11 @@ def _buffer_at(address: int, nbytes: int) -> np.ndarray:
 class CpuExecutable:
     """A planned graph compiled to native code through llvmlite."""
 
-    def __init__(self, graph, plan, sanitize: bool = False, opt: int = 3):
+    def __init__(self, graph, plan, sanitize: bool = False, opt: int = 3,
+                 profile: bool = False):
         self.graph, self.plan, self.sanitize = graph, plan, sanitize
-        emitter = ModuleEmitter(graph, plan, sanitize, name=graph.name)
+        emitter = ModuleEmitter(graph, plan, sanitize, name=graph.name, profile=profile)
+        self._ticks = [] if profile else None
         self.source = emitter.ir_text          # the LLVM IR as emitted (readable)
         self.places = emitter.places
         self.fallback_nodes = emitter.fallback_nodes
@@ -66,8 +69,8 @@ class CpuExecutable:
         self._arena = None  # allocated at the first call, then reused
         self._sizes = self._buffer_sizes()
         self._error = None
-        if os.environ.get("COMPILER_DUMP_OPT_LLVM"):
-            print(self.optimized_ir)
+        if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
+            print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
 
     @property
     def arena(self) -> np.ndarray:
@@ -90,6 +93,9 @@ class CpuExecutable:
 
     # -- the fallback callback (temporary gap: see emitter.FALLBACK_OPS) ----------------------
     def _fallback(self, t, ptrs):
+        if t < 0:  # a profiling tick after node -1 - t
+            self._ticks.append((-1 - t, time.perf_counter_ns()))
+            return
         try:
             node = self.fallback_nodes[t]
             values = list(node.inputs) + [node.out]
@@ -112,6 +118,24 @@ class CpuExecutable:
 
     def _arena_offset(self, buffer_id):
         return self.plan.buffers[buffer_id].offset
+
+    def profile(self, inputs, repeat: int = 5) -> list[tuple[object, float]]:
+        """(node, median seconds) per node that runs code, measured between the ticks a
+        `profile=True` build makes after each node (a callback costs ~1 us: fine for spotting
+        the expensive kernels, not for timing tiny ones)."""
+        assert self._ticks is not None, "build with profile=True"
+        runs = []
+        for _ in range(repeat):
+            self._ticks = []
+            start = time.perf_counter_ns()
+            self.run(inputs)
+            prev, times = start, {}
+            for t, ns in self._ticks:
+                times[t] = (ns - prev) * 1e-9
+                prev = ns
+            runs.append(times)
+        return [(self.graph.nodes[t], float(np.median([r[t] for r in runs])))
+                for t in sorted(runs[0])]
 
     # -- a call --------------------------------------------------------------------------------
     def run(self, inputs):

@@ -556,3 +556,14 @@ def test_generated_exp_is_within_4_ulp_over_its_whole_range(dtype, lo, hi):
     got = cpu(lambda t: t.exp())(x)
     assert ulp_distance(got, want).max() <= 4
     assert "vector.body" in cpu(lambda t: t.exp()).lower(x)._exec.optimized_ir
+
+
+def test_profile_build_times_every_kernel():
+    def f(x, w):
+        return F.softmax(x @ w, axis=-1).sum()
+    x, w = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    graph = passes.dce(cc.trace(f, x, w))
+    plan = passes.plan_memory(graph)
+    prof = CpuExecutable(graph, plan, profile=True).profile([x, w], repeat=3)
+    assert [n.op for n, _ in prof] == [n.op for n in graph.nodes if n.op != "reshape"]
+    assert all(s >= 0 for _, s in prof)
