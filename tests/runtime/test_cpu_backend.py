@@ -567,3 +567,15 @@ def test_profile_build_times_every_kernel():
     prof = CpuExecutable(graph, plan, profile=True).profile([x, w], repeat=3)
     assert [n.op for n, _ in prof] == [n.op for n in graph.nodes if n.op != "reshape"]
     assert all(s >= 0 for _, s in prof)
+
+
+def test_generated_float32_erf_is_correctly_rounded_on_a_dense_grid():
+    import math
+    x = np.concatenate([np.linspace(-6, 6, 120001), np.linspace(-1e-3, 1e-3, 2001),
+                        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 1.0, 4.0]]).astype(np.float32)
+    want = np.array([math.erf(v) if v == v else v for v in x.astype(np.float64)]).astype(
+        np.float32)
+    prog = cpu(lambda t: t.erf()).lower(x)
+    assert ulp_distance(prog(x), want).max() <= 1
+    assert np.array_equal(np.signbit(prog(x)), np.signbit(want))
+    assert "vector.body" in prog._exec.optimized_ir and "erff" not in prog._exec.optimized_ir
