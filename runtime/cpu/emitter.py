@@ -46,7 +46,7 @@ from contextlib import contextmanager
 import numpy as np
 from llvmlite import ir
 
-from compiler.ops import CREATION, ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
 from compiler.ops.registry import normalize_axes
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
@@ -271,7 +271,6 @@ class ModuleEmitter:
                 b, p, node, out, *ins))
         else:
             raise NotImplementedError(f"no cpu kernel for {op} ({opdef.kind})")
-        assert opdef.kind != CREATION or op in NATIVE_OTHER
 
     def _const_place(self, value: np.ndarray) -> Place:
         k = self._consts
@@ -470,9 +469,8 @@ class ModuleEmitter:
         yk, yn = y.strides[-2:]
         om, on = out.strides[-2:]
         dt = out.dtype
-        if kk == 0:
-            zero = Place(("none", 0), 0, (), (), dt)
-            self._fill(b, ptrs, out, zero)
+        if kk == 0:  # an empty sum: zeros (never hand BLAS k = 0)
+            self._fill(b, ptrs, out)
             return
         use_blas = (self.blas_ok and dt.kind == "f" and x.dtype == dt and y.dtype == dt
                     and (blas_layout(m, n, om, on) or ("T",))[0] == "N"
@@ -554,7 +552,8 @@ class ModuleEmitter:
                       -2:], idxs)), dt)
         loop_nest(b, shape, body)
 
-    def _fill(self, b, ptrs, dst: Place, _zero):
+    def _fill(self, b, ptrs, dst: Place):
+        """dst = 0."""
         shape, (so,) = collapse(dst.shape, [dst.strides])
         loop_nest(b, shape, lambda idxs: store(
             b, constant(0, dst.dtype), elem_ptr(b, ptrs[dst.slot], dst.dtype,
@@ -679,7 +678,7 @@ class ModuleEmitter:
             hi = min(osize, (size - 1 + pad - k * dil) // stride + 1)
             return lo, max(lo, hi)
         if op != "conv2d_grad_weight":
-            self._fill(b, ptrs, out, None)
+            self._fill(b, ptrs, out)
         acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
         acc = b.alloca(ll_type(acc_d))
         for u in range(kh):
@@ -778,7 +777,7 @@ class ModuleEmitter:
         argmax: the first NaN, else the first largest)."""
         dt = out.dtype
         t = ll_type(dt)
-        self._fill(b, ptrs, out, None)
+        self._fill(b, ptrs, out)
         best, where = b.alloca(ll_type(x.dtype)), b.alloca(I64)
         fl = x.dtype.kind == "f"
 

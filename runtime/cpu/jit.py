@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -131,7 +132,8 @@ def optimize(module_ref, speed_level: int = 3):
     pb.getModulePassManager().run(module_ref, pb)
 
 
-_cache: dict = {}
+_cache: OrderedDict = OrderedDict()
+CACHE_SIZE = 256  # linked libraries kept for reuse; a dropped one lives on in its programs
 
 
 def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:
@@ -142,6 +144,7 @@ def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:
     key = hashlib.sha256(f"{opt}|{','.join(exports)}|{ir_text}".encode()).hexdigest()
     with _lock:
         if key in _cache:
+            _cache.move_to_end(key)
             return _cache[key]
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
@@ -155,5 +158,7 @@ def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:
         for name in exports:
             builder.export_symbol(name)
         tracker = builder.link(st["lljit"], f"inplace_cpu_{next(_names)}")
-        _cache[key] = Compiled(tracker, optimized, obj)
-        return _cache[key]
+        compiled = _cache[key] = Compiled(tracker, optimized, obj)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+        return compiled

@@ -202,6 +202,12 @@ def test_a_batch_contiguous_with_the_rows_folds_into_one_gemm():
     np.testing.assert_array_equal(cpu(lambda x, y: x @ y)(a, w), np.full((4, 6, 3), 5.0))
 
 
+def test_empty_matmul_and_reduction_give_zeros():
+    out = cpu(lambda a, b: a @ b)(np.ones((3, 0), np.float32), np.ones((0, 4), np.float32))
+    np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))  # poisoned arena: no NaN
+    np.testing.assert_array_equal(cpu(lambda a: a.sum(axis=1))(np.ones((3, 0))), np.zeros(3))
+
+
 def test_integer_matmul_is_a_generated_loop():
     a = np.arange(12, dtype=np.int64).reshape(3, 4)
     b = np.arange(8, dtype=np.int32).reshape(4, 2)
