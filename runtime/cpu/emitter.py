@@ -101,12 +101,14 @@ def for_range(b: ir.IRBuilder, n, name="i"):
 
 
 def loop_nest(b: ir.IRBuilder, shape, body, prefix="d"):
-    """Nested loops over `shape` (outermost first); `body(idxs)` emits one iteration."""
+    """Nested loops over `shape` (outermost first; ints or i64 values); `body(idxs)` emits
+    one iteration."""
     def rec(d, idxs):
         if d == len(shape):
             body(idxs)
             return
-        with for_range(b, int(shape[d]), f"{prefix}{d}") as i:
+        n = shape[d] if isinstance(shape[d], ir.Value) else int(shape[d])
+        with for_range(b, n, f"{prefix}{d}") as i:
             rec(d + 1, idxs + [i])
     rec(0, [])
 
@@ -638,29 +640,27 @@ class ModuleEmitter:
 
     # -- convolution -------------------------------------------------------------------------
     def _conv(self, b, ptrs, node, out: Place, p0: Place, p1: Place):
-        """conv2d (NCHW, OIHW) and its two gradients as direct loops. The kernel offsets
-        (u, v) are unrolled at emission time, which makes the valid output ranges of each
-        offset compile-time constants: no bounds tests in the loops, and the innermost loop
-        runs along an output (or input-gradient) row, which vectorises for stride 1.
+        """conv2d (NCHW, OIHW) and its two gradients as direct loops over each kernel offset
+        (u, v), with the range of output positions valid for that offset computed once per
+        offset (no bounds tests inside), so the innermost loop runs along an output (or
+        input-gradient) row and vectorises for stride 1:
 
           conv2d:       out[n,o,i,j]  += x[n,c,r,q] * w[o,c,u,v]
           grad_input:   gx[n,c,r,q]   += g[n,o,i,j] * w[o,c,u,v]
           grad_weight:  gw[o,c,u,v]    = sum_{n,i,j} g[n,o,i,j] * x[n,c,r,q]
         with r = i*sh + u*dh - ph, q = j*sw + v*dw - pw. Sums are reassociated (within the
-        reduction tolerance); grad_weight accumulates float32 in float64."""
+        reduction tolerance); grad_weight accumulates float32 in float64. (u, v) are loops, not
+        unrolled: code size, hence compile time, does not grow with the kernel's area."""
         op = node.op
         (sh, sw), (ph, pw), (dh, dw) = (node.attrs["stride"], node.attrs["padding"],
                                         node.attrs["dilation"])
         dt = out.dtype
         if op == "conv2d":
-            x, w = p0, p1
-            g = out
+            x, w, g = p0, p1, out
         elif op == "conv2d_grad_input":
-            g, w = p0, p1
-            x = out
+            g, w, x = p0, p1, out
         else:
-            x, g = p0, p1
-            w = out
+            x, g, w = p0, p1, out
         nb, cin, h, wd = x.shape
         co, _, kh, kw = w.shape
         oh, ow = g.shape[2], g.shape[3]
@@ -672,59 +672,67 @@ class ModuleEmitter:
         def val(p, idx):
             return convert(b, load(b, at(p, idx), p.dtype), p.dtype, dt)
 
+        def floor_div(a, k):  # k > 0
+            q, r = b.sdiv(a, i64(k)), b.srem(a, i64(k))
+            return b.sub(q, b.zext(b.icmp_signed("<", r, i64(0)), I64))
+
+        def smax(a, c):
+            return b.select(b.icmp_signed(">", a, c), a, c)
+
+        def smin(a, c):
+            return b.select(b.icmp_signed("<", a, c), a, c)
+
         def valid(k, stride, pad, dil, size, osize):
-            # output positions i with 0 <= i*stride + k*dil - pad < size
-            lo = max(0, -(-(pad - k * dil) // stride))
-            hi = min(osize, (size - 1 + pad - k * dil) // stride + 1)
-            return lo, max(lo, hi)
+            """[lo, lo + count): output positions i with 0 <= i*stride + k*dil - pad < size."""
+            base = b.sub(i64(pad), b.mul(k, i64(dil)))        # pad - k*dil
+            lo = smax(floor_div(b.add(base, i64(stride - 1)), stride), i64(0))
+            hi = smin(b.add(floor_div(b.add(base, i64(size - 1)), stride), i64(1)),
+                      i64(osize))
+            return lo, smax(b.sub(hi, lo), i64(0))
+
+        def pos(i, lo, stride, k, dil, pad):
+            i = b.add(i, lo)
+            return i, b.add(b.mul(i, i64(stride)), b.sub(b.mul(k, i64(dil)), i64(pad)))
         if op != "conv2d_grad_weight":
             self._fill(b, ptrs, out)
         acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
         acc = b.alloca(ll_type(acc_d))
-        for u in range(kh):
-            ilo, ihi = valid(u, sh, ph, dh, h, oh)
-            for v in range(kw):
-                jlo, jhi = valid(v, sw, pw, dw, wd, ow)
+        with for_range(b, kh, "u") as u:
+            ilo, ni = valid(u, sh, ph, dh, h, oh)
+            with for_range(b, kw, "v") as v:
+                jlo, nj = valid(v, sw, pw, dw, wd, ow)
                 if op == "conv2d_grad_weight":
-                    def wbody(idx, u=u, v=v, ilo=ilo, ihi=ihi, jlo=jlo, jhi=jhi):
+                    def wbody(idx):
                         o, c = idx
                         b.store(constant(0, acc_d), acc)
 
                         def inner(nij):
                             n, i, j = nij
-                            i = b.add(i, i64(ilo))
-                            j = b.add(j, i64(jlo))
-                            r = b.add(b.mul(i, i64(sh)), i64(u * dh - ph))
-                            q = b.add(b.mul(j, i64(sw)), i64(v * dw - pw))
+                            i, r = pos(i, ilo, sh, u, dh, ph)
+                            j, q = pos(j, jlo, sw, v, dw, pw)
                             prod = convert(b, self._mul(b, val(g, [n, o, i, j]),
                                                         val(x, [n, c, r, q]), dt), dt, acc_d)
                             a = b.load(acc, typ=ll_type(acc_d))
-                            b.store(b.fadd(a, prod, flags=["reassoc"]) if dt.kind == "f"
-                                    else b.add(a, prod), acc)
-                        loop_nest(b, (nb, ihi - ilo, jhi - jlo), inner, "r")
+                            b.store(self._add(b, a, prod, acc_d), acc)
+                        loop_nest(b, (nb, ni, nj), inner, "r")
                         res = convert(b, b.load(acc, typ=ll_type(acc_d)), acc_d, dt)
-                        store(b, res, at(w, [o, c, i64(u), i64(v)]), dt)
+                        store(b, res, at(w, [o, c, u, v]), dt)
                     loop_nest(b, (co, cin), wbody, "w")
-                    continue
-                if ihi <= ilo or jhi <= jlo:
-                    continue
-
-                def body(idx, u=u, v=v, ilo=ilo, jlo=jlo):
-                    n, a1, a2, i, j = idx
-                    o, c = (a1, a2) if op == "conv2d" else (a2, a1)
-                    i = b.add(i, i64(ilo))
-                    j = b.add(j, i64(jlo))
-                    r = b.add(b.mul(i, i64(sh)), i64(u * dh - ph))
-                    q = b.add(b.mul(j, i64(sw)), i64(v * dw - pw))
-                    wv = val(w, [o, c, i64(u), i64(v)])
-                    if op == "conv2d":
-                        dst, src = at(out, [n, o, i, j]), val(x, [n, c, r, q])
-                    else:
-                        dst, src = at(out, [n, c, r, q]), val(g, [n, o, i, j])
-                    cur = b.load(dst, typ=t)
-                    b.store(self._add(b, cur, self._mul(b, src, wv, dt), dt), dst)
-                outer = (co, cin) if op == "conv2d" else (cin, co)
-                loop_nest(b, (nb,) + outer + (ihi - ilo, jhi - jlo), body, "c")
+                else:
+                    def body(idx):
+                        n, a1, a2, i, j = idx
+                        o, c = (a1, a2) if op == "conv2d" else (a2, a1)
+                        i, r = pos(i, ilo, sh, u, dh, ph)
+                        j, q = pos(j, jlo, sw, v, dw, pw)
+                        wv = val(w, [o, c, u, v])
+                        if op == "conv2d":
+                            dst, src = at(out, [n, o, i, j]), val(x, [n, c, r, q])
+                        else:
+                            dst, src = at(out, [n, c, r, q]), val(g, [n, o, i, j])
+                        cur = b.load(dst, typ=t)
+                        b.store(self._add(b, cur, self._mul(b, src, wv, dt), dt), dst)
+                    outer = (co, cin) if op == "conv2d" else (cin, co)
+                    loop_nest(b, (nb,) + outer + (ni, nj), body, "c")
 
     @staticmethod
     def _mul(b, x, y, dt):

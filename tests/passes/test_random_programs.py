@@ -212,13 +212,13 @@ def test_training_programs_match_reference(prog, donate_mask):
 
 
 # The cpu (llvmlite) backend on fewer examples: each compiles several native modules.
-@_settings(40)
+@_settings(25)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
 def test_forward_programs_on_cpu_match_reference(prog, donate_mask):
     check_program(prog, donate_mask, backend="cpu")
 
 
-@_settings(30)
+@_settings(20)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_on_cpu_match_reference(prog, donate_mask):
     check_program(prog, donate_mask, backend="cpu")
