@@ -15,8 +15,9 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
     one signature), so every index is affine in the loop counters;
   - views emit no code: they are places (`places.py`).
 
-Kernels by kind (`NATIVE_KINDS` below; `FALLBACK_OPS` is the explicit, temporary list of ops
-that call back into the numpy reference through `fallback`):
+Kernels by kind (`native_ops()`; `FALLBACK_OPS` is the explicit list of ops that call back
+into the numpy reference through `fallback`: empty today, the mechanism stays so that an op
+added to the registry before its kernel works on cpu, visibly, instead of failing):
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
     (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions
@@ -31,7 +32,7 @@ that call back into the numpy reference through `fallback`):
     batch loops over broadcast batch dims, and a batch that is contiguous with the rows of a
     2-D right operand folded into one GEMM; integer or non-BLAS layouts get a generated loop;
   - concat, slice_scatter (in place: only the region is written), one_hot, softmax,
-    log_softmax, max_pool2d and its gradient: direct loops;
+    log_softmax, max_pool2d and its gradient, conv2d and both its gradients: direct loops;
   - creation: `full` is a fill loop; `constant` and `arange` (known at compile time) are module
     globals copied into their buffer (each call: a later op may write over them in place).
 
@@ -60,7 +61,7 @@ PTR = ir.PointerType()
 POISON = 0xFF
 
 # Ops that run through the numpy reference via the fallback callback: a temporary gap, listed
-# here so that it is explicit (a test pins this set). Everything else is native.
+# here so that it is explicit (a test pins this set; empty today). Everything else is native.
 FALLBACK_OPS = frozenset()
 # Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
 # for every op of that kind).

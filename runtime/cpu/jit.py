@@ -2,8 +2,10 @@
 external symbols generated code may call (libm, libc's mem* functions, numpy's OpenBLAS).
 
 Why ORC and explicit symbols (TOOLCHAIN.md): an unresolved symbol raises "Symbols not found"
-at link time under ORC, where MCJIT links silently and crashes at the call. So every external
-function a module declares is registered here by address; nothing is looked up implicitly.
+at link time under ORC, where MCJIT links silently and crashes at the call. Every external
+function the emitter declares, and those LLVM's optimiser is known to introduce, is registered
+here by address. (Measured: llvmlite's LLJIT also resolves symbols of the running process, so
+a symbol missing from this list may still link; the list is what the backend relies on.)
 
 Pipeline per module: parse the IR text -> verify -> the new pass manager at -O3 for the host
 CPU (so loops vectorise with the host's widest vectors) -> object code -> ORC link. The object

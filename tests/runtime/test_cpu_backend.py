@@ -390,9 +390,9 @@ def test_max_pool2d_and_its_gradient_are_native(dtype):
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("stride,padding,dilation", [(1, 1, 1), (2, 0, 1), ((1, 2), (2, 1), 2),
-                                                     (3, 2, (2, 1))], ids=str)
+@pytest.mark.parametrize("stride,padding,dilation,dtype", [
+    (1, 1, 1, np.float32), (2, 0, 1, np.float64), ((1, 2), (2, 1), 2, np.float32),
+    (3, 2, (2, 1), np.float64)], ids=str)
 def test_conv2d_and_its_gradients_are_native(stride, padding, dilation, dtype):
     x = np.random.default_rng(11).standard_normal((2, 3, 7, 6)).astype(dtype)
     w = np.random.default_rng(12).standard_normal((4, 3, 3, 2)).astype(dtype)
