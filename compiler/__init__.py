@@ -8,11 +8,14 @@ from . import creation as _creation
 from .api import CompiledFunction, Program, compile, trace
 from .creation import (arange, concat, full, full_like, ones, ones_like, where, zeros,
                        zeros_like)
-from .errors import CompilerError, InplaceError, ShapeError, TraceError
+from .errors import (CompilerError, DataError, InplaceError, InsufficientMemoryError,
+                     RetraceWarning, ShapeError, TraceError)
 from .ir import Graph, Loc, Node, Value
 from .pipeline import pipeline
 from .tensor import Tensor, to_tensor
 from .tracer import no_grad
+
+from . import passes  # noqa: E402  (the pass-level API: compiler.passes)
 
 globals().update({k: v for k, v in _creation.module_functions().items() if k not in globals()})
 
@@ -20,5 +23,5 @@ __all__ = [
     "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
     "zeros_like", "ones_like", "concat", "where", "CompilerError", "InplaceError", "ShapeError",
-    "TraceError",
+    "TraceError", "InsufficientMemoryError", "passes", "DataError", "RetraceWarning",
 ]

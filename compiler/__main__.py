@@ -9,13 +9,26 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the seed experiments and example models")
-    plan = sub.add_parser("plan", help="print the memory plan of an example program")
-    plan.add_argument("path")
+    plan = sub.add_parser(
+        "plan", help="print the memory plan of an example program",
+        description="Print the memory plan of a program file. The file must define "
+                    "build_program(backend=..., inplace=...) returning a Program (as "
+                    "examples/mlp.py does) or a SEEDS list (as examples/seeds.py). A name "
+                    "without a path (mlp, seeds) is looked up in the project's examples/.")
+    plan.add_argument("path", help="a .py file, or the name of one of the examples")
+    plan.add_argument("--inplace", choices=("auto", "off", "strict"), default="auto")
+    out = plan.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the plan as JSON")
+    out.add_argument("--dot", action="store_true", help="print the graph as Graphviz source")
     args = parser.parse_args(argv)
     from . import cli
     if args.command == "demo":
         return cli.demo()
-    return cli.plan(args.path)
+    try:
+        return cli.plan(args.path, inplace=args.inplace,
+                        fmt="json" if args.json else "dot" if args.dot else "report")
+    except cli.UsageError as e:
+        plan.error(str(e))
 
 
 if __name__ == "__main__":

@@ -1,16 +1,23 @@
 """The driver: `trace()`, `compile()`, and the compiled `Program` for one input signature."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
 import numbers
+import warnings
 
 import numpy as np
 
 from . import tracer as _tr
-from .errors import InplaceError, ShapeError, SignatureError, TraceError
+from .arguments import as_index, bind, is_array
+from .errors import (CompilerError, DataError, InplaceError, RetraceWarning, ShapeError,
+                     SignatureError, TraceError)
 from .ir import Graph, type_str
-from .ops import SUPPORTED_DTYPES
+from .layout import apply_view
+from .ops import REGISTRY, SUPPORTED_DTYPES, VIEW
+from .ops.nn_ops import bad_label, label_range_message
 from .tensor import Storage, Tensor, _is_scalar
 
 BACKENDS = ("numpy", "cpu", "gpu")
@@ -60,44 +67,84 @@ def _flatten_result(result, tensors: list, loc):
                      "in tuples, lists or dicts", loc)
 
 
-def trace(fn, *args, name: str | None = None) -> Graph:
+def trace(fn, *args, name: str | None = None, **kwargs) -> Graph:
     """Trace `fn` on example arguments (numpy arrays and Python scalars) into an SSA graph,
-    backward included when `fn` calls `backward()`."""
-    loc = _tr.user_loc()
-    names = _param_names(fn, len(args))
+    backward included when `fn` calls `backward()`. Arguments that share memory are traced
+    as views of one storage (see `compiler.arguments`). Keyword arguments are passed by
+    keyword and become graph inputs named after them, after the positional ones."""
+    args = tuple(args) + tuple(kwargs.values())
+    with _no_gc():
+        return _trace(fn, args, _tr.user_loc(), name, tuple(kwargs))[0]
+
+
+def _trace(fn, args, loc, name=None, kwnames=()) -> tuple[Graph, tuple]:
+    """(graph, signature) of `fn` on `args`; the last `len(kwnames)` of them are passed by
+    keyword."""
+    npos = len(args) - len(kwnames)
+    names = _param_names(fn, npos) + list(kwnames)
     for i, (n, a) in enumerate(zip(names, args)):
         _check_arg(i, n, a, loc)
+    signature, _ = _bind(args, names, loc)
     tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
     graph = tracer.graph
     targs, storages = [], []  # storages[k]: the buffer of graph input k
+    shared: dict = {}         # alias group -> the Tensor of its one storage
     with tracer:
-        for n, a in zip(names, args):
-            if isinstance(a, np.ndarray):
+        for n, a, entry in zip(names, args, signature):
+            if entry[0] == "scalar":
+                targs.append(a)
+            elif entry[0] == "array":
                 storage = Storage(graph.add_input(n, a.shape, a.dtype),
                                   input_index=len(storages))
                 storages.append(storage)
                 targs.append(Tensor(tracer, storage, name=n))
-            else:
-                targs.append(a)
-        result = fn(*targs)
+            else:  # a view of the storage its alias group shares
+                _, _, _, group, index, perm = entry
+                if group not in shared:
+                    # Named after the first argument that is the whole storage, if any.
+                    whole = next((m for m, e in zip(names, signature) if e[0] == "view"
+                                  and e[3] == group and e[4] == ()), f"{n}_storage")
+                    storage = Storage(graph.add_input(whole, group[2], group[3]),
+                                      input_index=len(storages))
+                    storages.append(storage)
+                    shared[group] = Tensor(tracer, storage, name=whole)
+                if index == () and perm == ():
+                    targs.append(shared[group])
+                else:
+                    t = shared[group][as_index(index)].transpose(perm)
+                    t._name = n
+                    targs.append(t)
+        result = fn(*targs[:npos], **dict(zip(kwnames, targs[npos:])))
         tensors: list[Tensor] = []
         graph.output_tree = _flatten_result(result, tensors, loc)
+        tracer.return_loc = _tr.return_loc(fn)
         graph.outputs = [t._v() for t in tensors]
     graph.mutations = {k: s.base for k, s in enumerate(storages)
                        if s.base is not graph.inputs[k]}
     graph.mutation_locs = {k: loc for k, loc in graph.mutation_locs.items()
                            if k in graph.mutations}
-    return graph
+    return graph, signature
 
 
-def signature_of(args) -> tuple:
-    sig = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            sig.append(("array", a.shape, a.dtype.str))
-        else:
-            sig.append(("scalar", type(a).__name__, a))
-    return tuple(sig)
+@contextlib.contextmanager
+def _no_gc():
+    """Compiling makes a few objects per node and frees none: Python's cyclic collector would
+    rescan all of them again and again (2.5x the planning time of a 100k-node graph)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _bind(args, names, loc):
+    """`compiler.arguments.bind`, its error naming the caller's line."""
+    try:
+        return bind(args, names)
+    except CompilerError as e:
+        raise type(e)(e.bare_message, loc) from None
 
 
 def _rebuild(tree, arrays):
@@ -114,10 +161,11 @@ def _rebuild(tree, arrays):
 
 # -- the compiled program ------------------------------------------------------------------
 class Program:
-    """A traced, planned and lowered function for one input signature."""
+    """A traced, planned and lowered function for one input signature (see
+    `compiler.arguments` for what a signature holds)."""
 
     def __init__(self, graph: Graph, signature, backend: str, inplace: str, donate=(),
-                 plan=None, executable=None):
+                 plan=None, executable=None, param_names=None):
         self.graph = graph
         self.signature = signature
         self.backend = backend
@@ -125,19 +173,28 @@ class Program:
         self.donate = tuple(donate)
         self.plan = plan
         self._exec = executable
+        self.param_names = list(param_names or _param_names_from_graph(graph, signature))
+        self._bind_call = None  # set by CompiledFunction: binds keyword arguments
+        live = set(graph.nodes)
+        # Labels computed inside the program are checked while it runs (DataCheck): then the
+        # caller's arrays are written only once the run has finished.
+        self._checks_while_running = any(c.input_index is None and c.node in live
+                                         for c in graph.data_checks)
+        self._captured = [(node, ref, snap) for node, ref, snap in graph.captured
+                          if node in live]
 
     @property
     def source(self) -> str:
         return getattr(self._exec, "source", "")
 
-    def _check_args(self, args, loc):
+    def _bind_args(self, args, loc) -> list[np.ndarray]:
+        """Check `args` against the signature; the arrays for the graph's inputs."""
         if len(args) != len(self.signature):
             raise TraceError(f"{self.graph.name} was compiled for {len(self.signature)} "
                              f"arguments, got {len(args)}", loc)
-        names = _param_names_from_graph(self.graph, self.signature)
-        for name, a, sig in zip(names, args, self.signature):
+        for name, a, sig in zip(self.param_names, args, self.signature):
             _check_arg(0, name, a, loc)
-            if sig[0] == "array":
+            if is_array(sig):
                 if not isinstance(a, np.ndarray):
                     raise TraceError(f"argument '{name}' must be an array", loc)
                 if a.shape != sig[1]:
@@ -146,16 +203,56 @@ class Program:
                                      f"{type_str(sig[1], np.dtype(sig[2]))}", loc)
                 if a.dtype.str != sig[2]:
                     raise SignatureError(f"argument '{name}' has dtype {a.dtype}, but "
-                                     f"{self.graph.name} was compiled for "
-                                     f"{np.dtype(sig[2]).name}", loc)
-            elif not isinstance(a, np.ndarray) and a != sig[2]:
+                                         f"{self.graph.name} was compiled for "
+                                         f"{np.dtype(sig[2]).name}", loc)
+            elif isinstance(a, np.ndarray) or a != sig[2]:
                 raise TraceError(f"scalar argument '{name}' is {a!r}; this program was traced "
                                  f"with {sig[2]!r} (scalars are compile-time constants)", loc)
+        signature, arrays = _bind(args, self.param_names, loc)
+        if signature != self.signature:
+            raise TraceError(f"the arguments of this call share memory differently than those "
+                             f"{self.graph.name} was compiled for: call the compiled function "
+                             "(it traces each way of sharing once)", loc)
+        return arrays
 
-    def __call__(self, *args):
+    def _check_data(self, arrays):
+        """Data checks on the caller's arrays (labels in range), before anything runs."""
+        for c in self.graph.data_checks:
+            if c.input_index is None:
+                continue
+            values = np.ascontiguousarray(arrays[c.input_index])  # as traced: row-major
+            for op, attrs in c.chain:
+                values = apply_view(values, op, attrs)
+            found = bad_label(values, c.num_classes, c.ignore_index)
+            if found is not None:
+                name = self.graph.inputs[c.input_index].name
+                raise DataError(f"{c.what}: in argument '{name}', "
+                                + label_range_message(*found, c.num_classes, c.ignore_index),
+                                c.loc)
+
+    def changed_capture(self) -> str | None:
+        """Which captured numpy array differs from its value at trace time, if any: a bitwise
+        comparison with the trace-time copy (as unsigned ints, so NaNs compare equal; ~30 us
+        per MB here); arrays that are gone can't have changed."""
+        for node, ref, snap in self._captured:
+            a = ref()
+            if a is None:
+                continue
+            bits = f"u{a.itemsize}"
+            if a.shape != snap.shape or a.dtype != snap.dtype or not np.array_equal(
+                    a.view(bits), snap.view(bits)):
+                return f"the numpy array captured at {node.loc} ({type_str(a.shape, a.dtype)})"
+        return None
+
+    def __call__(self, *args, **kwargs):
         loc = _tr.user_loc()
-        self._check_args(args, loc)
-        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        if kwargs:
+            if self._bind_call is None:
+                raise TraceError("this program takes its arguments by position", loc)
+            args, kwargs = self._bind_call(args, kwargs, loc)
+            args = tuple(args) + tuple(kwargs.values())
+        arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
+        self._check_data(arrays)
         names = [v.name for v in self.graph.inputs]
         donated = {names.index(n) for n in self.donate}
         for k in sorted(set(self.graph.mutations) | donated):
@@ -164,16 +261,14 @@ class Program:
                 why = f"the function writes into it at {where}" if where else "it is donated"
                 raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",
                                    loc)
-        for k in donated:
-            for j, other in enumerate(arrays):
-                if j != k and np.may_share_memory(arrays[k], other):
-                    raise InplaceError(f"donated argument '{names[k]}' shares memory with "
-                                       f"argument '{names[j]}'", loc)
-        # An argument the program writes into, while another argument overlaps it: run on a
-        # private copy so that the other argument reads the values it had at the call.
+        check = getattr(self._exec, "check_memory", None)
+        if check is not None:
+            check(loc)  # before anything is allocated or written
         run_arrays = list(arrays)
-        for k in self.graph.mutations:
-            if any(j != k and np.may_share_memory(arrays[k], a) for j, a in enumerate(arrays)):
+        if self._checks_while_running:
+            # A data check runs mid-program: the program writes into private copies, so that
+            # a failing run leaves the caller's arrays as they were (DESIGN §4).
+            for k in self.graph.mutations:
                 run_arrays[k] = arrays[k].copy()
         for k, a in enumerate(arrays):
             if not a.flags.c_contiguous:
@@ -185,17 +280,47 @@ class Program:
         for k, arr in muts.items():
             if not _same_memory(arr, arrays[k]):
                 np.copyto(arrays[k], arr)
-        mutated_by_value = {id(v): k for k, v in self.graph.mutations.items()}
         results = []
         for v, arr in zip(self.graph.outputs, outs):
-            if id(v) in mutated_by_value:
-                results.append(arrays[mutated_by_value[id(v)]])  # eager: `y = x.add_(1)`
+            # An argument, or a view of one, is returned as that array or that view of it, as
+            # NumPy and PyTorch do (`return x`, `return x[1:]`, `return x.add_(1)`): 0 output
+            # bytes, as planned.
+            view = self._argument_view(v, arrays)
+            if view is not None:
+                results.append(view)
             elif any(np.may_share_memory(arr, a) for k, a in enumerate(arrays)
                      if k not in donated):
                 results.append(arr.copy())  # never hand out an alias of a caller's array
             else:
                 results.append(arr)
-        return _rebuild(self.graph.output_tree, results)
+        tree = self.graph.output_tree
+        if tree is None:  # a hand-built graph: one output, or a tuple of them
+            tree = ("t", 0) if len(results) == 1 else \
+                ("tuple", [("t", i) for i in range(len(results))])
+        return _rebuild(tree, results)
+
+    def _argument_view(self, v, arrays) -> np.ndarray | None:
+        """`v` as a view of the caller's array it lives in, if it is an argument's value at
+        the end of the call (its value at the call when it is never written), or a view of it."""
+        final = {id(m): k for k, m in self.graph.mutations.items()}
+        chain, cur = [], v
+        while id(cur) not in final and cur.producer is not None \
+                and REGISTRY[cur.producer.op].kind == VIEW:
+            chain.append((cur.producer.op, cur.producer.attrs))
+            cur = cur.producer.inputs[0]
+        chain.reverse()
+        if id(cur) in final:
+            k = final[id(cur)]
+        elif cur.producer is None and self.graph.inputs.index(cur) not in self.graph.mutations:
+            k = self.graph.inputs.index(cur)
+        else:
+            return None  # computed, or a view of an argument's value before it was written
+        out = arrays[k]
+        for op, attrs in chain:
+            out = apply_view(out, op, attrs)
+            if out is None:  # a reshape the caller's strides can't take as a view
+                return None
+        return out
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -204,6 +329,7 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _param_names_from_graph(graph, signature):
+    """Parameter names of a Program built without them: its array inputs' names."""
     names, k = [], 0
     for i, sig in enumerate(signature):
         if sig[0] == "array":
@@ -215,15 +341,31 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None):
+                  sanitize=None, param_names=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize)
+                        sanitize=sanitize, param_names=param_names)
+
+
+def _describe_sig(entry) -> str:
+    if is_array(entry):
+        return type_str(entry[1], np.dtype(entry[2])) + (" (a view)" if entry[0] == "view"
+                                                          else "")
+    return repr(entry[2])
+
+
+RETRACE_LIMIT = 8  # as torch.compile's cache_size_limit
 
 
 class CompiledFunction:
-    """What `cc.compile` returns: traces per input signature and caches the Program."""
+    """What `cc.compile` returns: traces per input signature and caches the Program.
+
+    Arguments bind as in a Python call (`fn(x, w=w)` is `fn(x, w)`: one cache entry). The
+    cache key is the signature (`compiler.arguments`: shapes, dtypes, memory sharing, Python
+    scalars' values) and the names of keyword-only arguments. A cached program is traced
+    again when a numpy array it captured has changed since; past RETRACE_LIMIT retraces a
+    `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None):
         if backend not in BACKENDS:
@@ -236,27 +378,111 @@ class CompiledFunction:
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         self._cache: dict = {}
+        self.traces = 0          # how many times fn was traced
+        self._last_key = None
+        self._warned = False
         functools.update_wrapper(self, fn)
 
-    def lower(self, *args) -> Program:
+    def _bind_call(self, args, kwargs, loc):
+        """(positional, keyword-only) arguments in the function's parameter order. Positional
+        parameters are passed by position (a gap before a later one takes its default), so
+        `fn(a, b)` and `fn(a, b=b)` make the same call."""
+        if not kwargs:
+            return list(args), {}
+        try:
+            sig = inspect.signature(self.fn)
+            bound = sig.bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"{getattr(self.fn, '__name__', 'f')}: {e}", loc) from None
+        given = bound.arguments
+        params = list(sig.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                      p.POSITIONAL_OR_KEYWORD)]
+        upto = max((i + 1 for i, p in enumerate(positional) if p.name in given), default=0)
+        out = [given[p.name] if p.name in given else p.default for p in positional[:upto]]
+        keywords = {}
+        for p in params:
+            if p.name not in given:
+                continue
+            if p.kind == p.VAR_POSITIONAL:
+                out += list(given[p.name])
+            elif p.kind == p.KEYWORD_ONLY:
+                keywords[p.name] = given[p.name]
+            elif p.kind == p.VAR_KEYWORD:  # sorted: one cache entry whatever the order
+                keywords.update(sorted(given[p.name].items()))
+        return out, keywords
+
+    def lower(self, *args, **kwargs) -> Program:
         """The compiled program for these arguments' signature, without running it."""
         loc = _tr.user_loc()
-        for i, (name, a) in enumerate(zip(_param_names(self.fn, len(args)), args)):
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        return self._lower(args, kwargs, loc)
+
+    def _lower(self, args, kwargs, loc) -> Program:
+        values = tuple(args) + tuple(kwargs.values())
+        names = _param_names(self.fn, len(args)) + list(kwargs)
+        for i, (name, a) in enumerate(zip(names, values)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
-        sig = signature_of(args)
-        prog = self._cache.get(sig)
+        sig, _ = _bind(values, names, loc)
+        key = (sig, tuple(kwargs))
+        prog = self._cache.get(key)
+        reason = None
+        if prog is not None:
+            changed = prog.changed_capture()
+            if changed is not None:
+                reason, prog = f"{changed} changed since tracing", None
+        elif self._last_key is not None:
+            reason = self._what_changed(self._last_key, key, names)
         if prog is None:
-            graph = trace(self.fn, *args)
-            prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                 self.sanitize)
-            self._cache[sig] = prog
+            with _no_gc():
+                graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
+                prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
+                                     self.sanitize, names)
+            prog._bind_call = self._bind_call
+            self._cache[key] = prog
+            self.traces += 1
+            if self.traces > 1:
+                self._note_retrace(reason, loc)
+        self._last_key = key
         return prog
 
-    def __call__(self, *args):
-        return self.lower(*args)(*args)
+    @staticmethod
+    def _what_changed(old, new, names) -> str:
+        (old_sig, old_kw), (new_sig, new_kw) = old, new
+        if old_kw != new_kw or len(old_sig) != len(new_sig):
+            return "a different set of arguments"
+        for name, a, b in zip(names, old_sig, new_sig):
+            if a == b:
+                continue
+            if a[0] == b[0] == "scalar":
+                return f"argument '{name}' (Python scalar {a[2]!r} -> {b[2]!r})"
+            return f"argument '{name}' ({_describe_sig(a)} -> {_describe_sig(b)})"
+        return "an argument"
 
-    def trace(self, *args) -> Graph:
-        return trace(self.fn, *args)
+    def _note_retrace(self, reason, loc):
+        retraces = self.traces - 1
+        if retraces <= RETRACE_LIMIT or self._warned:
+            return
+        self._warned = True
+        name = getattr(self.fn, "__name__", "f")
+        warnings.warn_explicit(
+            f"cc.compile: '{name}' was traced {self.traces} times ({retraces} retraces, more "
+            f"than {RETRACE_LIMIT}); the last one because of {reason}. Each trace builds a new "
+            "program: Python scalar arguments are compile-time constants (pass a 0-d array "
+            "for a value that changes) and values captured from the enclosing scope are "
+            "trace-time constants.", RetraceWarning, loc.file, loc.line)
+
+    def __call__(self, *args, **kwargs):
+        loc = _tr.user_loc()
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        return self._lower(args, kwargs, loc)(*args, *kwargs.values())
+
+    def trace(self, *args, **kwargs) -> Graph:
+        loc = _tr.user_loc()
+        args, kwargs = self._bind_call(args, kwargs, loc)
+        with _no_gc():
+            return _trace(self.fn, tuple(args) + tuple(kwargs.values()), loc,
+                          kwnames=tuple(kwargs))[0]
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None):

@@ -12,10 +12,44 @@ from .api import compile as cc_compile
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class UsageError(Exception):
+    """A command line that can't be run: the message says what to pass instead."""
+
+
+def resolve_example(path: str) -> str:
+    """A path as given (relative to the working directory), else the name of an example under
+    the project's examples/ (`mlp`, `seeds.py`)."""
+    if os.path.isfile(path):
+        return os.path.abspath(path)
+    name = os.path.basename(path if path.endswith(".py") else path + ".py")
+    candidate = os.path.join(_ROOT, "examples", name)
+    if os.sep not in path and os.path.isfile(candidate):
+        return candidate
+    examples = sorted(f[:-3] for f in os.listdir(os.path.join(_ROOT, "examples"))
+                      if f.endswith(".py") and not f.startswith("test_"))
+    raise UsageError(f"no such file: {path} (examples: {', '.join(examples)})")
+
+
+def _defines(path: str, *names: str) -> str | None:
+    """Which of `names` the file defines at its top level, read without running it."""
+    import ast
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+    except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"{path} is not a Python program: {e}") from None
+    found = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Assign):
+            found.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return next((n for n in names if n in found), None)
+
+
 def load_example(path: str):
     """Import an example file (a path, or a name under examples/) as a module."""
-    if not os.path.exists(path):
-        path = os.path.join(_ROOT, "examples", path if path.endswith(".py") else path + ".py")
+    path = resolve_example(path)
     name = "example_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -76,14 +110,36 @@ def demo() -> int:
     return 1 if failures else 0
 
 
-def plan(path: str) -> int:
-    """Print the full memory plan report of an example exposing `build_program()`."""
+def plan(path: str, inplace: str = "auto", fmt: str = "report") -> int:
+    """Print the memory plan of a file defining `build_program()` (or a SEEDS list): the
+    report, its JSON (`fmt="json"`) or the graph as Graphviz source (`fmt="dot"`)."""
+    path = resolve_example(path)
+    kind = _defines(path, "build_program", "SEEDS")
+    if kind is None:  # checked before the file's top level runs
+        raise UsageError(f"{path} defines neither build_program(backend=..., inplace=...) "
+                         "nor SEEDS: nothing to plan")
     module = load_example(path)
-    if not hasattr(module, "build_program"):
-        print(f"{path} defines no build_program()", file=sys.stderr)
-        return 2
-    print(module.build_program().plan.report())
+    if kind == "build_program":
+        programs = [("", module.build_program(inplace=inplace))]
+    else:
+        programs = [(title, cc_compile(fn, inplace=inplace).lower(*args))
+                    for title, fn, args, _ in module.SEEDS]
+    if fmt == "json":  # one document: the plan, or a list of {title, plan} for seeds
+        import json
+        plans = [json.loads(prog.plan.to_json()) for _, prog in programs]
+        print(json.dumps(plans[0] if kind == "build_program" else
+                         [{"title": t, "plan": p} for (t, _), p in zip(programs, plans)],
+                         indent=1))
+        return 0
+    for title, prog in programs:
+        if title:
+            print(f"=== {title}")
+        if fmt == "dot":
+            print(prog.graph.to_dot(prog.plan))
+        else:
+            print(prog.plan.report())
+            print()
     return 0
 
 
-__all__ = ["demo", "plan", "load_example"]
+__all__ = ["demo", "plan", "load_example", "resolve_example", "UsageError"]

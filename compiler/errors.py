@@ -25,7 +25,22 @@ class TraceError(CompilerError, TypeError):
     """Something a static graph can't express: data-dependent control flow, `.numpy()`, ..."""
 
 
+class DataError(CompilerError, ValueError):
+    """A value the data itself makes invalid (a class label out of range), found before the
+    program writes into any caller's array (DESIGN §4 "Nothing half-written")."""
+
+
+class RetraceWarning(UserWarning):
+    """A compiled function traced again and again (Python scalar arguments or changed captured
+    arrays): each trace is a new program."""
+
+
 class SignatureError(ShapeError, TraceError):
     """A compiled program called with an array of another dtype than it was traced for: it
     doesn't fit the traced signature (a `ShapeError`, DESIGN §3) and is an argument of the
     wrong type (a `TraceError`), so either `except` clause catches it."""
+
+
+class InsufficientMemoryError(CompilerError, MemoryError):
+    """A call whose plan needs more memory than the machine has available: raised before
+    anything is allocated or written. Planning (`fn.lower`) never allocates."""

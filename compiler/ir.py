@@ -5,16 +5,17 @@ survives as marks on nodes (`Node.inplace_of`: the input the user asked to overw
 graph's input mutations (`Graph.mutations`), which the reinplace pass turns back into real
 in-place writes when that is provably safe.
 
-Printed form (the format tests pin)::
+Printed form (the format tests pin; `[k]` is the node's program point)::
 
     graph f(x: f32[2,3], w: f32[3,4]) {
-      %0:f32[2,4] = matmul %x, %w                 # model.py:12
-      %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
-      return %1
+      [0] %0:f32[2,4] = matmul %x, %w                 # model.py:12
+      [1] %1:f32[2,4] = relu %0  (inplace of %0)      # model.py:13
+      [2] return %1
     }
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,10 +56,19 @@ class Loc:
 UNKNOWN_LOC = Loc("<unknown>", 0)
 
 
+def _at(loc: Loc, where) -> bool:
+    """Does `loc` match `where`: a line number, "file.py:LINE" or "/path/to/file.py:LINE"?"""
+    if isinstance(where, int):
+        return loc.line == where
+    file, _, line = str(where).rpartition(":")
+    return loc.line == int(line) and (loc.file == file or loc.file.endswith(os.sep + file)
+                                      or os.path.basename(loc.file) == file)
+
+
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 
-    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad")
+    __slots__ = ("id", "shape", "dtype", "producer", "name", "requires_grad", "size")
 
     def __init__(self, id: int, shape, dtype, producer: Node | None = None,
                  name: str | None = None):
@@ -68,10 +78,7 @@ class Value:
         self.producer = producer
         self.name = name  # graph inputs carry the parameter name
         self.requires_grad = False  # trace-time autodiff bookkeeping
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -109,13 +116,31 @@ class Node:
 
 
 @dataclass(eq=False)
+class DataCheck:
+    """A check on data the dtype and shape rules can't decide (class labels in range),
+    recorded at trace time. When the checked value is a view of a caller's argument
+    (`input_index`, through the view ops of `chain`), the driver checks the array at the call's
+    entry, before anything runs; otherwise `node` checks it while the program runs, and the
+    driver keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+
+    what: str                       # the user's function, e.g. "cross_entropy"
+    node: Node                      # the node that checks during the run
+    input_index: int | None         # the argument the value is a view of, if any
+    chain: tuple                    # its view ops ((op, attrs), ...) from that argument
+    num_classes: int
+    ignore_index: int | None
+    loc: Loc = UNKNOWN_LOC
+
+
+@dataclass(eq=False)
 class Graph:
     """A traced program.
 
     `inputs` are the caller's arguments (one Value each, named after the parameter);
     `outputs` are the values returned, `output_tree` rebuilds the returned Python structure
     from them; `mutations` maps an input's position to the value the caller's array must hold
-    after the call (the function wrote into that argument), `mutation_locs` says where.
+    after the call (the function wrote into that argument), `mutation_locs` says where;
+    `removed` lists the requested inplace nodes that dead-code elimination dropped.
     """
 
     name: str = "f"
@@ -125,6 +150,13 @@ class Graph:
     output_tree: Any = None
     mutations: dict[int, Value] = field(default_factory=dict)
     mutation_locs: dict[int, Loc] = field(default_factory=dict)
+    data_checks: list[DataCheck] = field(default_factory=list)
+    # numpy arrays the function captured as constants (cc.to_tensor, operands):
+    # [(node, reference to the array, snapshot of its values at trace time)]
+    captured: list = field(default_factory=list)
+    # Nodes the user asked to run in place (`Node.inplace_of`) that dead-code elimination
+    # removed: the plan still reports them, so a user looking for `x.sin_()` finds it.
+    removed: list[Node] = field(default_factory=list)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------
@@ -145,7 +177,32 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def op(self, op: str, *inputs: Value, loc=UNKNOWN_LOC, phase: str = "forward",
+           inplace_of: int | None = None, **attrs) -> Value:
+        """Append `op(*inputs, **attrs)`, typed by the registry's rule, and return its value:
+        the way to build a graph by hand (`y = g.op("exp", x)`)."""
+        from .errors import CompilerError
+        from .ops import REGISTRY
+        if op not in REGISTRY:
+            raise CompilerError(f"unknown op {op!r}: the registry has "
+                                + ", ".join(sorted(REGISTRY)))
+        shape, dtype = REGISTRY[op].infer([(v.shape, v.dtype) for v in inputs], **attrs)
+        return self.add_node(op, inputs, attrs, shape, dtype, loc, phase, inplace_of).out
+
     # -- queries ------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        """The value printed as `name` ("%3", "%x" or "x")."""
+        ref = name if name.startswith("%") else f"%{name}"
+        for v in self.all_values():
+            if v.ref() == ref:
+                return v
+        raise KeyError(f"{self.name} has no value {ref}")
+
+    def nodes_at(self, where) -> list[Node]:
+        """The nodes made by one source line: `where` is a line number, "file.py:LINE" or a
+        path ending in "file.py:LINE"."""
+        return [n for n in self.nodes if _at(n.loc, where)]
+
     def users(self) -> dict[Value, list[Node]]:
         """Map every value to the nodes that read it, in program order."""
         users: dict[Value, list[Node]] = {v: [] for v in self.inputs}
@@ -179,16 +236,39 @@ class Graph:
                 g.add_edge(v.ref(), n.out.ref())
         return g
 
-    def to_dot(self) -> str:
-        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red."""
+    def to_dot(self, plan=None) -> str:
+        """Graphviz source: inputs as boxes, nodes as ellipses, requested inplace in red,
+        backward/update nodes dashed. With `plan` (a MemoryPlan of this graph), each value is
+        filled with its buffer's colour and labelled `#buffer`, and each decided node shows
+        "in place" or "copy" (the reason is its tooltip)."""
         lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", "  node [fontname=monospace];"]
+
+        def buffer_attrs(v):
+            if plan is None or v not in plan.buffer_of:
+                return "", ""
+            b = plan.buffer_of[v]
+            hue = (b.id * 0.618034) % 1.0  # golden-ratio hues: neighbours look different
+            return (f", style=filled, fillcolor=\"{hue:.3f} 0.35 1.0\"",
+                    f"\\n#{b.id} {b.kind}")
+
+        decided = {id(d.node): d for d in (plan.decisions if plan is not None else ())
+                   if d.node is not None}
         for v in self.inputs:
-            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}"];')
+            fill, tag = buffer_attrs(v)
+            lines.append(f'  v{v.id} [shape=box, label="{v.ref()}\\n{v.type}{tag}"{fill}];')
         for n in self.nodes:
             color = ', color=red' if n.inplace_of is not None else ''
+            fill, tag = buffer_attrs(n.out)
             style = ', style=dashed' if n.phase != "forward" else ''
+            if fill and style:
+                style, fill = "", fill.replace("style=filled", "style=\"filled,dashed\"")
+            d = decided.get(id(n))
+            if d is not None:
+                reason = d.reason.replace('"', "'")
+                tag += f"\\n{'in place' if d.inplace else 'copy'}"
+                fill += f', tooltip="{reason}"'
             lines.append(f'  v{n.out.id} [label="{n.out.ref()} = {n.op}\\n{n.out.type}\\n'
-                         f'{n.loc}"{color}{style}];')
+                         f'{n.loc}{tag}"{color}{style}{fill}];')
             for v in n.inputs:
                 lines.append(f"  v{v.id} -> v{n.out.id};")
         for i, v in enumerate(self.outputs):
@@ -226,17 +306,22 @@ def format_node(n: Node) -> str:
 
 
 def format_graph(g: Graph) -> str:
+    """The listing: each node prefixed with its program point `[k]` (the numbering that live
+    intervals, the plan's report, its JSON and `plot()` use; the arguments are point -1, the
+    return is point len(nodes))."""
     params = ", ".join(f"{v.name}: {v.type}" for v in g.inputs)
     lines = [f"graph {g.name}({params}) {{"]
     phase = "forward"
-    for n in g.nodes:
+    width = len(str(len(g.nodes)))
+    for i, n in enumerate(g.nodes):
         if n.phase != phase:
             lines.append(f"  // {n.phase}")
             phase = n.phase
-        body = format_node(n)
-        lines.append(f"  {body:<48}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
+        body = f"[{i:>{width}}] {format_node(n)}"
+        lines.append(f"  {body:<52}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
     rets = ", ".join(v.ref() for v in g.outputs)
-    lines.append(f"  return {rets}" if rets else "  return")
+    end = f"[{len(g.nodes):>{width}}]"
+    lines.append(f"  {end} return {rets}" if rets else f"  {end} return")
     for i, v in g.mutations.items():
         lines.append(f"  mutate {g.inputs[i].ref()} <- {v.ref()}  # {g.mutation_locs.get(i, '')}")
     lines.append("}")

@@ -14,7 +14,19 @@ _BYTE = np.zeros(1, np.uint8)
 _BASE_ADDRESS = _BYTE.__array_interface__["data"][0]
 
 
+_PROBES: dict[tuple, np.ndarray] = {}
+
+
 def contiguous_probe(shape) -> np.ndarray:
+    """The layout of a row-major buffer of `shape` (probes are read-only: cached per shape)."""
+    shape = tuple(int(d) for d in shape)
+    probe = _PROBES.get(shape)
+    if probe is None:
+        probe = _PROBES[shape] = _contiguous_probe(shape)
+    return probe
+
+
+def _contiguous_probe(shape) -> np.ndarray:
     strides, acc = [], 1
     for d in reversed(tuple(shape)):
         strides.append(acc)

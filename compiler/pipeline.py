@@ -1,7 +1,8 @@
 """The pass pipeline: one flat list of named passes, run in order on a traced graph.
 
 Environment switches:
-  COMPILER_DUMP=name[,name...]|all   print the graph (and plan) after those passes;
+  COMPILER_DUMP=name[,name...]|all   print the graph and the pass's analysis (decisions,
+                                     the plan) after those passes; unknown names raise;
                                      `llvm` (`llvm-opt`) prints the cpu backend's LLVM
                                      IR (after -O3)
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
@@ -73,37 +74,72 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
     ]
 
 
-def donated_names(graph, signature, donate) -> tuple[str, ...]:
-    """`donate` as parameter names: positions count the function's arguments."""
-    names, k, by_position = [], 0, {}
-    for pos, sig in enumerate(signature):
-        if sig[0] == "array":
-            by_position[pos] = graph.inputs[k].name
-            k += 1
+def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]:
+    """`donate` as graph input names: positions count the function's arguments."""
+    from .arguments import graph_input_positions
+    param_names = param_names or [f"arg{p}" for p in range(len(signature))]
+    input_of = {p: graph.inputs[k].name
+                for k, (kind, p) in enumerate(graph_input_positions(signature))
+                if kind == "array"}
+    names = []
     for d in donate:
-        if isinstance(d, str):
-            if d not in {v.name for v in graph.inputs}:
-                raise InplaceError(f"donate names '{d}', which is not an array parameter of "
-                                   f"{graph.name}")
-            names.append(d)
-        elif d in by_position:
-            names.append(by_position[d])
-        else:
-            raise InplaceError(f"donate position {d} is not an array argument of {graph.name}")
+        pos = param_names.index(d) if isinstance(d, str) and d in param_names else d
+        if isinstance(d, str) and pos == d:
+            pos = next((p for p, n in input_of.items() if n == d), None)
+        if pos is None or not isinstance(pos, int) or not 0 <= pos < len(signature) \
+                or signature[pos][0] == "scalar":
+            what = f"names '{d}', which is not an array parameter" if isinstance(d, str) \
+                else f"position {d} is not an array argument"
+            raise InplaceError(f"donate {what} of {graph.name}")
+        if signature[pos][0] == "view":
+            others = [param_names[q] for q, e in enumerate(signature)
+                      if q != pos and e[0] == "view" and e[3] == signature[pos][3]]
+            raise InplaceError(f"donated argument '{param_names[pos]}' shares memory with "
+                               f"argument '{others[0]}'")
+        names.append(input_of[pos])
     if len(set(names)) != len(names):
         raise InplaceError(f"argument '{next(n for n in names if names.count(n) > 1)}' is "
                            "donated twice")
-    # A mutated argument's buffer must end up holding its new value: donating it frees nothing.
-    mutated = {graph.inputs[k].name for k in graph.mutations}
-    return tuple(n for n in names if n not in mutated)
+    # A mutated argument stays in the list: the reinplace pass never reuses its buffer (it must
+    # end up holding the new value) and says so in its reasons.
+    return tuple(names)
+
+
+DUMP_EXTRAS = ("all", "llvm", "llvm-opt")  # COMPILER_DUMP names beside the passes'
+
+
+def dump_request(pass_names) -> set[str]:
+    """The pass names in COMPILER_DUMP; an unknown name raises, listing the valid ones."""
+    dump = {d.strip() for d in os.environ.get("COMPILER_DUMP", "").split(",") if d.strip()}
+    unknown = dump - set(pass_names) - set(DUMP_EXTRAS)
+    if unknown:
+        raise CompilerError(f"COMPILER_DUMP names {', '.join(sorted(unknown))}: valid names are "
+                            + ", ".join(list(pass_names) + list(DUMP_EXTRAS)))
+    return dump
+
+
+def dump_text(name: str, state: CompileState) -> str:
+    """What COMPILER_DUMP prints after pass `name`: the graph it left, then its analysis (the
+    decisions after reinplace; the plan with intervals and offsets after planning)."""
+    parts = [f"--- after {name} ---", str(state.graph)]
+    if state.plan is not None:
+        parts.append(state.plan.report())
+    elif state.decisions is not None:
+        parts += ["decisions:"] + [
+            f"  {d.op:<14} {d.loc:<20} {d.phase:<8} "
+            f"{'in place' if d.inplace else 'NOT in place'}: {d.reason}"
+            for d in state.decisions]
+    return "\n".join(parts)
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
-                 sanitize=None):
+                 sanitize=None, param_names=None):
     from .api import Program
-    state = CompileState(graph, backend, inplace, donated_names(graph, signature, donate))
-    dump = set(filter(None, os.environ.get("COMPILER_DUMP", "").split(",")))
-    for name, fn in pipeline(backend, inplace, donate):
+    state = CompileState(graph, backend, inplace,
+                         donated_names(graph, signature, donate, param_names))
+    passes = pipeline(backend, inplace, donate)
+    dump = dump_request([name for name, _ in passes])
+    for name, fn in passes:
         try:
             state = fn(state)
         except CompilerError:
@@ -111,14 +147,12 @@ def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
         except Exception as e:  # an internal failure: say which pass
             raise RuntimeError(f"pass '{name}' failed on {graph.name}: {e}") from e
         if name in dump or "all" in dump:
-            print(f"--- after {name} ---\n{state.graph}")
-            if state.plan is not None:
-                print(state.plan.report())
+            print(dump_text(name, state))
     if sanitize is None:
         sanitize = os.environ.get("COMPILER_SANITIZE", "") not in ("", "0")
     executable = _lower(state, backend, sanitize)
     return Program(state.graph, signature, backend, inplace, state.donate, state.plan,
-                   executable)
+                   executable, param_names)
 
 
 def _lower(state, backend, sanitize):

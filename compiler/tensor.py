@@ -13,8 +13,11 @@ that numpy itself answers "is this reshape a view?" and "does this view overlap 
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import numpy as np
+
+from passes.autodiff import backward as _backward
 
 from . import tracer as _tr
 from .errors import InplaceError, ShapeError, TraceError
@@ -102,11 +105,12 @@ class Tensor:
     """A value in a traced program. Create them with `cc.to_tensor`, `cc.zeros`, ... or get
     them as the traced function's arguments."""
 
-    __array_priority__ = 1000  # so `ndarray + Tensor` defers to Tensor.__radd__
-
     def __init__(self, tracer, storage: Storage, chain=(), value: Value | None = None,
-                 layout=None, name: str | None = None):
+                 layout=None, name: str | None = None, chain_grad: bool = True):
         self._tracer = tracer
+        # Whether the view chain was created recording gradients: a view made under no_grad
+        # stays without history; any other view keeps its base's history when re-derived.
+        self._chain_grad = chain_grad
         self._storage = storage
         self._chain = tuple(chain)
         self._value = storage.base if value is None else value
@@ -121,12 +125,26 @@ class Tensor:
 
     # -- the current SSA value (re-derived from the base after an inplace write) ---------
     def _v(self) -> Value:
+        if self._tracer is not _tr.active():
+            self._foreign()
         if self._version != self._storage.version:
             v = self._storage.base
             for op, attrs in self._chain:
-                v = self._tracer.emit(op, [v], attrs)
+                # A read (even under no_grad) must not change what the view's history is.
+                v = self._tracer.emit(op, [v], attrs, record_grad=self._chain_grad)
             self._value, self._version = v, self._storage.version
         return self._value
+
+    def _foreign(self):
+        """A tensor kept from another (finished) trace: its value is not in this graph."""
+        v = self._value
+        made = f"at {v.producer.loc}" if v.producer is not None else "as an argument"
+        now = _tr.active()
+        where = f"while tracing '{now.graph.name}'" if now is not None else "outside any trace"
+        raise TraceError(f"tensor '{self.name}' was made {made} by the trace of "
+                         f"'{self._tracer.graph.name}' and is used {where}: a traced tensor "
+                         "exists only inside the call that traced it; return it as an output "
+                         "and pass the array in as an argument", _tr.user_loc())
 
     # -- metadata -------------------------------------------------------------------------
     @property
@@ -197,10 +215,13 @@ class Tensor:
         return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype.name})"
 
     # -- what a static graph can't express --------------------------------------------------
-    def _no_data(self, what):
+    def _no_data(self, what, hint="a traced value can't drive Python control flow (use "
+                 "cc.where / masking instead) or leave the graph"):
         raise TraceError(f"{what} needs the tensor's data, which doesn't exist while tracing: "
-                         "a traced value can't drive Python control flow (use cc.where / "
-                         "masking instead) or leave the graph", _tr.user_loc())
+                         f"{hint}", _tr.user_loc())
+
+    _NUMPY_HINT = ("numpy can't compute on a traced tensor; use the tensor's methods or cc "
+                   "functions (x.exp(), x.sum(), cc.where(...)), which trace into the graph")
 
     def __bool__(self):
         self._no_data("bool(tensor)")
@@ -222,6 +243,27 @@ class Tensor:
 
     def tolist(self):
         self._no_data(".tolist()")
+
+    # NumPy on a traced tensor: there is no data to hand over. Defining __array_ufunc__ makes
+    # numpy route `ndarray + tensor` through np.add (NEP 13), so the ufuncs that spell a Python
+    # operator trace as that operator; every other ufunc, method or `out=` raises.
+    def __array__(self, dtype=None, copy=None):
+        self._no_data("np.asarray(tensor)", self._NUMPY_HINT)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        names = _UFUNC_OPERATORS.get(ufunc)
+        if names is not None and method == "__call__" and not kwargs and len(inputs) == 2:
+            a, b = inputs
+            fn = getattr(a, names[0], None) if isinstance(a, Tensor) \
+                else getattr(b, names[1], None)
+            if fn is not None:
+                return fn(b if isinstance(a, Tensor) else a)
+        call = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+        self._no_data(f"np.{call}(..., out=...)" if "out" in kwargs else f"np.{call}(tensor)",
+                      self._NUMPY_HINT)
+
+    def __array_function__(self, func, types, args, kwargs):
+        self._no_data(f"np.{func.__name__}(tensor)", self._NUMPY_HINT)
 
     def __len__(self):
         if not self.shape:
@@ -260,16 +302,20 @@ class Tensor:
     def _view(self, op: str, **attrs) -> "Tensor":
         v = self._tracer.emit(op, [self._v()], attrs)  # checks shapes, naming the user's line
         layout = apply_view(self._layout, op, attrs)
-        return Tensor(self._tracer, self._storage, self._chain + ((op, attrs),), v, layout)
+        return Tensor(self._tracer, self._storage, self._chain + ((op, attrs),), v, layout,
+                      chain_grad=self._chain_grad and self._tracer.grad_enabled)
 
     # -- inplace: compute functionally, then write back through the view chain -------------
-    def _check_writable(self, what: str):
-        tracer = self._tracer
+    def _check_leaf(self, what: str):
+        """Paddle's and PyTorch's rule, for data-writing and view-changing inplace ops alike."""
         leaf = self._storage.leaf
-        if leaf is not None and tracer.grad_enabled and self._storage.base.requires_grad \
-                and not self._through_detach():
+        if leaf is not None and self._tracer.grad_enabled \
+                and self._storage.base.requires_grad and not self._through_detach():
             raise InplaceError(f"leaf tensor '{leaf.name}' that doesn't stop gradient can't use "
                                f"inplace strategy ({what})", _tr.user_loc())
+
+    def _check_writable(self, what: str):
+        self._check_leaf(what)
         if overlaps_itself(self._layout) or self._through_broadcast():
             raise InplaceError(f"{what} writes to an expanded (overlapping) view: several "
                                "elements share one memory location", _tr.user_loc())
@@ -278,6 +324,14 @@ class Tensor:
         """Whether this tensor is (a view of) a `detach()`: writes through it record no
         gradient, as PyTorch's `w.detach().zero_()` idiom for parameters relies on."""
         return any(op == "detach" for op, _ in self._chain)
+
+    def _origin(self):
+        """(value, view chain): this tensor is `value` seen through the view ops of the chain,
+        where `value` is the storage's first value (a caller's argument, a constant, ...) when
+        no inplace op has written the storage yet; None once one has."""
+        if self._storage.version != 0:
+            return None
+        return self._storage.base, self._chain
 
     def _through_broadcast(self) -> bool:
         """Whether an `expand` in the view chain broadcasts. Its stride-0 dims may be sliced
@@ -584,9 +638,17 @@ class Tensor:
             "full", [], {"shape": tuple(shape), "value": 0, "dtype": self.dtype}))
 
     def __getitem__(self, idx):
+        if _bool_mask(idx) is not None:
+            raise TraceError("x[mask] has a data-dependent shape (one element per true value), "
+                             "which a static graph can't express: use cc.where(mask, x, 0) or "
+                             "x[mask] = value", _tr.user_loc())
         return self.slice_index(normalize_index(idx, self.shape))
 
     def __setitem__(self, idx, value):
+        mask = _bool_mask(idx)
+        if mask is not None:
+            self._masked_assign(mask, value)
+            return
         target = self[idx]
         if isinstance(value, Tensor) and value._storage is target._storage \
                 and value._chain == target._chain:
@@ -606,31 +668,72 @@ class Tensor:
         self._write(v)
         return self
 
+    def _masked_assign(self, mask: "Tensor", value):
+        """`self[mask] = value` (Paddle): `where(mask, value, self)` written back through the
+        views, marked inplace on `self`. `value` is a scalar or broadcasts to self's shape; one
+        value per true element would be a data-dependent shape."""
+        self._check_writable("__setitem__")
+        loc = _tr.user_loc()
+        if mask.shape != self.shape[:mask.ndim]:
+            raise ShapeError(f"boolean mask of shape {mask.shape} doesn't match the leading "
+                             f"dimensions of the tensor's shape {self.shape}", loc)
+        old = self._v()
+        v = self._operand(value)
+        try:
+            fits = np.broadcast_shapes(v.shape, old.shape) == old.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise TraceError(f"x[mask] = y needs y to be a scalar or to broadcast to x's shape "
+                             f"{list(old.shape)}; y of shape {list(v.shape)} (one value per "
+                             "true element) would have a data-dependent shape", loc)
+        if v.dtype != old.dtype:
+            v = self._tracer.emit("cast", [v], {"dtype": old.dtype})
+        cond = mask._v()
+        if mask.ndim < self.ndim:  # a mask over the leading dimensions selects whole slices
+            cond = self._tracer.emit("reshape", [cond], {
+                "shape": tuple(mask.shape) + (1,) * (self.ndim - mask.ndim)})
+        new = self._tracer.emit("where", [cond, v, old], {}, inplace_of=2)
+        self._tracer.overwritten.add(old)
+        self._write(new)
+        return self
+
     # -- Paddle's meta-changing inplace forms: the object becomes the view ----------------------
     def _become(self, other: "Tensor") -> "Tensor":
         self._storage, self._chain = other._storage, other._chain
         self._value, self._version, self._layout = other._value, other._version, other._layout
+        self._chain_grad = other._chain_grad
         return self
 
+    # They change no data, but the leaf rule still holds for them (Paddle, PyTorch).
     def transpose_(self, perm):
+        self._check_leaf("transpose_")
         return self._become(self.transpose(perm))
 
+    def t_(self):
+        self._check_leaf("t_")
+        return self._become(self.t())
+
     def reshape_(self, shape):
+        self._check_leaf("reshape_")
         return self._become(self.reshape(shape))
 
     def squeeze_(self, axis=None):
+        self._check_leaf("squeeze_")
         return self._become(self.squeeze(axis))
 
     def unsqueeze_(self, axis):
+        self._check_leaf("unsqueeze_")
         return self._become(self.unsqueeze(axis))
 
     def flatten_(self, start_axis=0, stop_axis=-1):
+        self._check_leaf("flatten_")
         return self._become(self.flatten(start_axis, stop_axis))
 
     # -- autodiff -------------------------------------------------------------------------------
     def backward(self, grad_tensor=None, retain_graph=False):
-        from passes.autodiff import backward
-        backward(self._tracer, self, grad_tensor)
+        _backward(self._tracer, self, grad_tensor, wrap=Tensor._fresh,
+                  retain_graph=retain_graph)
 
     # -- operators --------------------------------------------------------------------------------
     def __add__(self, y): return self._op("add", y)
@@ -657,6 +760,28 @@ class Tensor:
     def __itruediv__(self, y): return self._inplace("divide", y)
 
 
+def _bool_mask(idx):
+    """`idx` as a boolean mask Tensor, or None when it is not one."""
+    if isinstance(idx, Tensor) and idx.dtype == BOOL:
+        return idx
+    if isinstance(idx, np.ndarray) and idx.dtype == BOOL:
+        return to_tensor(idx)
+    return None
+
+
+# ufunc -> (method when the tensor is the left operand, method when it is the right one)
+_UFUNC_OPERATORS = {
+    np.add: ("__add__", "__radd__"), np.subtract: ("__sub__", "__rsub__"),
+    np.multiply: ("__mul__", "__rmul__"), np.true_divide: ("__truediv__", "__rtruediv__"),
+    np.power: ("__pow__", "__rpow__"), np.matmul: ("__matmul__", "__rmatmul__"),
+    np.floor_divide: ("__floordiv__", "__rfloordiv__"), np.remainder: ("__mod__", "__rmod__"),
+    np.bitwise_and: ("__and__", "__rand__"), np.bitwise_or: ("__or__", "__ror__"),
+    np.less: ("__lt__", "__gt__"), np.less_equal: ("__le__", "__ge__"),
+    np.greater: ("__gt__", "__lt__"), np.greater_equal: ("__ge__", "__le__"),
+    np.equal: ("__eq__", "__eq__"), np.not_equal: ("__ne__", "__ne__"),
+}
+
+
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
@@ -681,11 +806,24 @@ def check_dtype(dtype, loc=None):
                          + ", ".join(d.name for d in SUPPORTED_DTYPES), loc or _tr.user_loc())
 
 
+def _capture(data: np.ndarray, const: np.ndarray, node):
+    """Remember a captured array so that `cc.compile` can retrace when it changes. An array
+    that owns its memory is held weakly (once it is gone it can't change); a view is held
+    strongly, since its base can still change after the view object is dropped. The snapshot
+    is the constant itself when the dtype was kept (no extra copy)."""
+    ref = weakref.ref(data) if data.base is None else (lambda: data)
+    snapshot = const if const.dtype == data.dtype else data.copy()
+    _tr.current().graph.captured.append((node, ref, snapshot))
+
+
 def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
     """A constant captured at trace time (the data is copied, as Paddle does)."""
     if isinstance(data, Tensor):
         out = data._op("contiguous") if dtype is None else data.cast(dtype)
     else:
+        if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in data):
+            raise TraceError("cc.to_tensor of a list of traced tensors: combine them in the "
+                             "graph with cc.concat (and unsqueeze)", _tr.user_loc())
         if _is_scalar(data) and dtype is None:
             dtype = scalar_dtype(data, None)
         arr = np.array(data, dtype=dtype)
@@ -693,6 +831,8 @@ def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
             arr = arr.astype(DEFAULT_FLOAT)  # Python floats default to Paddle's float32
         check_dtype(arr.dtype)
         out = Tensor._fresh(_tr.current().emit("constant", [], {"value": arr}))
+        if isinstance(data, np.ndarray):
+            _capture(data, arr, out._value.producer)
     if not stop_gradient:
         out.stop_gradient = False
     return out

@@ -36,6 +36,11 @@ def user_loc(depth: int = 1) -> Loc:
 _STACK: list["Tracer"] = []
 
 
+def active() -> "Tracer | None":
+    """The tracer recording now, or None outside any trace."""
+    return _STACK[-1] if _STACK else None
+
+
 def current() -> "Tracer":
     if not _STACK:
         raise TraceError("no function is being traced: tensors exist only inside cc.compile "
@@ -58,6 +63,11 @@ class Tracer:
         # not the history, so autodiff passes the new value's gradient on to the old one.
         self.grad_alias: dict[Value, Value] = {}
         self.input_storages: list = []
+        # While the returned values are materialized (views re-derived after the function
+        # returned): the line of its `return`, not the caller's `lower()` / `fn(x)` line.
+        self.return_loc: Loc | None = None
+        # Nodes a backward() without retain_graph differentiated -> that backward()'s line.
+        self.released: dict[Node, Loc] = {}
 
     def __enter__(self):
         _STACK.append(self)
@@ -81,11 +91,15 @@ class Tracer:
             return self.in_backward.loc
         if self.backward_loc is not None:
             return self.backward_loc
+        if self.return_loc is not None:
+            return self.return_loc
         return user_loc()
 
     def emit(self, op: str, inputs: list[Value], attrs: dict | None = None,
-             inplace_of: int | None = None) -> Value:
-        """Append one node; infer its type with the registry's rule; track requires_grad."""
+             inplace_of: int | None = None, record_grad: bool | None = None) -> Value:
+        """Append one node; infer its type with the registry's rule; track requires_grad.
+        `record_grad` overrides the grad mode (re-deriving a view keeps the history it was
+        created with, whatever the mode at the read)."""
         attrs = attrs or {}
         opdef = REGISTRY[op]
         loc = self.loc()
@@ -109,10 +123,27 @@ class Tracer:
             node.grad_of = self.in_backward
         # Only float values carry gradients (Paddle, PyTorch): `x.cast("int64")` ends the
         # graph instead of passing a gradient through the rounding.
-        node.out.requires_grad = (self.grad_enabled and opdef.differentiable
+        grad_mode = self.grad_enabled if record_grad is None else record_grad
+        node.out.requires_grad = (grad_mode and opdef.differentiable
                                   and node.out.dtype.kind == "f"
                                   and any(v.requires_grad for v in inputs))
         return node.out
+
+
+def return_loc(fn) -> Loc | None:
+    """The line of `fn`'s `return` statement when it has exactly one (found in its bytecode),
+    else its last line; None for callables without Python code."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    if code is None:
+        return None
+    import dis
+    lines = {i.positions.lineno for i in dis.get_instructions(code)
+             if i.opname.startswith("RETURN") and i.positions and i.positions.lineno}
+    explicit = sorted(lines)
+    if not explicit:
+        return None
+    line = explicit[0] if len(explicit) == 1 else explicit[-1]
+    return Loc(code.co_filename, line, linecache.getline(code.co_filename, line))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ Algorithm:
   2. Walk the nodes recorded so far in reverse program order; skip nodes whose output has no
      gradient, does not require grad, or is a leaf (parameters updated under no_grad stay leaves).
      A value that a write recording no gradient produced (under no_grad or through a detach,
-     `tracer.grad_alias`) hands its gradient to the value it overwrote.
+     `tracer.grad_alias`) hands its gradient to the value it overwrote. (2a) A node that an
+     earlier backward() released raises.
   3. For each node, choose a VJP form: an op that can read either its input or its output reads
      the one no user inplace op overwrote, so the other buffer can be reused (DESIGN §4).
   4. Run the VJP under no_grad (no higher-order gradients) with a context that exposes only what
@@ -20,13 +21,16 @@ Algorithm:
      gradients to each input's shape and accumulate with `+`.
   5. Accumulate each leaf's gradient into `leaf.grad`: a Tensor of its own the first time, then
      in place (`add_`), as repeated `backward()` calls do in Paddle.
+  6. Unless `retain_graph=True`, mark the differentiated nodes released: a later backward()
+     that reaches one raises (step 2a), naming both backward() lines (DESIGN §3).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from compiler.errors import TraceError
+from compiler.ir import Value
 from compiler.ops import REGISTRY
-from compiler.tensor import Tensor
-from compiler.tracer import user_loc
 
 
 class ShapeOnly:
@@ -43,14 +47,14 @@ class ShapeOnly:
 
 
 class VjpContext:
-    def __init__(self, node, form):
+    def __init__(self, node, form, wrap):
         self.node, self.form, self.attrs = node, form, node.attrs
         self.needs_grad = [v.requires_grad for v in node.inputs]
         if "input" in form:
-            self.inputs = [Tensor._fresh(v) for v in node.inputs]
+            self.inputs = [wrap(v) for v in node.inputs]
         else:
             self.inputs = [ShapeOnly(v, "input") for v in node.inputs]
-        self.out = Tensor._fresh(node.out) if "output" in form else ShapeOnly(node.out, "output")
+        self.out = wrap(node.out) if "output" in form else ShapeOnly(node.out, "output")
 
 
 def choose_vjp_form(opdef, node, overwritten) -> str:
@@ -64,7 +68,7 @@ def choose_vjp_form(opdef, node, overwritten) -> str:
     return forms[0]
 
 
-def sum_to(g: Tensor, shape) -> Tensor:
+def sum_to(g, shape):
     """Reduce a broadcast gradient back to `shape`."""
     shape = list(shape)
     if g.shape == shape:
@@ -77,8 +81,24 @@ def sum_to(g: Tensor, shape) -> Tensor:
     return g.reshape(shape)
 
 
-def backward(tracer, root: Tensor, grad=None):
-    loc = user_loc()
+def _check_not_released(tracer, node, loc):
+    """Step 2a: a node whose graph an earlier backward() released (no retain_graph) can't be
+    differentiated again (Paddle, PyTorch): its saved values are gone there."""
+    first = tracer.released.get(node)
+    if first is not None:
+        raise TraceError(f"backward() runs through {node.op} at {node.loc}, which the "
+                         f"backward() at {first} already differentiated and released: pass "
+                         "retain_graph=True to that earlier backward() to backpropagate "
+                         "through it again", loc)
+
+
+def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object],
+             retain_graph: bool = False):
+    """Append the backward of `root` (a traced tensor) to `tracer`'s graph. `wrap(value)`
+    makes a fresh traced tensor of an SSA value: the tracer passes it in, so this pass
+    depends on the IR and the registry only, never on the tracer's Tensor class.
+    `retain_graph=False` releases the differentiated nodes (step 6)."""
+    loc = tracer.loc()
     r = root._v()
     if not r.requires_grad:
         raise TraceError(f"backward() on '{root.name}', which doesn't require gradients: set "
@@ -91,15 +111,16 @@ def backward(tracer, root: Tensor, grad=None):
     try:
         tracer.in_backward = root_node  # Step 1
         if grad is None:
-            seed = Tensor._fresh(tracer.emit(
+            seed = wrap(tracer.emit(
                 "full", [], {"shape": r.shape, "value": 1, "dtype": r.dtype}))
         else:
-            seed = Tensor._fresh(root._operand(grad))
+            seed = wrap(root._operand(grad))
             if seed.dtype != r.dtype:
                 seed = seed.cast(r.dtype)
             if seed.shape != root.shape:
                 seed = seed.broadcast_to(root.shape)
         grads = {r: seed}
+        differentiated = []
         for node in reversed(list(tracer.graph.nodes)):  # Step 2
             g = grads.get(node.out)
             if g is None or not node.out.requires_grad or node.out in tracer.leaf_of:
@@ -108,11 +129,13 @@ def backward(tracer, root: Tensor, grad=None):
             if old is not None:  # a write that recorded no gradient: pass it on unchanged
                 grads[old] = grads[old] + g if old in grads else g
                 continue
+            _check_not_released(tracer, node, loc)
+            differentiated.append(node)
             opdef = REGISTRY[node.op]
             form = choose_vjp_form(opdef, node, tracer.overwritten)  # Step 3
             tracer.in_backward = node
             try:  # Step 4
-                input_grads = opdef.vjp[form](VjpContext(node, form), g)
+                input_grads = opdef.vjp[form](VjpContext(node, form, wrap), g)
                 for v, gi in zip(node.inputs, input_grads):
                     if gi is None or not v.requires_grad:
                         continue
@@ -123,7 +146,7 @@ def backward(tracer, root: Tensor, grad=None):
             finally:
                 tracer.in_backward = root_node
         # Step 5
-        per_leaf: dict[int, tuple[Tensor, Tensor]] = {}  # keyed by id: Tensor.__eq__ traces
+        per_leaf: dict[int, tuple] = {}  # leaf -> (leaf, grad), keyed by id: Tensor.__eq__ traces
         for v, leaf in tracer.leaf_of.items():
             if v in grads:
                 if id(leaf) in per_leaf:
@@ -135,10 +158,13 @@ def backward(tracer, root: Tensor, grad=None):
                 # A Tensor of its own: `g` may be another leaf's gradient (add's VJP returns
                 # (g, g)) or a view of one (concat, slice_scatter), and a later accumulation
                 # (`add_`) into this leaf.grad must not write through to them.
-                leaf.grad = Tensor._fresh(g._v())
+                leaf.grad = wrap(g._v())
             else:
                 leaf.grad.add_(g)
         tracer.backward_calls += 1
+        if not retain_graph:
+            for node in differentiated:
+                tracer.released[node] = loc
     finally:
         tracer.grad_enabled, tracer.backward_loc = saved_grad_mode, None
         tracer.in_backward = None

@@ -9,6 +9,7 @@ readers (or `defined[r]` when nothing reads it).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from compiler.ir import Graph, Value
@@ -26,10 +27,13 @@ class Liveness:
 
     def read_after(self, root: Value, index: int) -> list[int]:
         """Indices of the reads of `root`'s buffer scheduled after node `index`."""
-        return [k for k in self.readers[root] if k > index]
+        readers = self.readers[root]
+        return readers[bisect_right(readers, index):]
 
 
 def liveness(graph: Graph, aliases: AliasInfo | None = None) -> Liveness:
+    """When each buffer root is defined and read, over the whole program in program order
+    (see the module docstring). `aliases` defaults to `alias_analysis(graph)`."""
     aliases = aliases or alias_analysis(graph)
     end = len(graph.nodes)
     defined = {v: -1 for v in graph.inputs}

@@ -12,19 +12,23 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
      ("output"); the rest live in the arena.
   3. Live interval of a buffer: from the first definition of any value in it to the last read of
      any of them or of their views (program end for returned values and input mutations).
-  4. Place arena buffers one by one, each at the best-fitting gap among the buffers already
-     placed whose intervals intersect its own (touching intervals conflict: a copy never
-     shares with its source); try a few orders (largest first, earliest first, longest-lived
-     first, ...) and keep the smallest arena.
-  5. Account: peak (inputs + arena counted whole + outputs allocated so far, at the worst
-     point), the lower bound (live bytes with perfect packing at the worst point), naive (no
-     reuse at all) and, by replanning with inplace="off", the no-inplace peak.
+  4. Place arena buffers (touching intervals conflict: a copy never shares with its source):
+     once in program order by a linear-time best-fit allocator, and, unless the graph has
+     more than CONFLICT_PAIR_BUDGET pairs of buffers live together, one by one in a few orders
+     (largest first, earliest first, longest-lived first, ...), each at the best-fitting gap
+     among the already placed buffers whose intervals intersect its own; keep the smallest
+     arena.
+  5. Account (MemoryPlan.LEGEND states the rule): peak (inputs + arena counted whole +
+     returned buffers), the lower bound (live bytes with perfect packing at the worst point),
+     naive (no reuse at all) and, by replanning with inplace="off", the no-inplace peak; arena
+     buffers count at their aligned size in all four.
   6. In "auto", if that plan without reuse has the lower peak, it is the plan (its decisions
      say why): inplace="auto" never costs memory.
 """
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
 from compiler.ir import Graph, Node, Value
@@ -78,11 +82,37 @@ class MemoryPlan:
     input_bytes: int = 0
     output_bytes: int = 0
     buffer_of: dict = field(default_factory=dict, repr=False)  # Value -> Buffer
+    defined: dict = field(default_factory=dict, repr=False)    # Value -> its program point
     reuse: dict = field(default_factory=dict, repr=False)      # Node -> input index taken
 
     # -- inspection ------------------------------------------------------------------------
+    def buffer(self, value) -> Buffer:
+        """The buffer a value lives in: a `Value` or its printed name ("%3", "x")."""
+        if isinstance(value, str):
+            ref = value if value.startswith("%") else f"%{value}"
+            value = next((v for v in self.buffer_of if v.ref() == ref), None)
+            if value is None:
+                raise KeyError(f"the plan of {self.graph_name} has no value {ref}")
+        return self.buffer_of[value]
+
+    def decision(self, value) -> Decision:
+        """The inplace decision about the node that produces `value` (a `Value` or "%3")."""
+        ref = value if isinstance(value, str) else value.ref()
+        ref = ref if ref.startswith("%") else f"%{ref}"
+        for d in self.decisions:
+            if d.node is not None and d.node.out.ref() == ref:
+                return d
+        raise KeyError(f"no inplace decision about {ref} (only candidates get one)")
+
+    def decisions_at(self, where) -> list[Decision]:
+        """The decisions about one source line: a line number or "file.py:LINE"."""
+        from compiler.ir import _at
+        return [d for d in self.decisions if d.node is not None and _at(d.node.loc, where)]
+
     def live_bytes(self, t: int) -> int:
-        return sum(b.size for b in self.buffers if b.kind == "input" or b.live_at(t))
+        """Bytes live at program point `t`, on the footing of the lower bound."""
+        return sum(align(b.size, self.alignment) if b.kind == "arena" else b.size
+                   for b in self.buffers if b.kind == "input" or b.live_at(t))
 
     def summary(self) -> str:
         ratio = self.peak_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
@@ -93,11 +123,20 @@ class MemoryPlan:
                 f" | arena {_fmt(self.arena_bytes)}, inputs {_fmt(self.input_bytes)}, outputs "
                 f"{_fmt(self.output_bytes)} | {taken}/{len(self.decisions)} candidates in place")
 
+    LEGEND = (
+        "Bytes: arena buffers count at their size rounded up to the alignment ({alignment} B), "
+        "caller inputs and\nreturned buffers (allocated per call, outside the arena) at their "
+        "size, in all four figures, so that\nnaive >= no-inplace peak >= peak >= lower bound. "
+        "Program points: -1 is the call's entry, node k of the\nprinted graph "
+        "([k]) is point k, {end} is the return; a buffer is live over [start, end], both "
+        "included.")
+
     def report(self) -> str:
-        lines = [self.summary(), "", "decisions:"]
-        rows = [("op", "where", "requested", "in place", "reason")]
+        legend = self.LEGEND.format(alignment=self.alignment, end=self.num_points)
+        lines = [self.summary(), legend, "", "decisions:"]
+        rows = [("op", "where", "phase", "requested", "in place", "reason")]
         for d in self.decisions:
-            rows.append((d.op, d.loc, "yes" if d.requested else "no",
+            rows.append((d.op, d.loc, d.phase, "yes" if d.requested else "no",
                          "yes" if d.inplace else "no", d.reason))
         lines += _table(rows)
         lines += ["", "buffers:"]
@@ -117,10 +156,19 @@ class MemoryPlan:
             "peak_bytes": self.peak_bytes, "lower_bound_bytes": self.lower_bound_bytes,
             "naive_bytes": self.naive_bytes, "no_inplace_peak_bytes": self.no_inplace_peak_bytes,
             "arena_bytes": self.arena_bytes, "input_bytes": self.input_bytes,
-            "output_bytes": self.output_bytes,
+            "output_bytes": self.output_bytes, "num_points": self.num_points,
             "decisions": [d.to_dict() for d in self.decisions],
             "buffers": [b.to_dict() for b in self.buffers],
+            "values": [self._value_dict(v) for b in self.buffers for v in b.values],
         }, indent=1)
+
+    def _value_dict(self, v: Value) -> dict:
+        p = v.producer
+        return {"value": v.ref(), "shape": list(v.shape), "dtype": v.dtype.name,
+                "op": p.op if p is not None else "input",
+                "point": self.defined.get(v, -1), "phase": p.phase if p else "forward",
+                "loc": str(p.loc) if p else "", "text": p.loc.text.strip() if p else "",
+                "buffer": self.buffer_of[v].id}
 
     def plot(self, path: str):
         """Memory over program points, stacked by buffer (needs matplotlib: the `plot` extra)."""
@@ -202,59 +250,126 @@ def _build_buffers(graph: Graph, reuse: dict[Node, int]):
     return buffers, buffer_of, live
 
 
-# Orders in which buffers are offered to the allocator; the smallest arena wins. Largest-first
-# is TFLite's "greedy by size"; the others break its ties in favour of long or early lifetimes,
-# which packs better when many buffers have similar sizes.
+# Orders in which buffers are offered to the best-fit allocator; the smallest arena wins.
+# Largest-first is TFLite's "greedy by size"; the others break its ties in favour of long or
+# early lifetimes, which packs better when many buffers have similar sizes.
 PLACEMENT_ORDERS = {
     "size": lambda b: (-b.size, b.start, b.id),
     "start": lambda b: (b.start, -b.size, b.id),
     "lifetime": lambda b: (-(b.end - b.start), -b.size, b.id),
     "area": lambda b: (-b.size * (b.end - b.start + 1), b.id),
 }
+# The best-fit orders look at every pair of buffers whose lifetimes intersect. Past this many
+# pairs (graphs with tens of thousands of long-lived values) only the linear-time allocator runs.
+CONFLICT_PAIR_BUDGET = 300_000
 
 
-def _place_in_order(arena_buffers: list[Buffer], alignment: int) -> tuple[int, dict]:
+def _conflicts(arena_buffers: list[Buffer]) -> dict[int, list[Buffer]] | None:
+    """Buffer id -> the buffers whose live intervals intersect its own (touching counts), or
+    None when there are more than CONFLICT_PAIR_BUDGET such pairs. O(n log n + pairs)."""
+    starts = sorted(b.start for b in arena_buffers)
+    ends = sorted(b.end for b in arena_buffers)
+    pairs = sum(bisect_right(starts, b.end) - bisect_left(ends, b.start) - 1
+                for b in arena_buffers) // 2
+    if pairs > CONFLICT_PAIR_BUDGET:
+        return None
+    by_start = sorted(arena_buffers, key=lambda b: (b.start, b.id))
+    out: dict[int, list[Buffer]] = {b.id: [] for b in arena_buffers}
+    for i, b in enumerate(by_start):
+        j = i + 1
+        while j < len(by_start) and by_start[j].start <= b.end:
+            out[b.id].append(by_start[j])
+            out[by_start[j].id].append(b)
+            j += 1
+    return out
+
+
+def _place_in_order(arena_buffers: list[Buffer], conflicts, alignment: int) -> tuple[int, dict]:
     """Best fit: each buffer goes into the smallest gap, among the buffers already placed
     whose intervals intersect its own, that holds it; else on top of them."""
-    placed: list[tuple[Buffer, int]] = []
     offsets, arena = {}, 0
     for b in arena_buffers:
-        conflicts = sorted(((off, p) for p, off in placed
-                            if p.start <= b.end and b.start <= p.end), key=lambda c: c[0])
+        placed = sorted((offsets[p.id], p.size) for p in conflicts[b.id] if p.id in offsets)
         best, best_gap, cursor = None, None, 0
-        for off, p in conflicts:
+        for off, size in placed:
             gap = off - cursor
             if gap >= b.size and (best_gap is None or gap < best_gap):
                 best, best_gap = cursor, gap
-            cursor = max(cursor, align(off + p.size, alignment))
+            cursor = max(cursor, align(off + size, alignment))
         offsets[b.id] = cursor if best is None else best
-        placed.append((b, offsets[b.id]))
         arena = max(arena, align(offsets[b.id] + b.size, alignment))
     return arena, offsets
 
 
+def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, dict]:
+    """Linear-time allocation in program order, as a best-fit `malloc` would do it: at each
+    point, the buffers born there take the smallest free gap that holds them (largest first),
+    then the buffers that die there give their space back (after: touching lifetimes never
+    share). Gaps are kept sorted and merged with their neighbours."""
+    born: dict[int, list[Buffer]] = {}
+    dies: dict[int, list[Buffer]] = {}
+    for b in arena_buffers:
+        born.setdefault(b.start, []).append(b)
+        dies.setdefault(b.end, []).append(b)
+    gap_starts: list[int] = []       # sorted offsets of free gaps below `top`
+    gap_size: dict[int, int] = {}
+    offsets, top = {}, 0
+    for t in sorted(set(born) | set(dies)):
+        for b in sorted(born.get(t, ()), key=lambda b: (-b.size, b.id)):
+            need = align(b.size, alignment)
+            fits = [o for o in gap_starts if gap_size[o] >= need]
+            if fits:
+                o = min(fits, key=lambda o: (gap_size[o], o))
+                size = gap_size.pop(o)
+                gap_starts.remove(o)
+                if size > need:
+                    insort(gap_starts, o + need)
+                    gap_size[o + need] = size - need
+            elif gap_starts and gap_starts[-1] + gap_size[gap_starts[-1]] == top:
+                o = gap_starts.pop()  # the free space at the top grows to fit
+                top = o + need
+                del gap_size[o]
+            else:
+                o, top = top, top + need
+            offsets[b.id] = o
+        for b in dies.get(t, ()):
+            o, size = offsets[b.id], align(b.size, alignment)
+            i = bisect_left(gap_starts, o)
+            if i < len(gap_starts) and gap_starts[i] == o + size:  # merge with the next gap
+                size += gap_size.pop(gap_starts.pop(i))
+            if i > 0 and gap_starts[i - 1] + gap_size[gap_starts[i - 1]] == o:  # and previous
+                gap_size[gap_starts[i - 1]] += size
+            else:
+                gap_starts.insert(i, o)
+                gap_size[o] = size
+    return top, offsets
+
+
 def _place(buffers: list[Buffer], alignment: int) -> int:
-    """Step 4: place the arena buffers in each order of PLACEMENT_ORDERS, keep the smallest
-    arena. Returns its size."""
+    """Step 4: place the arena buffers with the linear-time allocator and, when the graph is
+    small enough, best fit in each order of PLACEMENT_ORDERS; keep the smallest arena."""
     arena_buffers = [b for b in buffers if b.kind == "arena"]
-    best = None
-    for key in PLACEMENT_ORDERS.values():
-        arena, offsets = _place_in_order(sorted(arena_buffers, key=key), alignment)
-        if best is None or arena < best[0]:
+    best = _place_by_events(arena_buffers, alignment)
+    conflicts = _conflicts(arena_buffers)
+    for key in PLACEMENT_ORDERS.values() if conflicts is not None else ():
+        arena, offsets = _place_in_order(sorted(arena_buffers, key=key), conflicts, alignment)
+        if arena < best[0]:
             best = (arena, offsets)
-    arena, offsets = best or (0, {})
+    arena, offsets = best
     for b in arena_buffers:
         b.offset = offsets[b.id]
     return arena
 
 
-def _max_live_bytes(buffers: list[Buffer], end: int) -> int:
-    """The lower bound: the most bytes live at one program point (a sweep over intervals)."""
+def _max_live_bytes(buffers: list[Buffer], end: int, alignment: int) -> int:
+    """The lower bound: the most bytes live at one program point (a sweep over intervals),
+    allocated buffers at their aligned size."""
     delta = [0] * (end + 3)
     for b in buffers:
         start, stop = (-1, end) if b.kind == "input" else (b.start, b.end)
-        delta[start + 1] += b.size
-        delta[stop + 2] -= b.size
+        size = align(b.size, alignment) if b.kind == "arena" else b.size
+        delta[start + 1] += size
+        delta[stop + 2] -= size
     best = running = 0
     for d in delta:
         running += d
@@ -272,18 +387,19 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     buffers, buffer_of, live = _build_buffers(graph, reuse)
     arena = _place(buffers, alignment)
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
-                      buffer_of=buffer_of, reuse=reuse)
+                      buffer_of=buffer_of, reuse=reuse, defined=live.defined)
     # Step 5
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
     plan.output_bytes = sum(b.size for b in buffers if b.kind == "output")
-    points = range(-1, live.end + 1)
-    outputs = [b for b in buffers if b.kind == "output"]
-    plan.peak_bytes = max(plan.input_bytes + arena
-                          + sum(b.size for b in outputs if b.start <= t) for t in points)
-    plan.lower_bound_bytes = _max_live_bytes(buffers, live.end)
+    # Returned buffers are allocated as the program reaches them and all survive the call:
+    # the worst point is the end.
+    plan.peak_bytes = plan.input_bytes + arena + plan.output_bytes
+    plan.lower_bound_bytes = _max_live_bytes(buffers, live.end, alignment)
+    returned = {id(v) for v in graph.outputs}
     plan.naive_bytes = plan.input_bytes + sum(
-        n.out.nbytes for n in graph.nodes if REGISTRY[n.op].kind != VIEW)
+        n.out.nbytes if id(n.out) in returned else align(n.out.nbytes, alignment)
+        for n in graph.nodes if REGISTRY[n.op].kind != VIEW)
     if inplace == "off" or not baseline:
         plan.no_inplace_peak_bytes = plan.peak_bytes if inplace == "off" else 0
         return plan

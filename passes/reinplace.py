@@ -25,6 +25,8 @@ Algorithm:
      the input's placement.
   4. In `inplace="strict"`, a requested op that was refused raises `InplaceError` naming its
      line and the line of the op that still needs the value.
+  5. Requested inplace ops that dead-code elimination removed (`Graph.removed`) get a decision
+     "removed: its result is never used" (strict mode has nothing to refuse there).
 
 Decisions are the pass's whole output: `plan_memory` rebuilds buffers from them, and the
 verifier re-checks them independently.
@@ -44,6 +46,9 @@ from .liveness import Liveness, liveness
 
 @dataclass
 class Decision:
+    """One inplace candidate: what was decided, and why. `loc` is "file.py:LINE"; `source` is
+    the full location (path, line, source text) of the node decided."""
+
     op: str               # as the user wrote it: "sin_" for a requested inplace sin
     loc: str              # "file.py:LINE"
     requested: bool       # the user wrote the inplace form (or set-item)
@@ -52,9 +57,19 @@ class Decision:
     input_index: int | None = None
     node: Node | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def source(self):
+        """The node's `compiler.ir.Loc`: `.file` (the full path), `.line`, `.text`."""
+        return self.node.loc if self.node is not None else None
+
+    @property
+    def phase(self) -> str:
+        """forward / backward / update: the phase of the node decided."""
+        return self.node.phase if self.node is not None else "forward"
+
     def to_dict(self) -> dict:
-        return {"op": self.op, "loc": self.loc, "requested": self.requested,
-                "inplace": self.inplace, "reason": self.reason,
+        return {"op": self.op, "loc": self.loc, "phase": self.phase,
+                "requested": self.requested, "inplace": self.inplace, "reason": self.reason,
                 "input_index": self.input_index,
                 "value": self.node.out.ref() if self.node is not None else None}
 
@@ -67,13 +82,16 @@ def op_name(node: Node) -> str:
 
 
 def describe_value(v: Value) -> str:
+    """`argument 'x'`, `%3 (multiply at model.py:3)`, or for a view `%4 (transpose at
+    model.py:4, a view of %3 (multiply at model.py:3))`."""
     if v.producer is None:
         return f"argument '{v.name}'"
     p = v.producer
-    while REGISTRY[p.op].kind == VIEW and p.inputs[0].producer is not None:
-        p = p.inputs[0].producer
     if REGISTRY[p.op].kind == VIEW:
-        return f"a view of argument '{p.inputs[0].name}'"
+        root = p.inputs[0]
+        while root.producer is not None and REGISTRY[root.producer.op].kind == VIEW:
+            root = root.producer.inputs[0]
+        return f"{v.ref()} ({p.op} at {p.loc}, a view of {describe_value(root)})"
     return f"{v.ref()} ({op_name(p)} at {p.loc})"
 
 
@@ -83,9 +101,9 @@ def describe_reader(node: Node) -> str:
     return f"{op_name(node)} at {node.loc}"
 
 
-def donated_inputs(graph: Graph, donate) -> set[int]:
+def donated_inputs(graph: Graph, donate, mutated_too: bool = False) -> set[int]:
     """Donation by parameter name or by position among the graph's (array) inputs. Arguments
-    the program mutates are never treated as donated."""
+    the program mutates are never treated as donated (`mutated_too=True`: just those)."""
     names = {v.name: k for k, v in enumerate(graph.inputs)}
     out = set()
     for d in donate or ():
@@ -97,7 +115,7 @@ def donated_inputs(graph: Graph, donate) -> set[int]:
         else:
             out.add(int(d))
     # A mutated argument's buffer must end up holding its new value: donating it frees nothing.
-    return out - set(graph.mutations)
+    return out & set(graph.mutations) if mutated_too else out - set(graph.mutations)
 
 
 def mutation_writers(graph: Graph) -> dict[Node, int]:
@@ -213,7 +231,9 @@ def read_later(node: Node, i: int, st: _State) -> str | None:
     a = node.inputs[i]
     root = st.aliases.root[a]
     t = st.index[node]
-    later = [k for k in st.live.read_after(root, t) if k != st.live.end]
+    later = st.live.read_after(root, t)
+    if later and later[-1] == st.live.end:
+        later = later[:-1]
     if not later:
         return None
     if a is not root and len(later) == 1 and _is_exact_writeback(st.graph.nodes[later[0]],
@@ -250,6 +270,10 @@ def caller_buffer(node: Node, i: int, st: _State) -> str | None:
     k = st.graph.inputs.index(owner)
     if k in st.donated or st.writers.get(node) == k:
         return None
+    if k in st.donated_but_mutated:
+        return (f"input {describe_value(node.inputs[i])} is donated, but the function writes "
+                f"into it (at {st.graph.mutation_locs.get(k, '?')}): its buffer must end up "
+                "holding the new value")
     return f"input {describe_value(node.inputs[i])} is a caller's array that was not donated"
 
 
@@ -289,6 +313,7 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, li
     live: Liveness = liveness(graph, aliases)
     st = _State(graph, aliases, live, inplace, donated_inputs(graph, donate),
                 mutation_writers(graph))  # Step 2
+    st.donated_but_mutated = donated_inputs(graph, donate, mutated_too=True)
     decisions: list[Decision] = []
     for node in graph.nodes:  # Step 3
         if REGISTRY[node.op].kind == VIEW:
@@ -324,4 +349,8 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, li
             decisions.append(Decision(op_name(node), str(node.loc), requested, False, reason,
                                       i, node))
         st.take(node, taken)
+    for node in graph.removed:
+        decisions.append(Decision(op_name(node), str(node.loc), True, False,
+                                  "removed: its result is never used", node.inplace_of, node))
+    decisions.sort(key=lambda d: d.node.out.id)  # program order (ids grow as nodes are traced)
     return graph, decisions

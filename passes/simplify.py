@@ -6,7 +6,8 @@ it contributes to one of them. Nodes are shared with the input graph (they are n
 Algorithm:
   1. Mark the values the program must produce: returns and input mutations.
   2. Walk the nodes in reverse; a node is live when its output is marked; mark its inputs.
-  3. Keep the live nodes in their original order.
+  3. Keep the live nodes in their original order; remember the requested inplace nodes that
+     were dropped (`Graph.removed`), so that the plan can still report them.
 """
 from __future__ import annotations
 
@@ -24,4 +25,7 @@ def dce(graph: Graph) -> Graph:
             needed.update(id(v) for v in node.inputs)
     out = copy.copy(graph)  # Step 3
     out.nodes = live[::-1]
+    kept = set(map(id, live))
+    out.removed = graph.removed + [n for n in graph.nodes
+                                   if id(n) not in kept and n.inplace_of is not None]
     return out

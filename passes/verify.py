@@ -6,13 +6,16 @@ sharing no code with the planner's liveness or reinplace logic:
   2. arena offsets are aligned and inside the arena;
   3. each buffer's interval covers every read of its values (through views) and their
      definitions; returned values and input mutations live to the end;
-  4. no two arena buffers live at the same program point overlap in address range;
+  4. no two arena buffers live at the same program point overlap in address range (a sweep
+     over program points, O(n log n));
   5. inside one buffer, successive values never live at once: the older one's last read is
      at the node that overwrites it (an op writing element-for-element over its operand), or
      it is the write-back scatter that replaces exactly the region the newer value occupies.
 A failure raises `PlanError` with the IR around the offending node.
 """
 from __future__ import annotations
+
+from bisect import bisect_left
 
 from compiler.ir import Graph, format_node
 from compiler.layout import apply_view, contiguous_probe, region
@@ -36,6 +39,8 @@ def verify_graph(graph: Graph) -> None:
         for v in n.inputs:
             if id(v) not in defined:
                 raise PlanError(f"{v.ref()} used before definition\n{_context(graph, i)}")
+        if n.op not in REGISTRY:
+            raise PlanError(f"{n.out.ref()} uses unknown op {n.op!r}\n{_context(graph, i)}")
         shape, dtype = REGISTRY[n.op].infer([(v.shape, v.dtype) for v in n.inputs], **n.attrs)
         if tuple(shape) != n.out.shape or dtype != n.out.dtype:
             raise PlanError(f"type of {n.out.ref()} disagrees with {n.op}'s rule\n"
@@ -84,11 +89,14 @@ def verify_plan(graph: Graph, plan) -> None:
             v = v.producer.inputs[0]
         return v
     last_read = {id(v): defined[id(v)] for v in graph.all_values()}
+    reads: dict[int, list[int]] = {}  # root -> the (non-view) nodes reading it, in order
     for i, n in enumerate(graph.nodes):
         if REGISTRY[n.op].kind != VIEW:
             for v in n.inputs:
                 r = root(v)
                 last_read[id(r)] = max(last_read[id(r)], i)
+                if not reads.setdefault(id(r), []) or reads[id(r)][-1] != i:
+                    reads[id(r)].append(i)
     for v in graph.live_outputs():
         last_read[id(root(v))] = end
     for v in graph.all_values():
@@ -98,16 +106,29 @@ def verify_plan(graph: Graph, plan) -> None:
         if b.kind != "input" and not (b.start <= defined[id(v)] and last_read[id(v)] <= b.end):
             raise PlanError(f"buffer #{b.id} [{b.start}, {b.end}] doesn't cover {v.ref()} "
                             f"live [{defined[id(v)]}, {last_read[id(v)]}]")
-    # 4. no overlap of simultaneously live arena buffers (sweep by start)
-    arena = sorted((b for b in plan.buffers if b.kind == "arena" and b.size),
-                   key=lambda b: b.start)
-    for i, a in enumerate(arena):
-        for c in arena[i + 1:]:
-            if c.start > a.end:
-                break
-            if a.offset < c.offset + c.size and c.offset < a.offset + a.size:
-                raise PlanError(f"buffers #{a.id} and #{c.id} are live together and overlap "
-                                f"in the arena")
+    # 4. no overlap of simultaneously live arena buffers: a sweep over program points keeps
+    # the live buffers sorted by offset; while they are disjoint, a newcomer overlaps one of
+    # them only if it overlaps its neighbour below or above (O(n log n)).
+    arena = [b for b in plan.buffers if b.kind == "arena" and b.size]
+    by_id = {b.id: b for b in arena}
+    events = sorted([(b.start, 1, b.id, b) for b in arena] + [(b.end + 1, 0, b.id, b)
+                                                              for b in arena],
+                    key=lambda e: e[:3])  # at a point, deaths (of the point before) first
+    live_offsets: list[tuple[int, int]] = []
+    for _, born, _, b in events:
+        key = (b.offset, b.id)
+        i = bisect_left(live_offsets, key)
+        if not born:
+            del live_offsets[i]
+            continue
+        for j in (i - 1, i):
+            if 0 <= j < len(live_offsets):
+                c = by_id[live_offsets[j][1]]
+                if b.offset < c.offset + c.size and c.offset < b.offset + b.size:
+                    first, second = sorted((b, c), key=lambda x: (x.start, x.id))
+                    raise PlanError(f"buffers #{first.id} and #{second.id} are live together "
+                                    f"and overlap in the arena")
+        live_offsets.insert(i, key)
     # 5. successive values inside one buffer
     for b in plan.buffers:
         versions = sorted((v for v in b.values if not _is_view(v)), key=lambda v: defined[id(v)])
@@ -132,8 +153,7 @@ def verify_plan(graph: Graph, plan) -> None:
                 raise PlanError(f"{new.ref()} overwrites {old.ref()}, which is still needed at "
                                 f"the end\n{_context(graph, t)}")
             # Allowed only as the exact write-back of a region (DESIGN §8.3).
-            later = [i for i in range(t + 1, end) if REGISTRY[graph.nodes[i].op].kind != VIEW
-                     and any(root(v) is old for v in graph.nodes[i].inputs)]
+            later = [i for i in reads.get(id(old), ()) if t < i < end]
             s = graph.nodes[later[0]] if len(later) == 1 else None
             ok = (s is not None and REGISTRY[s.op].kind == SCATTER and s.inputs[1] is new
                   and root(s.inputs[0]) is old

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.errors import InsufficientMemoryError
 from compiler.layout import apply_view
 from compiler.ops import REGISTRY, SCATTER, VIEW
 from compiler.ops.shape_ops import numpy_index
@@ -21,11 +22,40 @@ from .reference import run_node
 POISON = 0xFF
 
 
+def available_memory() -> int | None:
+    """Bytes the OS can give this process now without swapping (Linux `MemAvailable`), or
+    None where that is unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(plan, arena_allocated: bool, loc=None) -> None:
+    """Raise `InsufficientMemoryError` before a call that can't get the memory its plan needs:
+    the arena (on the first call) and the returned buffers."""
+    need = plan.output_bytes + (0 if arena_allocated else plan.arena_bytes)
+    available = available_memory()
+    if available is not None and need > available:
+        raise InsufficientMemoryError(
+            f"{plan.graph_name} needs {need} B ({need / 2**30:.1f} GiB: arena "
+            f"{plan.arena_bytes} B, outputs {plan.output_bytes} B) but only {available} B "
+            f"({available / 2**30:.1f} GiB) are available; nothing was allocated or written",
+            loc)
+
+
 class ArenaExecutable:
+    """Runs a planned graph. Building one allocates nothing: the arena is allocated by the
+    first call (so `fn.lower(...)` of a program bigger than the machine can be inspected)."""
+
     def __init__(self, graph, plan, sanitize: bool = False):
         self.graph, self.plan, self.sanitize = graph, plan, sanitize
         self.source = ""
-        self.arena = np.empty(plan.arena_bytes, np.uint8)  # allocated once per program
+        self.arena = None  # allocated once per program, at its first call
         index = {id(n): i for i, n in enumerate(graph.nodes)}
         # Buffers to poison after each node (sanitizer): arena buffers whose life ends there.
         self._dies_after: dict[int, list] = {}
@@ -43,8 +73,13 @@ class ArenaExecutable:
             storage = outputs_storage[id(buffer)] = np.empty(buffer.size, np.uint8)
         return np.ndarray(value.shape, value.dtype, buffer=storage, offset=0)
 
+    def check_memory(self, loc=None):
+        check_memory(self.plan, self.arena is not None, loc)
+
     def run(self, inputs):
         graph, plan = self.graph, self.plan
+        if self.arena is None:
+            self.arena = np.empty(plan.arena_bytes, np.uint8)
         if self.sanitize:
             self.arena.fill(POISON)
         arrays: dict[int, np.ndarray] = {}

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.errors import CompilerError
 from compiler.ir import Graph, Value
 from compiler.ops import REGISTRY
 
 
 def run_node(node, args: list[np.ndarray]) -> np.ndarray:
     """Evaluate one node with its op's reference implementation."""
-    out = np.asarray(REGISTRY[node.op].ref(*args, **node.attrs))
+    try:
+        out = np.asarray(REGISTRY[node.op].ref(*args, **node.attrs))
+    except CompilerError as e:  # a data check (a label out of range): name the user's line
+        if e.loc is not None:
+            raise
+        raise type(e)(e.bare_message, node.loc) from None
     if out.dtype != node.out.dtype:
         out = out.astype(node.out.dtype)
     assert out.shape == node.out.shape, (

@@ -11,7 +11,11 @@ import numbers
 import numpy as np
 
 from .. import tracer as _tr
-from ..errors import ShapeError, TraceError
+from ..errors import DataError, ShapeError, TraceError
+from ..ir import DataCheck
+from ..layout import apply_view
+from ..ops.nn_ops import bad_label, label_range_message
+from ..ops.registry import normalize_axes
 from ..tensor import Tensor, to_tensor
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
@@ -56,23 +60,118 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
                      _tr.user_loc())
 
 
-def cross_entropy(input: Tensor, label: Tensor, reduction: str = "mean", axis: int = -1,
-                  soft_label: bool = False) -> Tensor:
-    """Softmax cross entropy over the last axis; `label` holds class indices ([N] or [N, 1])
-    or, with `soft_label=True`, probabilities shaped like `input`."""
-    if axis not in (-1, input.ndim - 1):
-        raise TraceError("cross_entropy supports axis=-1 only", _tr.user_loc())
-    logp = log_softmax(input, axis=-1)
+def cross_entropy(input: Tensor, label: Tensor, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean", soft_label: bool = False, axis: int = -1,
+                  use_softmax: bool = True, label_smoothing: float = 0.0,
+                  name=None) -> Tensor:
+    """Paddle's softmax cross entropy, with Paddle's semantics:
+
+    - hard labels (class indices, `input`'s shape without the class `axis`, or with it of
+      size 1) or, with `soft_label=True`, probabilities shaped like `input`;
+    - a row whose label is `ignore_index` contributes 0 and is left out of the mean;
+    - `weight[C]` scales each row's loss by `sum_i target_i * weight_i` (`weight[label]` for a
+      hard label); with `reduction="mean"` the sum of losses is divided by the sum of those
+      weights (Paddle), without `weight` by the number of rows not ignored; a zero divisor
+      counts as 1 (Paddle: an all-ignored batch gives 0, not NaN);
+    - `label_smoothing=eps` mixes the target with the uniform distribution,
+      `(1 - eps) * target + eps / C` (ignored rows stay out);
+    - `use_softmax=False`: `input` already holds probabilities;
+    - `reduction="none"` keeps the class axis (size 1) for soft labels and for hard labels
+      given with it, as Paddle does.
+
+    A hard label outside [0, C) that isn't `ignore_index` raises `cc.DataError` naming the
+    label, its position and this call's line, before the program writes into any caller's
+    array (DESIGN §4)."""
+    loc = _tr.user_loc()
+    if reduction not in ("mean", "sum", "none"):
+        raise TraceError(f"unknown reduction {reduction!r}: use 'mean', 'sum' or 'none'", loc)
+    label = label if isinstance(label, Tensor) else to_tensor(label)
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise TraceError(f"cross_entropy: label_smoothing={label_smoothing} is not in [0, 1]",
+                         loc)
+    nd = input.ndim
+    try:
+        (axis,) = normalize_axes(int(axis), nd)
+    except ShapeError as e:
+        raise ShapeError(f"cross_entropy: {e.bare_message}", loc) from None
+    num_classes = input.shape[axis]
+    perm = [i for i in range(nd) if i != axis] + [axis]
+    moved = axis != nd - 1  # the class axis is made the last one
+
+    def last(t):
+        return t.transpose(perm) if moved else t
+
+    x = last(input)
+    logp = log_softmax(x, axis=-1) if use_softmax else x.log()
+    valid = None  # per row: 1 when its label counts, 0 when it is ignore_index
     if soft_label:
-        target = label
+        if label.shape != input.shape:
+            raise ShapeError(f"cross_entropy: soft labels of shape {label.shape} don't match "
+                             f"input of shape {input.shape}", loc)
+        target = last(label)
+        if target.dtype != x.dtype:
+            target = target.cast(x.dtype)
+        keep_axis = True
     else:
-        if label.ndim == input.ndim and label.shape[-1] == 1:
-            label = label.squeeze(-1)
-        if label.shape != input.shape[:-1]:
-            raise ShapeError(f"cross_entropy: labels of shape {label.shape} don't match logits "
-                             f"of shape {input.shape}", _tr.user_loc())
-        target = label.primitive("one_hot", num_classes=input.shape[-1], dtype=input.dtype)
-    return _reduce(-(target * logp).sum(axis=-1), reduction)
+        rows = input.shape[:axis] + input.shape[axis + 1:]
+        with_axis = input.shape[:axis] + [1] + input.shape[axis + 1:]
+        if label.shape == rows:
+            keep_axis, labels = False, label
+        elif label.shape == with_axis:
+            keep_axis, labels = True, label.squeeze(axis)
+        else:
+            raise ShapeError(f"cross_entropy: labels of shape {label.shape} don't match input "
+                             f"of shape {input.shape} (class axis {axis})", loc)
+        target = labels.primitive("one_hot", num_classes=num_classes, dtype=x.dtype,
+                                  ignore_index=int(ignore_index))
+        _record_label_check(label, target, num_classes, int(ignore_index), loc)
+        valid = target.sum(axis=-1)
+    if label_smoothing:
+        eps = float(label_smoothing)
+        uniform = eps / num_classes if valid is None else valid.unsqueeze(-1) * (eps / num_classes)
+        target = target * (1.0 - eps) + uniform
+    loss = -(target * logp).sum(axis=-1)
+    denominator = valid
+    if weight is not None:
+        weight = weight if isinstance(weight, Tensor) else to_tensor(weight, dtype=x.dtype)
+        if weight.shape != [num_classes]:
+            raise ShapeError(f"cross_entropy: weight of shape {weight.shape} doesn't match "
+                             f"{num_classes} classes", loc)
+        row_weight = (target * weight).sum(axis=-1)  # weight[label] for a hard label
+        loss = loss * row_weight
+        denominator = row_weight
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        if denominator is None:
+            return loss.mean()
+        total = denominator.sum()
+        return loss.sum() / (total + (total == 0.0).cast(total.dtype))
+    return loss.unsqueeze(axis) if keep_axis else loss
+
+
+def _record_label_check(label: Tensor, one_hot: Tensor, num_classes, ignore_index, loc):
+    """Labels are data (DESIGN §4 "Nothing half-written"): labels that are a caller's argument
+    (or a view of one) are checked by the driver at the call's entry; constant labels right
+    now; computed ones by the one_hot node during the run, with the caller's arrays kept
+    untouched until it has finished (`Program.__call__`)."""
+    graph = label._tracer.graph
+    node = one_hot._v().producer
+    origin = label._origin()
+    base, chain = origin if origin is not None else (None, ())
+    if base is not None and base.producer is not None and base.producer.op == "constant":
+        values = base.producer.attrs["value"]
+        for op, attrs in chain:
+            values = apply_view(values, op, attrs)
+        found = bad_label(values, num_classes, ignore_index)
+        if found is not None:
+            raise DataError("cross_entropy: "
+                            + label_range_message(*found, num_classes, ignore_index), loc)
+        return
+    index = next((k for k, v in enumerate(graph.inputs) if v is base), None)
+    graph.data_checks.append(DataCheck("cross_entropy", node, index,
+                                       tuple(chain) if index is not None else (),
+                                       num_classes, ignore_index, loc))
 
 
 def mse_loss(input: Tensor, label: Tensor, reduction: str = "mean") -> Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..errors import ShapeError
+from ..errors import DataError, ShapeError
 from .registry import OTHER, defop, normalize_axes
 
 # -- softmax / log_softmax along one axis ---------------------------------------------------
@@ -48,16 +48,48 @@ defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
       vjp={"output": _log_softmax_vjp})
 
 
-def _one_hot_infer(types, num_classes, dtype):
+def _one_hot_infer(types, num_classes, dtype, ignore_index=None):
     shape, d = types[0]
     if d.kind not in "iu":
         raise ShapeError("one_hot needs integer labels")
     return tuple(shape) + (num_classes,), np.dtype(dtype)
 
 
-defop("one_hot", OTHER, _one_hot_infer,
-      lambda labels, num_classes, dtype: (
-          labels[..., None] == np.arange(num_classes)).astype(dtype))
+def bad_label(labels: np.ndarray, num_classes: int, ignore_index=None):
+    """(value, position) of the first label outside [0, num_classes) that isn't
+    `ignore_index`, or None."""
+    bad = (labels < 0) | (labels >= num_classes)
+    if ignore_index is not None:
+        bad &= labels != ignore_index
+    if not bad.any():
+        return None
+    pos = tuple(int(i) for i in np.argwhere(bad)[0])
+    return int(labels[pos]), list(pos)
+
+
+def label_range_message(value, pos, num_classes, ignore_index=None) -> str:
+    allowed = f"0 to {num_classes - 1}"
+    if ignore_index is not None:
+        allowed += f", or ignore_index={ignore_index}"
+    return (f"class label {value} at position {pos} is out of range for {num_classes} "
+            f"classes (allowed: {allowed})")
+
+
+def _one_hot_ref(labels, num_classes, dtype, ignore_index=None):
+    """Rows of `ignore_index` are all zeros. Labels are data: an out-of-range one raises
+    `DataError` here, and the driver makes sure no caller's array was written yet."""
+    labels = np.asarray(labels)
+    found = bad_label(labels, num_classes, ignore_index)
+    if found is not None:
+        raise DataError(label_range_message(*found, num_classes, ignore_index))
+    hot = labels[..., None] == np.arange(num_classes)
+    if ignore_index is not None and 0 <= ignore_index < num_classes:
+        hot &= (labels != ignore_index)[..., None]
+    return hot.astype(dtype)
+
+
+defop("one_hot", OTHER, _one_hot_infer, _one_hot_ref,
+      doc="one_hot(labels) [..., num_classes]; checks each label's range (DataError)")
 
 # -- conv2d (NCHW, weights OIHW, groups=1) -------------------------------------------------
 

@@ -96,7 +96,7 @@ def test_reshape_of_transpose_copies_so_write_does_not_reach_base():
     np.testing.assert_array_equal(xo, f32(2, 3))
     np.testing.assert_array_equal(x, f32(2, 3))  # not mutated
     np.testing.assert_array_equal(bo, f32(2, 3).T.reshape(6) + 100)
-    assert xo is not x and not np.shares_memory(xo, x)  # an unmutated input comes back copied
+    assert xo is x  # an argument returned is the caller's array itself (as NumPy, PyTorch)
 
 
 def test_flatten_of_transpose_copies_but_flatten_of_contiguous_is_a_view():
@@ -494,22 +494,25 @@ def test_mutation_through_a_view_of_an_input_is_written_back():
     want = f32(2, 3)
     want[0] += 1
     np.testing.assert_array_equal(x, want)
-    # y is returned unmutated: an equal array, but not the caller's memory
-    np.testing.assert_array_equal(yo, y)
-    assert yo is not y and not np.shares_memory(yo, y)
+    # y is returned unmutated: the caller's array itself, as NumPy and PyTorch return it
+    assert yo is y
 
 
-def test_unmutated_returned_inputs_and_their_views_are_copies():
+def test_returned_inputs_and_their_views_are_the_callers_memory():
+    """Issue 16: one rule, as NumPy and PyTorch users expect: an argument, or a view of one, is
+    returned as that array or that view of it (the plan counts 0 output bytes for it)."""
     def fn(x):
         return x, x[0], x.reshape([6]), x.t()
 
     x = f32(2, 3)
     outs = run(fn, x)
+    assert outs[0] is x
     for got, want in zip(outs, (x, x[0], x.reshape(6), x.T)):
         np.testing.assert_array_equal(got, want)
-        assert got is not x and not np.shares_memory(got, x)
-    outs[0][0, 0] = 100.0  # writing the result does not touch the caller's array
-    assert x[0, 0] == 0.0
+        assert np.shares_memory(got, x) and got.strides == want.strides
+    outs[1][0] = 100.0  # a write through the returned view reaches the caller's array
+    assert x[0, 0] == 100.0
+    assert cc.compile(fn).lower(x).plan.output_bytes == 0
 
 
 def test_returned_mutated_input_in_a_structure_is_the_callers_array():

@@ -24,16 +24,16 @@ def test_printed_graph():
     l1, l2, l3, l4 = (f"test_ir_format.py:{first + k}" for k in (1, 2, 3, 4))
     expected = f"""\
 graph program(x: f32[2,3], w: f32[3,4]) {{
-  %2:f32[2,4] = matmul %x, %w                       # {l1}
-  %3:f32[2,4] = relu %2  (inplace of %2)            # {l1}
-  %4:f32[4] = slice %3 {{index=[[i,0],[s,None,None,None]]}}  # {l2}
-  %5:f32[] = full {{shape=[] value=1.0 dtype=f32}}    # {l2}
-  %6:f32[4] = broadcast_to %5 {{shape=[4]}}           # {l2}
-  %7:f32[2,4] = slice_scatter %3, %6 {{index=[[i,0],[s,None,None,None]]}}  (inplace of %3)  # {l2}
-  %8:f32[2,3] = scale %x {{scale=2.0 bias=0.0 bias_after_scale=True}}  (inplace of %x)  # {l3}
-  %9:f32[2,1] = sum %7 {{axis=[1] keepdim=True}}      # {l4}
-  %10:f32[4,2] = transpose %7 {{perm=[1,0]}}          # {l4}
-  return %9, %10
+  [0] %2:f32[2,4] = matmul %x, %w                       # {l1}
+  [1] %3:f32[2,4] = relu %2  (inplace of %2)            # {l1}
+  [2] %4:f32[4] = slice %3 {{index=[[i,0],[s,None,None,None]]}}  # {l2}
+  [3] %5:f32[] = full {{shape=[] value=1.0 dtype=f32}}    # {l2}
+  [4] %6:f32[4] = broadcast_to %5 {{shape=[4]}}           # {l2}
+  [5] %7:f32[2,4] = slice_scatter %3, %6 {{index=[[i,0],[s,None,None,None]]}}  (inplace of %3)  # {l2}
+  [6] %8:f32[2,3] = scale %x {{scale=2.0 bias=0.0 bias_after_scale=True}}  (inplace of %x)  # {l3}
+  [7] %9:f32[2,1] = sum %7 {{axis=[1] keepdim=True}}      # {l4}
+  [8] %10:f32[4,2] = transpose %7 {{perm=[1,0]}}          # {l4}
+  [9] return %9, %10
   mutate %x <- %8  # {l3}
 }}"""
     assert str(_trace()) == expected
@@ -54,8 +54,9 @@ def test_printed_phases():
     assert lines.index("  // backward") < lines.index("  // update")
     update = "\n".join(lines[lines.index("  // update"):])
     assert re.search(r"= subtract %w, %\d+  \(inplace of %w\)", update)
+    assert re.search(r"^  \[ ?0\] %", text, re.M)  # each node shows its program point
     assert re.search(r"  mutate %w <- %\d+  # test_ir_format\.py:\d+", text)
-    assert "  return %3" in lines
+    assert any(line.endswith("] return %3") for line in lines)
 
 
 def test_to_dot_mentions_every_node():
@@ -77,3 +78,15 @@ def test_to_dot_mentions_every_node():
         assert f"v{v.id} -> out{i};" in dot
     for i, v in graph.mutations.items():
         assert f"v{v.id} -> mut{i};" in dot
+
+
+def test_to_dot_with_a_plan_shows_buffers_and_decisions():
+    def f(x):
+        return (x * 2.0).exp()
+    prog = cc.compile(f).lower(np.ones(3))
+    dot = prog.graph.to_dot(prog.plan)
+    exp = prog.graph.nodes[-1]
+    line = next(s for s in dot.splitlines() if s.startswith(f"  v{exp.out.id} ["))
+    buf = prog.plan.buffer(exp.out)
+    assert f"#{buf.id} {buf.kind}" in line and "in place" in line
+    assert 'tooltip="writes over %' in line and "fillcolor=" in line

@@ -579,7 +579,7 @@ def test_backward_nodes_carry_phase_grad_of_and_source_line():
         else:
             assert n.grad_of is None, n
     differentiated = {n.grad_of for n in backward}
-    for op in ("matmul", "add", "relu", "log_softmax", "multiply", "sum", "mean"):
+    for op in ("matmul", "add", "relu", "log_softmax", "multiply", "sum", "divide"):
         assert any(n.op == op for n in differentiated), op
     # The user's lines, not ours.
     assert all(n.loc.file == __file__ for n in graph.nodes)

@@ -340,3 +340,26 @@ def test_a_scatter_into_a_transposed_base_keeps_later_reshapes_expressible():
     want = np.zeros((3, 4))
     want[0] = 0.5
     np.testing.assert_array_equal(run(f, X), want.reshape(12) + 1.0)
+
+
+# -- requested inplace ops that dead-code elimination removes --------------------------------
+def dead_sin(x):
+    y = x * 2.0
+    y.sin_()                     # never used afterwards
+    z = x * 3.0
+    z[0:1].exp_()                # nor is z
+    return x + 1.0
+
+
+@pytest.mark.parametrize("inplace", ["auto", "strict"])
+def test_removed_inplace_ops_are_still_reported(inplace):
+    decisions = cc.compile(dead_sin, inplace=inplace).lower(X).plan.decisions
+    sin = one(decisions, "sin_")
+    assert sin.requested and not sin.inplace
+    assert sin.reason == "removed: its result is never used"
+    assert sin.loc == f"test_reinplace.py:{line_of(dead_sin, 'y.sin_()')}"
+    exp = one(decisions, "exp_")
+    assert exp.reason == "removed: its result is never used"
+    assert decisions.index(sin) < decisions.index(exp)  # program order
+    report = cc.compile(dead_sin, inplace=inplace).lower(X).plan.report()
+    assert "removed: its result is never used" in report

@@ -1,0 +1,135 @@
+"""Compile time against graph size: a per-phase table for chains and random DAGs.
+
+    python benchmarks/compile_scaling.py            # 1k, 10k, 100k nodes (a few minutes)
+    python benchmarks/compile_scaling.py --quick    # 1k and 10k only
+
+Each row traces and plans one program (`fn.lower`, which allocates nothing) and reports the
+seconds spent in each phase: tracing (autodiff included, it runs at `backward()`), then every
+pass of the pipeline. Programs:
+
+- chain:      `x = x * 1.0001 + 0.5` repeated (2 nodes per step);
+- chain+bwd:  `x = tanh(x * w)` per layer with a `backward()` through all of them (the issue's
+              3,000-layer case is about 30k nodes);
+- dag:        a random DAG: each step combines the previous value with a random earlier one
+              (seeded: `+`, `* 0.5 -`, or `tanh(*)`), then a sum;
+- dag+bwd:    the same with `backward()`.
+
+Single-threaded; times are wall-clock seconds of one run (compile time, not run time).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import compiler as cc  # noqa: E402
+from compiler.api import _no_gc, _trace  # noqa: E402
+from compiler.pipeline import CompileState, donated_names, pipeline  # noqa: E402
+from compiler.tracer import user_loc  # noqa: E402
+
+
+def chain(steps):
+    def f(x):
+        for _ in range(steps):
+            x = x * 1.0001 + 0.5
+        return x
+    return f, (np.ones(16, np.float32),)
+
+
+def chain_backward(layers):
+    def f(x, w):
+        w.stop_gradient = False
+        for _ in range(layers):
+            x = (x * w).tanh()
+        x.sum().backward()
+        return w.grad
+    return f, (np.ones(16, np.float32), np.full(16, 0.5, np.float32))
+
+
+def dag(steps, backward=False):
+    rng = np.random.default_rng(0)
+    # Every value feeds the next one, and one more earlier value (a skip connection), so
+    # dead-code elimination keeps them all.
+    picks = [(i, int(rng.integers(0, i + 1)), int(rng.integers(3))) for i in range(steps)]
+
+    def f(x, w):
+        if backward:
+            w.stop_gradient = False
+        vals = [x * w]
+        for i, j, op in picks:
+            a, b = vals[i], vals[j]
+            vals.append(a + b if op == 0 else a * 0.5 - b if op == 1 else (a * b).tanh())
+        loss = vals[-1].sum()
+        if backward:
+            loss.backward()
+            return loss, w.grad
+        return loss
+    return f, (np.ones(16, np.float32), np.full(16, 0.5, np.float32))
+
+
+PROGRAMS = {
+    # name: (builder, size parameter per 1k nodes)
+    "chain": (chain, 250),
+    "chain+bwd": (chain_backward, 111),
+    "dag": (lambda n: dag(n), 500),
+    "dag+bwd": (lambda n: dag(n, backward=True), 180),
+}
+
+
+def measure(fn, args) -> tuple[int, dict[str, float]]:
+    with _no_gc():  # as fn.lower() does
+        return _measure(fn, args)
+
+
+def _measure(fn, args) -> tuple[int, dict[str, float]]:
+    times = {}
+    t0 = time.perf_counter()
+    graph, signature = _trace(fn, args, user_loc())
+    times["trace"] = time.perf_counter() - t0
+    nodes = len(graph.nodes)
+    state = CompileState(graph, "numpy", "auto", donated_names(graph, signature, ()))
+    for name, run in pipeline():
+        t0 = time.perf_counter()
+        state = run(state)
+        times[name] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state.plan.report()
+    state.plan.to_json()
+    times["report"] = time.perf_counter() - t0
+    times["total"] = sum(times.values())
+    return nodes, times
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1k and 10k nodes only")
+    parser.add_argument("--sizes", default=None, help="comma-separated node counts (e.g. 1000)")
+    args = parser.parse_args(argv)
+    sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    header = None
+    for name, (build, per_k) in PROGRAMS.items():
+        for size in sizes:
+            fn, fargs = build(max(1, size * per_k // 1000))
+            nodes, times = measure(fn, fargs)
+            if header is None:
+                header = ["program", "nodes"] + list(times)
+                print("| " + " | ".join(header) + " |")
+                print("|" + "---|" * len(header))
+            print(f"| {name} | {nodes} | " + " | ".join(f"{times[k]:.2f}" for k in header[2:])
+                  + " |", flush=True)
+    print(f"\n(seconds, one run each, numpy {np.__version__}, one thread; "
+          f"inplace='auto'; the 3,000-layer tanh chain: --sizes 30000 on chain+bwd)")
+    _ = cc  # the public package is what is measured; keep the import explicit
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
