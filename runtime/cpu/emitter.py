@@ -169,6 +169,8 @@ class ModuleEmitter:
         self.slots, self.output_buffers = buffer_slots(graph, plan)
         self.arena_offset = {b.id: b.offset for b in plan.buffers if b.kind == "arena"}
         self.fallback_nodes: dict[int, object] = {}
+        self.checked_while_running = {c.node for c in getattr(graph, "data_checks", ())
+                                      if c.input_index is None}
         self.module = ir.Module(name=name)
         self.module.triple = jit.host_triple()
         self.module.data_layout = jit.target_data()
@@ -235,7 +237,9 @@ class ModuleEmitter:
         if node in self.plan.reuse and opdef.kind not in (ELEMENTWISE, SCATTER):
             raise NotImplementedError(f"the plan runs {op} in place; the cpu backend only "
                                       "writes elementwise ops and scatters over an input")
-        if op in FALLBACK_OPS:
+        if op in FALLBACK_OPS or node in self.checked_while_running:
+            # (a label check on computed data raises from the reference implementation: the
+            # driver keeps the caller's arrays untouched until the run has finished)
             self._emit_fallback(t, node, cb, cb_type)
             return
         out = self.places[id(node.out)]
@@ -263,7 +267,8 @@ class ModuleEmitter:
             self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out,
                                                                          ins[0]))
         elif op == "one_hot":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(b, p, out, ins[0]))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
+                b, p, out, ins[0], node.attrs.get("ignore_index")))
         elif op == "max_pool2d":
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
                                                                           ins[0]))
@@ -584,7 +589,10 @@ class ModuleEmitter:
                 self._copy(b, ptrs, out.region("slice", {"index": idx}), p)
             start = stop
 
-    def _one_hot(self, b, ptrs, out: Place, labels: Place):
+    def _one_hot(self, b, ptrs, out: Place, labels: Place, ignore_index=None):
+        """out[..., k] = (labels[...] == k), and a row of `ignore_index` all zeros. Labels out
+        of range give a zero row here: the driver checked them before the run (a check on
+        computed labels runs the reference instead, see `checked_while_running`)."""
         ls = broadcast_strides(Place(labels.slot, labels.offset, labels.shape + (1,),
                                      labels.strides + (0,), labels.dtype), out.shape)
 
@@ -592,7 +600,10 @@ class ModuleEmitter:
             lab = load(b, elem_ptr(b, ptrs[labels.slot], labels.dtype,
                                    index(b, labels.offset, ls, idxs)), labels.dtype)
             lab = convert(b, lab, labels.dtype, np.int64)
-            v = convert(b, b.icmp_signed("==", lab, idxs[-1]), np.bool_, out.dtype)
+            hit = b.icmp_signed("==", lab, idxs[-1])
+            if ignore_index is not None:
+                hit = b.and_(hit, b.icmp_signed("!=", lab, i64(ignore_index)))
+            v = convert(b, hit, np.bool_, out.dtype)
             store(b, v, elem_ptr(b, ptrs[out.slot], out.dtype,
                                  index(b, out.offset, out.strides, idxs)), out.dtype)
         loop_nest(b, out.shape, body)

@@ -4,9 +4,9 @@
 returned buffer of the plan and the arena to the native `run` in ONE ctypes call, then wraps
 the results as numpy views of those buffers (the layouts come from `places.py`). The arena is
 allocated at the first call and reused (64-byte aligned, the plan's alignment), so lowering a
-program bigger than the machine works, and a call that can't get its memory raises a
-`CompilerError` before anything runs. A Program is not re-entrant, like the numpy arena
-executor.
+program bigger than the machine works, and a call that can't get its memory raises
+`InsufficientMemoryError` before anything runs (`check_memory`, as the numpy executor).
+A Program is not re-entrant, like the numpy arena executor.
 
 Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebuilds the
 operands as numpy views from the buffer pointers it gets, runs the op's reference and writes
@@ -21,7 +21,8 @@ import time
 
 import numpy as np
 
-from compiler.errors import CompilerError
+from compiler.errors import InsufficientMemoryError
+from runtime.arena import check_memory
 from runtime.reference import run_node
 
 from . import jit
@@ -66,21 +67,23 @@ class CpuExecutable:
         self.optimized_ir = self._compiled.optimized_ir
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
-        self._arena = None  # allocated at the first call, then reused
+        self.arena = None  # allocated at the first call, then reused
         self._sizes = self._buffer_sizes()
         self._error = None
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
 
-    @property
-    def arena(self) -> np.ndarray:
-        if self._arena is None:
-            try:
-                self._arena = _aligned(self.plan.arena_bytes)
-            except MemoryError:
-                raise CompilerError(f"{self.graph.name}: can't allocate its arena of "
-                                    f"{self.plan.arena_bytes} bytes") from None
-        return self._arena
+    def check_memory(self, loc=None):
+        """Raise `InsufficientMemoryError` before a call that can't get its memory (the
+        driver calls this before anything is allocated or written)."""
+        check_memory(self.plan, self.arena is not None, loc)
+
+    def _allocate_arena(self):
+        try:
+            self.arena = _aligned(self.plan.arena_bytes)
+        except MemoryError:
+            raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
+                                          f"{self.plan.arena_bytes} bytes") from None
 
     def _buffer_sizes(self) -> dict:
         sizes = {}
@@ -145,12 +148,14 @@ class CpuExecutable:
             assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape
             flat.append(a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8))
         self._run_inputs = flat
+        if self.arena is None:
+            self._allocate_arena()
         arena = self.arena
         try:
             outputs = [_aligned(max(b.size, 1)) for b in self._output_buffers]
         except MemoryError:
-            raise CompilerError(f"{graph.name}: can't allocate its outputs "
-                                f"({self.plan.output_bytes} bytes)") from None
+            raise InsufficientMemoryError(f"{graph.name}: can't allocate its outputs "
+                                          f"({self.plan.output_bytes} bytes)") from None
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         self._error = None
