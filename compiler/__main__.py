@@ -20,13 +20,16 @@ def main(argv=None) -> int:
     out = plan.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the plan as JSON")
     out.add_argument("--dot", action="store_true", help="print the graph as Graphviz source")
+    plan.add_argument("--html", metavar="OUT.html",
+                      help="also write the plan explorer page (one self-contained HTML file)")
     args = parser.parse_args(argv)
     from . import cli
     if args.command == "demo":
         return cli.demo()
     try:
         return cli.plan(args.path, inplace=args.inplace,
-                        fmt="json" if args.json else "dot" if args.dot else "report")
+                        fmt="json" if args.json else "dot" if args.dot else "report",
+                        html=args.html)
     except cli.UsageError as e:
         plan.error(str(e))
 

@@ -110,17 +110,23 @@ def demo() -> int:
     return 1 if failures else 0
 
 
-def plan(path: str, inplace: str = "auto", fmt: str = "report") -> int:
+def plan(path: str, inplace: str = "auto", fmt: str = "report", html: str | None = None) -> int:
     """Print the memory plan of a file defining `build_program()` (or a SEEDS list): the
-    report, its JSON (`fmt="json"`) or the graph as Graphviz source (`fmt="dot"`)."""
+    report, its JSON (`fmt="json"`) or the graph as Graphviz source (`fmt="dot"`); with
+    `html`, also write the plan explorer page of its program there."""
     path = resolve_example(path)
     kind = _defines(path, "build_program", "SEEDS")
     if kind is None:  # checked before the file's top level runs
         raise UsageError(f"{path} defines neither build_program(backend=..., inplace=...) "
                          "nor SEEDS: nothing to plan")
+    if html and kind != "build_program":
+        raise UsageError(f"--html writes the page of one program; {path} defines SEEDS")
     module = load_example(path)
     if kind == "build_program":
         programs = [("", module.build_program(inplace=inplace))]
+        if html:
+            programs[0][1].plan.to_html(html)
+            print(f"wrote {html}", file=sys.stderr)
     else:
         programs = [(title, cc_compile(fn, inplace=inplace).lower(*args))
                     for title, fn, args, _ in module.SEEDS]

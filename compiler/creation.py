@@ -96,7 +96,8 @@ METHOD_FUNCTIONS = (
     "greater_than", "less_than", "greater_equal", "less_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_not", "sum", "mean", "max", "matmul", "reshape",
     "transpose", "t", "flatten", "squeeze", "unsqueeze", "expand", "cast", "detach", "sign",
-    "erf", "relu", "broadcast_to",
+    "erf", "relu", "broadcast_to", "asinh", "acosh", "atanh", "floor_divide", "remainder",
+    "numel",
 )
 
 
@@ -123,3 +124,14 @@ def module_functions() -> dict:
         if name.endswith("_") and not name.startswith("_"):
             funcs[name] = _inplace_function(name)
     return funcs
+
+
+def _check_user_arguments():
+    # bad arguments (cc.full([2], "a"), cc.zeros([-1])) raise a TraceError naming the line
+    from .tensor import user_errors
+    for name in __all__:
+        if name != "to_tensor":
+            globals()[name] = user_errors(globals()[name], f"cc.{name}")
+
+
+_check_user_arguments()

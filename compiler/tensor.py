@@ -12,6 +12,7 @@ that numpy itself answers "is this reshape a view?" and "does this view overlap 
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import weakref
 
@@ -20,11 +21,11 @@ import numpy as np
 from passes.autodiff import backward as _backward
 
 from . import tracer as _tr
-from .errors import InplaceError, ShapeError, TraceError
+from .errors import CompilerError, InplaceError, ShapeError, TraceError
 from .ir import Value
 from .layout import apply_view, overlaps_itself, value_probe
 from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
-from .ops.registry import DEFAULT_FLOAT, normalize_axes
+from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
 
 
 class Storage:
@@ -83,14 +84,19 @@ def normalize_index(idx, shape) -> tuple:
         else:
             k = int(item)
             if not -shape[dim] <= k < shape[dim]:
-                raise IndexError(f"index {k} is out of bounds for axis {dim} with size "
-                                 f"{shape[dim]} (at {_tr.user_loc()})")
+                raise IndexOutOfRange(f"index {k} is out of bounds for axis {dim} with size "
+                                      f"{shape[dim]}", _tr.user_loc())
             out.append(("i", k % shape[dim]))
             dim += 1
     while dim < len(shape):
         out.append(("s", None, None, None))
         dim += 1
     return tuple(out)
+
+
+class IndexOutOfRange(ShapeError, IndexError):
+    """An integer index past the end of its axis: a `ShapeError`, and an `IndexError` as
+    Python's sequences raise."""
 
 
 def _user_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -267,7 +273,7 @@ class Tensor:
 
     def __len__(self):
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise TraceError("len() of a 0-d tensor", _tr.user_loc())
         return self.shape[0]
 
     def __iter__(self):
@@ -429,9 +435,24 @@ class Tensor:
     def _alpha(self, y, alpha):
         if alpha == 1:
             return y
-        if _is_scalar(y):
-            return y * alpha
-        return Tensor._fresh(self._operand(y)).scale(alpha)
+        y_dtype = y.dtype if isinstance(y, Tensor) else \
+            scalar_dtype(y, self.dtype) if _is_scalar(y) else None
+        out = promote(self.dtype, y_dtype) if y_dtype is not None else DEFAULT_FLOAT
+        if out.kind == "f":
+            if _is_scalar(y):
+                return y * alpha
+            return Tensor._fresh(self._operand(y)).scale(alpha)
+        # Integer and bool results keep their dtype (alpha * y in that dtype), so alpha must
+        # be a whole number, as PyTorch requires.
+        if not _is_scalar(alpha) or not float(alpha).is_integer():
+            raise TraceError(f"alpha={alpha!r} with {out} operands: use an integer alpha, or "
+                             "cast to a float dtype first", _tr.user_loc())
+        yt = Tensor._fresh(self._operand(y))
+        if yt.dtype != out:
+            yt = yt.cast(out)
+        if out == BOOL:  # bool addition is logical or: alpha * y is y, or nothing
+            return yt if alpha else yt.logical_and(False)
+        return yt * int(alpha)
 
     def scale(self, scale=1.0, bias=0.0, bias_after_scale=True):
         return self._op("scale", scale=float(scale), bias=float(bias),
@@ -442,22 +463,78 @@ class Tensor:
                              bias_after_scale=bool(bias_after_scale))
 
     def clip(self, min=None, max=None):
-        return self._op("clip", **self._clip_bounds(min, max))
+        return self._op("clip", *self._clip_bounds(min, max))
 
     def clip_(self, min=None, max=None):
-        return self._inplace("clip", **self._clip_bounds(min, max))
+        return self._inplace("clip", *self._clip_bounds(min, max))
 
     def _clip_bounds(self, lo, hi):
-        big = float(np.finfo(np.float64).max) if self.dtype.kind == "f" \
-            else int(np.iinfo(self.dtype).max) if self.dtype != BOOL else 1
-        lo = -big if lo is None else lo
-        hi = big if hi is None else hi
-        return {"min": lo, "max": hi}
+        """The bounds as inputs of the graph in the tensor's dtype: a Python scalar (cast as
+        Paddle does), a 0-d (or broadcastable) Tensor, or None for no bound."""
+        if self.dtype == BOOL:
+            raise TraceError("clip is not defined for bool tensors", _tr.user_loc())
+        big = np.inf if self.dtype.kind == "f" else None
+        out = []
+        for bound, default in ((lo, -big if big else np.iinfo(self.dtype).min),
+                               (hi, big if big else np.iinfo(self.dtype).max)):
+            bound = default if bound is None else bound
+            if isinstance(bound, Tensor):
+                out.append(bound if bound.dtype == self.dtype else bound.cast(self.dtype))
+            elif _is_scalar(bound):
+                out.append(Tensor._fresh(self._tracer.emit(
+                    "full", [], {"shape": (), "value": bound, "dtype": self.dtype})))
+            else:
+                raise TraceError(f"clip: a bound must be a number, a Tensor or None, not "
+                                 f"{type(bound).__name__}", _tr.user_loc())
+        return out
+
+    def _check_int_power(self, y):
+        """An integer tensor to a negative Python-int power has no integer result: a
+        trace-time error (a negative exponent *tensor* is data: defined in the registry)."""
+        if self.dtype.kind in "iub" and _is_scalar(y) and not isinstance(y, (float, np.floating)) \
+                and not isinstance(y, (bool, np.bool_)) and y < 0:
+            raise TraceError(f"integers to negative integer powers are not allowed "
+                             f"({self.dtype} tensor ** {y}): cast to a float dtype first",
+                             _tr.user_loc())
 
     def pow(self, y):
-        if _is_scalar(y) and self.dtype.kind != "f" and isinstance(y, float):
+        self._check_int_power(y)
+        if _is_scalar(y) and self.dtype.kind != "f" and isinstance(y, (float, np.floating)):
             return self.cast(DEFAULT_FLOAT)._op("pow", y)
         return self._op("pow", y)
+
+    def pow_(self, y):
+        self._check_int_power(y)
+        return self._inplace("pow", y)
+
+    # Paddle's defaults for the activations with attributes.
+    def elu(self, alpha=1.0):
+        return self._op("elu", alpha=float(alpha))
+
+    def elu_(self, alpha=1.0):
+        return self._inplace("elu", alpha=float(alpha))
+
+    def leaky_relu(self, negative_slope=0.01):
+        return self._op("leaky_relu", negative_slope=float(negative_slope))
+
+    def leaky_relu_(self, negative_slope=0.01):
+        return self._inplace("leaky_relu", negative_slope=float(negative_slope))
+
+    def hardtanh(self, min=-1.0, max=1.0):
+        return self._op("hardtanh", min=float(min), max=float(max))
+
+    def hardtanh_(self, min=-1.0, max=1.0):
+        return self._inplace("hardtanh", min=float(min), max=float(max))
+
+    @property
+    def T(self):
+        """All axes reversed (Paddle); a tensor of rank < 2 is returned as it is."""
+        return self if self.ndim < 2 else self.transpose(list(range(self.ndim))[::-1])
+
+    def numel(self):
+        """The number of elements, as a 0-d int64 tensor (Paddle)."""
+        return Tensor._fresh(self._tracer.emit(
+            "full", [], {"shape": (), "value": self.size, "dtype": np.dtype(np.int64)}))
 
     def cast(self, dtype):
         dtype = np.dtype(dtype)
@@ -522,8 +599,19 @@ class Tensor:
             axes = None
         return self._op(op, axis=axes, keepdim=bool(keepdim))
 
-    def sum(self, axis=None, keepdim=False):
-        return self._reduce("sum", axis, keepdim)
+    def sum(self, axis=None, dtype=None, keepdim=False):
+        """Paddle's signature: `dtype` is the result's dtype (default: the input's float dtype,
+        int64 for integers and bools), so `keepdim` goes by keyword or third."""
+        if isinstance(dtype, (bool, np.bool_)):
+            raise TraceError(f"sum(axis, dtype, keepdim): dtype={dtype!r} is not a dtype (pass "
+                             "keepdim by keyword)", _tr.user_loc())
+        x = self
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            check_dtype(dtype)
+            x = self.cast(dtype) if dtype != self.dtype else self
+        out = x._reduce("sum", axis, keepdim)
+        return out.cast(dtype) if dtype is not None and out.dtype != dtype else out
 
     def mean(self, axis=None, keepdim=False):
         return self._reduce("mean", axis, keepdim)
@@ -549,17 +637,25 @@ class Tensor:
 
     # -- views ---------------------------------------------------------------------------------
     def reshape(self, shape):
+        """Paddle's rules: a 0 copies the input's dimension at that index, one -1 is
+        inferred."""
         shape = list(shape) if isinstance(shape, (list, tuple)) else [shape]
-        shape = self._resolve_shape(shape)
+        return self.reshape_to(self._resolve_shape(shape))
+
+    def reshape_to(self, shape):
+        """A reshape to a literal shape (0 is a zero-size dimension): what the compiler's own
+        computed shapes (flatten, squeeze, gradients) use."""
+        shape = [int(d) for d in shape]
         if apply_view(self._layout, "reshape", {"shape": shape}) is None:
             # The strides don't allow a view: reshape copies (a write won't reach the base).
-            return self._op("contiguous").reshape(shape)
+            return self._op("contiguous").reshape_to(shape)
         return self._view("reshape", shape=tuple(shape))
 
     def _resolve_shape(self, shape):
         shape = [int(d) for d in shape]
-        if shape.count(-1) > 1:
-            raise ShapeError(f"reshape: only one -1 allowed in {shape}", _tr.user_loc())
+        if shape.count(-1) > 1 or any(d < -1 for d in shape):
+            raise ShapeError(f"reshape: {shape} has a negative size other than one -1",
+                             _tr.user_loc())
         shape = [self.shape[i] if d == 0 and i < self.ndim else d for i, d in enumerate(shape)]
         if -1 in shape:
             known = int(np.prod([d for d in shape if d != -1]))
@@ -573,20 +669,26 @@ class Tensor:
     view = reshape
 
     def flatten(self, start_axis=0, stop_axis=-1):
+        (start,), (stop,) = _user_axes(start_axis, self.ndim), _user_axes(stop_axis, self.ndim)
         if self.ndim == 0:
-            return self.reshape([1])
-        start = start_axis % self.ndim
-        stop = stop_axis % self.ndim
+            return self.reshape_to([1])
+        if start > stop:
+            raise ShapeError(f"flatten: start_axis {start_axis} is after stop_axis {stop_axis}",
+                             _tr.user_loc())
         shape = self.shape[:start] + [int(np.prod(self.shape[start:stop + 1]))] \
             + self.shape[stop + 1:]
-        return self.reshape(shape)
+        return self.reshape_to(shape)
 
     def squeeze(self, axis=None):
+        if self.ndim == 0:  # Paddle and NumPy: a 0-d tensor stays as it is (axis 0 or -1)
+            if axis is not None:
+                _user_axes(axis, 0)
+            return self.reshape_to([])
         if axis is None:
             axes = [i for i, d in enumerate(self.shape) if d == 1]
         else:
             axes = [a for a in _user_axes(axis, self.ndim) if self.shape[a] == 1]
-        return self.reshape([d for i, d in enumerate(self.shape) if i not in axes])
+        return self.reshape_to([d for i, d in enumerate(self.shape) if i not in axes])
 
     def unsqueeze(self, axis):
         axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
@@ -597,9 +699,11 @@ class Tensor:
                              f"{rank}", _tr.user_loc())
         for a in sorted(int(a) % rank for a in axes):
             shape.insert(a, 1)
-        return self.reshape(shape)
+        return self.reshape_to(shape)
 
     def transpose(self, perm):
+        if not all(isinstance(p, numbers.Integral) for p in perm):
+            raise TraceError(f"transpose: {list(perm)} is not a list of axes", _tr.user_loc())
         perm = tuple(int(p) % max(self.ndim, 1) for p in perm)
         if sorted(perm) != list(range(self.ndim)):
             raise ShapeError(f"transpose: {list(perm)} is not a permutation of {self.ndim} axes",
@@ -746,6 +850,10 @@ class Tensor:
     def __rtruediv__(self, y): return self._rop("divide", y)
     def __pow__(self, y): return self.pow(y)
     def __rpow__(self, y): return self._rop("pow", y)
+    def __floordiv__(self, y): return self._op("floor_divide", y)
+    def __rfloordiv__(self, y): return self._rop("floor_divide", y)
+    def __mod__(self, y): return self._op("remainder", y)
+    def __rmod__(self, y): return self._rop("remainder", y)
     def __matmul__(self, y): return self.matmul(y)
     def __rmatmul__(self, y): return to_tensor(y).matmul(self)
     def __neg__(self): return self._op("neg")
@@ -758,6 +866,8 @@ class Tensor:
     def __isub__(self, y): return self._inplace("subtract", y)
     def __imul__(self, y): return self._inplace("multiply", y)
     def __itruediv__(self, y): return self._inplace("divide", y)
+    def __ifloordiv__(self, y): return self._inplace("floor_divide", y)
+    def __imod__(self, y): return self._inplace("remainder", y)
 
 
 def _bool_mask(idx):
@@ -797,7 +907,56 @@ def _install_elementwise_methods():
 _install_elementwise_methods()
 Tensor.multiply_ = lambda self, y: self._inplace("multiply", y)
 Tensor.divide_ = lambda self, y: self._inplace("divide", y)
-Tensor.pow_ = lambda self, y: self._inplace("pow", y)
+
+# Errors Python raises on a bad argument deep inside a method (`int("a")`, `np.dtype("foo")`,
+# comparing a str with a float) become a TraceError naming the user's line: what the user
+# passed is wrong, not the compiler (issue 18: never an internal exception).
+ARGUMENT_ERRORS = (TypeError, ValueError, IndexError, KeyError, OverflowError, AttributeError)
+
+
+def user_errors(fn, name=None):
+    """`fn`, with Python's argument errors re-raised as a `TraceError` naming the user's line."""
+    name = name or fn.__name__
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CompilerError:
+            raise
+        except ARGUMENT_ERRORS as e:
+            raise TraceError(f"{name}: bad argument ({type(e).__name__}: {e})",
+                             _tr.user_loc()) from e
+    checked._user_errors = True
+    return checked
+
+
+_OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__matmul__", "__rmatmul__", "__neg__",
+              "__abs__", "__invert__", "__and__", "__or__", "__iadd__", "__isub__", "__imul__",
+              "__itruediv__", "__ifloordiv__", "__imod__", "__eq__", "__ne__", "__lt__",
+              "__le__", "__gt__", "__ge__", "__getitem__", "__setitem__")
+
+
+# Building blocks of VJP rules and the autodiff entry: an error there is the compiler's, and
+# must surface as such.
+_INTERNAL = ("backward", "primitive", "reshape_to", "where_mask", "where_positive",
+             "full_like_value", "zeros_like_shape", "slice_index", "slice_scatter")
+
+
+def _check_user_arguments():
+    for name in [n for n in dir(Tensor) if not n.startswith("_") and n not in _INTERNAL] \
+            + list(_OPERATORS):
+        attr = Tensor.__dict__.get(name)
+        if isinstance(attr, property):
+            if name == "T":
+                setattr(Tensor, name, property(user_errors(attr.fget, "T")))
+        elif callable(attr) and not getattr(attr, "_user_errors", False):
+            setattr(Tensor, name, user_errors(attr, f"Tensor.{name.strip('_') or name}"))
+
+
+_check_user_arguments()
 
 
 def check_dtype(dtype, loc=None):

@@ -78,7 +78,7 @@ def sum_to(g, shape):
                                 if d == 1 and g.shape[lead + i] != 1]
     if axes:
         g = g.sum(axis=axes, keepdim=True)
-    return g.reshape(shape)
+    return g.reshape_to(shape)
 
 
 def _check_not_released(tracer, node, loc):

@@ -60,6 +60,13 @@ class Buffer:
     def live_at(self, t: int) -> bool:
         return self.start <= t <= self.end
 
+    @property
+    def phase(self) -> str:
+        """The phase of the node that opened the buffer (forward / backward / update), or
+        "input" for a caller's array: the colour the plan's pictures give it."""
+        opener = self.values[0].producer if self.values else None
+        return "input" if opener is None else opener.phase
+
     def to_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "size": self.size, "offset": self.offset,
                 "start": self.start, "end": self.end, "name": self.name,
@@ -84,6 +91,11 @@ class MemoryPlan:
     buffer_of: dict = field(default_factory=dict, repr=False)  # Value -> Buffer
     defined: dict = field(default_factory=dict, repr=False)    # Value -> its program point
     reuse: dict = field(default_factory=dict, repr=False)      # Node -> input index taken
+    graph: Graph | None = field(default=None, repr=False)      # the graph planned
+    # Live bytes at each point (index t + 1 for point t) of the order the user wrote, set by a
+    # pass that reorders nodes (a scheduler), so that pictures can draw it beside this plan's
+    # order; None while the plan's order is the written one.
+    written_order_live_bytes: list[int] | None = field(default=None, repr=False)
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -113,6 +125,26 @@ class MemoryPlan:
         """Bytes live at program point `t`, on the footing of the lower bound."""
         return sum(align(b.size, self.alignment) if b.kind == "arena" else b.size
                    for b in self.buffers if b.kind == "input" or b.live_at(t))
+
+    def live_curve(self) -> list[int]:
+        """`live_bytes(t)` for every point t = -1 .. num_points (index t + 1); its maximum is
+        the lower bound. One sweep over the intervals, not a sum per point."""
+        delta = [0] * (self.num_points + 3)
+        for b in self.buffers:
+            start, stop = (-1, self.num_points) if b.kind == "input" else (b.start, b.end)
+            size = align(b.size, self.alignment) if b.kind == "arena" else b.size
+            delta[start + 1] += size
+            delta[stop + 2] -= size
+        curve, running = [], 0
+        for d in delta[:-1]:
+            running += d
+            curve.append(running)
+        return curve
+
+    def peak_point(self) -> int:
+        """The first program point where the live bytes reach the lower bound."""
+        curve = self.live_curve()
+        return curve.index(max(curve)) - 1
 
     def summary(self) -> str:
         ratio = self.peak_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
@@ -170,33 +202,18 @@ class MemoryPlan:
                 "loc": str(p.loc) if p else "", "text": p.loc.text.strip() if p else "",
                 "buffer": self.buffer_of[v].id}
 
-    def plot(self, path: str):
-        """Memory over program points, stacked by buffer (needs matplotlib: the `plot` extra)."""
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            raise ImportError("plan.plot needs matplotlib: pip install "
-                              "'inplace-compiler[plot]'") from None
-        points = list(range(-1, self.num_points + 1))
-        fig, ax = plt.subplots(figsize=(10, 4))
-        order = sorted(self.buffers, key=lambda b: (b.kind != "input", b.start))
-        series = [[b.size if (b.kind == "input" or b.live_at(t)) else 0 for t in points]
-                  for b in order]
-        ax.stackplot(points, series, linewidth=0)
-        ax.axhline(self.peak_bytes, color="k", linestyle="--", label="peak (as placed)")
-        ax.axhline(self.lower_bound_bytes, color="r", linestyle=":", label="lower bound")
-        ax.set_xlabel("program point (node index)")
-        ax.set_ylabel("bytes live")
-        ax.set_title(f"{self.graph_name}: peak {self.peak_bytes} B, lower bound "
-                     f"{self.lower_bound_bytes} B, no-inplace peak "
-                     f"{self.no_inplace_peak_bytes} B", fontsize=10)
-        ax.legend(loc="upper left")
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
-        return path
+    def to_html(self, path: str) -> str:
+        """Write the memory-plan explorer: one self-contained HTML page (arena picture, bytes
+        over time, decisions, graph listing; no network). Returns `path`."""
+        from .plan_html import write_html
+        return write_html(self, path)
+
+    def plot(self, path: str) -> str:
+        """Memory over program points as a PNG (needs matplotlib: the `plot` extra): stacked
+        by buffer, coloured by phase, phases shaded, MiB axis, the largest buffers live at the
+        peak labelled with their source lines."""
+        from .plan_plot import plot_plan
+        return plot_plan(self, path)
 
 
 def _fmt(n: int) -> str:
@@ -317,6 +334,9 @@ def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, 
     for t in sorted(set(born) | set(dies)):
         for b in sorted(born.get(t, ()), key=lambda b: (-b.size, b.id)):
             need = align(b.size, alignment)
+            if need == 0:  # a zero-size buffer holds no bytes: no gap to take or give back
+                offsets[b.id] = 0
+                continue
             fits = [o for o in gap_starts if gap_size[o] >= need]
             if fits:
                 o = min(fits, key=lambda o: (gap_size[o], o))
@@ -334,6 +354,8 @@ def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, 
             offsets[b.id] = o
         for b in dies.get(t, ()):
             o, size = offsets[b.id], align(b.size, alignment)
+            if size == 0:
+                continue
             i = bisect_left(gap_starts, o)
             if i < len(gap_starts) and gap_starts[i] == o + size:  # merge with the next gap
                 size += gap_size.pop(gap_starts.pop(i))
@@ -361,22 +383,6 @@ def _place(buffers: list[Buffer], alignment: int) -> int:
     return arena
 
 
-def _max_live_bytes(buffers: list[Buffer], end: int, alignment: int) -> int:
-    """The lower bound: the most bytes live at one program point (a sweep over intervals),
-    allocated buffers at their aligned size."""
-    delta = [0] * (end + 3)
-    for b in buffers:
-        start, stop = (-1, end) if b.kind == "input" else (b.start, b.end)
-        size = align(b.size, alignment) if b.kind == "arena" else b.size
-        delta[start + 1] += size
-        delta[stop + 2] -= size
-    best = running = 0
-    for d in delta:
-        running += d
-        best = max(best, running)
-    return best
-
-
 def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int = CPU_ALIGNMENT,
                 decisions: list[Decision] | None = None, baseline: bool = True) -> MemoryPlan:
     """Plan `graph`'s memory. `baseline=False` skips the inplace="off" replan that fills
@@ -387,7 +393,7 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     buffers, buffer_of, live = _build_buffers(graph, reuse)
     arena = _place(buffers, alignment)
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
-                      buffer_of=buffer_of, reuse=reuse, defined=live.defined)
+                      buffer_of=buffer_of, reuse=reuse, defined=live.defined, graph=graph)
     # Step 5
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
@@ -395,7 +401,7 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     # Returned buffers are allocated as the program reaches them and all survive the call:
     # the worst point is the end.
     plan.peak_bytes = plan.input_bytes + arena + plan.output_bytes
-    plan.lower_bound_bytes = _max_live_bytes(buffers, live.end, alignment)
+    plan.lower_bound_bytes = max(plan.live_curve())
     returned = {id(v) for v in graph.outputs}
     plan.naive_bytes = plan.input_bytes + sum(
         n.out.nbytes if id(n.out) in returned else align(n.out.nbytes, alignment)

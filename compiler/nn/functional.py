@@ -19,7 +19,8 @@ from ..ops.registry import normalize_axes
 from ..tensor import Tensor, to_tensor
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
-           "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d"]
+           "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d", "elu", "elu_",
+           "leaky_relu", "leaky_relu_", "hardtanh", "hardtanh_"]
 
 
 def relu(x: Tensor) -> Tensor:
@@ -34,6 +35,36 @@ def sigmoid(x: Tensor) -> Tensor:
     return x.sigmoid()
 
 
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return x.elu(alpha=float(alpha))
+
+
+def elu_(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return x.elu_(alpha=float(alpha))
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return x.leaky_relu(negative_slope=float(negative_slope))
+
+
+def leaky_relu_(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return x.leaky_relu_(negative_slope=float(negative_slope))
+
+
+def _hardtanh_bounds(min, max):
+    if min > max:
+        raise ShapeError(f"hardtanh: min {min} is greater than max {max}", _tr.user_loc())
+    return dict(min=float(min), max=float(max))
+
+
+def hardtanh(x: Tensor, min: float = -1.0, max: float = 1.0) -> Tensor:
+    return x.hardtanh(**_hardtanh_bounds(min, max))
+
+
+def hardtanh_(x: Tensor, min: float = -1.0, max: float = 1.0) -> Tensor:
+    return x.hardtanh_(**_hardtanh_bounds(min, max))
+
+
 def gelu(x: Tensor, approximate: bool = False) -> Tensor:
     if approximate:
         inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
@@ -41,11 +72,14 @@ def gelu(x: Tensor, approximate: bool = False) -> Tensor:
     return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
+def softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    """`dtype` (Paddle): the input is cast to it first."""
+    x = x if dtype is None else x.cast(dtype)
     return x.primitive("softmax", axis=int(axis))
 
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+def log_softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    x = x if dtype is None else x.cast(dtype)
     return x.primitive("log_softmax", axis=int(axis))
 
 
@@ -215,24 +249,83 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int = 0) -> 
     return x * to_tensor(keep.astype(x.dtype) / (1.0 - p), dtype=x.dtype)
 
 
-def _pair(v):
-    return (int(v), int(v)) if isinstance(v, numbers.Integral) else tuple(int(a) for a in v)
+def _pair(v, what="value"):
+    if isinstance(v, numbers.Integral):
+        return (int(v), int(v))
+    try:
+        pair = tuple(int(a) for a in v)
+    except (TypeError, ValueError):
+        pair = ()
+    if len(pair) != 2:
+        raise TraceError(f"{what} must be an int or a pair of ints, got {v!r}", _tr.user_loc())
+    return pair
+
+
+def _padding(what, padding, x, kernel, stride):
+    """Paddle's padding forms -> ((top, bottom, left, right), same): an int, [h, w],
+    [top, bottom, left, right], [[0, 0], [0, 0], [top, bottom], [left, right]], or "SAME" /
+    "VALID" (any case). Paddle's "SAME" gives an output of ceil(size / stride) with the extra
+    pixel at the bottom/right (Paddle's UpdatePaddingAndDilation)."""
+    if isinstance(padding, str):
+        algo = padding.upper()
+        if algo == "VALID":
+            return (0, 0, 0, 0), False
+        if algo != "SAME":
+            raise TraceError(f"{what}: unknown padding {padding!r}: use 'SAME', 'VALID' or "
+                             "ints", _tr.user_loc())
+        if x.ndim != 4 or len(kernel) != 2:
+            return (0, 0, 0, 0), True  # the op's shape rule reports the ranks
+        pads = []
+        for size, k, s in zip(x.shape[2:], kernel, stride):
+            out = -(-size // max(s, 1))
+            total = max((out - 1) * s + k - size, 0)
+            pads += [total // 2, total - total // 2]
+        return tuple(pads), True
+    if isinstance(padding, numbers.Integral):
+        return (int(padding),) * 4, False
+    items = list(padding)
+    if len(items) == 4 and all(not isinstance(p, numbers.Integral) for p in items):
+        if [list(p) for p in items[:2]] != [[0, 0], [0, 0]]:
+            raise TraceError(f"{what}: padding {padding!r} pads the batch or channel axis",
+                             _tr.user_loc())
+        items = list(items[2]) + list(items[3])
+    if len(items) == 2:
+        ph, pw = _pair(items, f"{what} padding")
+        return (ph, ph, pw, pw), False
+    if len(items) == 4 and all(isinstance(p, numbers.Integral) for p in items):
+        return tuple(int(p) for p in items), False
+    raise TraceError(f"{what}: unsupported padding {padding!r}", _tr.user_loc())
 
 
 def conv2d(x: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1,
            groups=1) -> Tensor:
-    """NCHW input, OIHW weight."""
+    """NCHW input, OIHW weight; `padding` in any of Paddle's forms (see `_conv_padding`)."""
     if groups != 1:
         raise TraceError("conv2d supports groups=1 only", _tr.user_loc())
-    out = x.primitive("conv2d", weight, stride=_pair(stride), padding=_pair(padding),
-                      dilation=_pair(dilation))
+    stride, dilation = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
+    padding, same = _padding("conv2d", padding, x, weight.shape[2:], stride)
+    if same:
+        dilation = (1, 1)  # Paddle: "SAME" sets the dilation to 1
+    out = x.primitive("conv2d", weight, stride=stride, padding=padding, dilation=dilation)
     if bias is not None:
         out = out + bias.reshape([1, -1, 1, 1])
     return out
 
 
-def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
-    kernel = _pair(kernel_size)
-    return x.primitive("max_pool2d", kernel=kernel,
-                       stride=kernel if stride is None else _pair(stride),
-                       padding=_pair(padding))
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False) -> Tensor:
+    """NCHW; `padding` in any of Paddle's forms (see `_padding`)."""
+    if ceil_mode:
+        raise TraceError("max_pool2d: ceil_mode=True is not supported", _tr.user_loc())
+    kernel = _pair(kernel_size, "max_pool2d kernel_size")
+    stride = kernel if stride is None else _pair(stride, "max_pool2d stride")
+    padding, _ = _padding("max_pool2d", padding, x, kernel, stride)
+    return x.primitive("max_pool2d", kernel=kernel, stride=stride, padding=padding)
+
+
+def _check_user_arguments():
+    from ..tensor import user_errors
+    for name in __all__:
+        globals()[name] = user_errors(globals()[name], f"F.{name}")
+
+
+_check_user_arguments()

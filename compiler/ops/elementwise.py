@@ -64,7 +64,15 @@ def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
         (sa, da), (sb, db) = types
         out_dtype = dtype(da, db) if dtype else promote(da, db)
         return broadcast_shapes(sa, sb), out_dtype
-    return defop(name, ELEMENTWISE, infer, ref, vjp=vjp, expr=expr,
+
+    def ref_in_out_dtype(x, y):
+        # Operands are converted to the result's dtype first, as the scalar expression does
+        # (`expr_for`): numpy would add int64 and float32 in float64 and round afterwards.
+        out = dtype(x.dtype, y.dtype) if dtype else promote(x.dtype, y.dtype)
+        if out != BOOL:
+            x, y = x.astype(out, copy=False), y.astype(out, copy=False)
+        return ref(x, y)
+    return defop(name, ELEMENTWISE, infer, ref_in_out_dtype, vjp=vjp, expr=expr,
                  inplace=(name + "_") if inplace else None)
 
 
@@ -74,9 +82,9 @@ a, b, c = S.arg(0), S.arg(1), S.arg(2)
 unary("neg", np.negative, -a, dtype=_numeric, vjp={"none": lambda ctx, g: (-g,)})
 unary("abs", np.abs, S.call("abs", a),
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0].sign(),)})
-# NaN has no sign: the innermost `where` keeps it (`a == a` is false only for NaN).
-unary("sign", np.sign, S.call("where", a > 0, 1, S.call("where", a < 0, -1,
-                                                         S.call("where", a.eq(a), 0, a))),
+# sign(NaN) is NaN (NumPy): `a != a` picks out NaN, never true for integers.
+unary("sign", np.sign, S.call("where", a.ne(a), a,
+                              S.call("where", a > 0, 1, S.call("where", a < 0, -1, 0))),
       dtype=_numeric)
 unary("exp", np.exp, S.call("exp", a), dtype=_float,
       vjp={"output": lambda ctx, g: (g * ctx.out,),
@@ -112,13 +120,15 @@ unary("sigmoid", _sigmoid_ref, 1.0 / (1.0 + S.call("exp", -a)), dtype=_float,
 unary("sqrt", np.sqrt, S.call("sqrt", a), dtype=_float,
       vjp={"output": lambda ctx, g: (g / (ctx.out * 2.0),),
            "input": lambda ctx, g: (g / (ctx.inputs[0].sqrt() * 2.0),)})
-unary("square", np.square, a * a,
+unary("square", np.square, a * a, dtype=_numeric,
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0] * 2.0,)})
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), S.call("max", a, 0),
       vjp={"output": lambda ctx, g: (g.where_positive(ctx.out),),
            "input": lambda ctx, g: (g.where_positive(ctx.inputs[0]),)})
 _erf = np.frompyfunc(math.erf, 1, 1)
-unary("erf", lambda x: _erf(x).astype(float_of(x.dtype)), S.call("erf", a), dtype=_float,
+# frompyfunc returns a Python float for a 0-d input: asarray before astype.
+unary("erf", lambda x: np.asarray(_erf(x)).astype(float_of(x.dtype)), S.call("erf", a),
+      dtype=_float,
       vjp={"input": lambda ctx, g: (
           g * (-ctx.inputs[0].square()).exp() * (2.0 / math.sqrt(math.pi)),)})
 
@@ -133,19 +143,72 @@ unary("scale", _scale_ref, None, dtype=_float,
       doc="scale * x + bias (bias_after_scale) or scale * (x + bias)")
 
 
+unary("asinh", np.arcsinh, S.call("asinh", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (ctx.inputs[0].square() + 1.0).sqrt(),)})
+unary("acosh", np.arccosh, S.call("acosh", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (ctx.inputs[0].square() - 1.0).sqrt(),)})
+unary("atanh", np.arctanh, S.call("atanh", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (1.0 - ctx.inputs[0].square()),)})
+
+
+# -- activations with attributes (their expression is a function of the attrs) --------------
+def _elu_ref(x, alpha):
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)
+
+
+# The input form only: with alpha < 0 the output no longer tells which branch ran.
+unary("elu", _elu_ref, lambda at: S.call(
+          "where", a > 0, a, (S.call("exp", a) - 1.0) * at["alpha"]), dtype=_float,
+      vjp={"input": lambda ctx, g: (g.where_mask(ctx.inputs[0] > 0) + g.where_mask(
+          ctx.inputs[0] <= 0) * ctx.inputs[0].exp() * ctx.attrs["alpha"],)})
+unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope)
+      .astype(x.dtype), lambda at: S.call("where", a > 0, a, a * at["negative_slope"]),
+      dtype=_float,
+      vjp={"input": lambda ctx, g: (g.where_mask(ctx.inputs[0] > 0) + g.where_mask(
+          ctx.inputs[0] <= 0) * ctx.attrs["negative_slope"],)})
+
+
+def _hardtanh_vjp(which):
+    # Paddle and PyTorch pass the gradient strictly inside (min, max); the output tells that
+    # as well as the input does.
+    def vjp(ctx, g):
+        v = ctx.inputs[0] if which == "input" else ctx.out
+        lo, hi = ctx.attrs["min"], ctx.attrs["max"]
+        return (g.where_mask((v > lo).logical_and(v < hi)),)
+    return vjp
+
+
+unary("hardtanh", lambda x, min, max: np.minimum(np.maximum(x, min), max).astype(x.dtype),
+      lambda at: S.call("min", S.call("max", a, at["min"]), at["max"]), dtype=_float,
+      vjp={"input": _hardtanh_vjp("input"), "output": _hardtanh_vjp("output")})
+
+
+# -- clip: the bounds are inputs (a Python scalar becomes a constant, a 0-d tensor stays one)
+def _clip_infer(types):
+    (sx, dx), (sl, _), (sh, _) = types
+    _numeric(types[0])
+    if broadcast_shapes(sx, sl, sh) != tuple(sx):
+        raise ShapeError(f"clip: bounds of shapes {list(sl)} and {list(sh)} don't broadcast to "
+                         f"the input's shape {list(sx)}")
+    return tuple(sx), dx
+
+
 def _clip_vjp(ctx, g):
-    x, lo, hi = ctx.inputs[0], ctx.attrs["min"], ctx.attrs["max"]
-    inside = (x >= lo).logical_and(x <= hi)
-    return (g.where_mask(inside),)
+    # The bounds get no gradient (Paddle treats them as attributes).
+    x, lo, hi = ctx.inputs
+    return (g.where_mask((x >= lo).logical_and(x <= hi)), None, None)
 
 
-unary("clip", lambda x, min, max: np.clip(x, min, max).astype(x.dtype), None,
-      vjp={"input": _clip_vjp})
+# max/min propagate NaN from x, as np.clip does; lo > hi gives hi everywhere (np.clip, torch).
+defop("clip", ELEMENTWISE, _clip_infer,
+      lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi).astype(x.dtype),
+      expr=S.call("min", S.call("max", a, b), c), vjp={"input": _clip_vjp}, inplace="clip_")
 unary("logical_not", np.logical_not, S.call("not", a), dtype=_bool)
 unary("cast", lambda x, dtype: x.astype(dtype), None, inplace=False,
       infer=lambda types, dtype: (types[0][0], np.dtype(dtype)),
       vjp={"none": lambda ctx, g: (g.cast(ctx.inputs[0].dtype),)})
-unary("contiguous", lambda x: np.ascontiguousarray(x).copy(), a, inplace=False,
+# np.array, not np.ascontiguousarray: that one turns a 0-d array into shape (1,).
+unary("contiguous", lambda x: np.array(x, order="C", copy=True), a, inplace=False,
       vjp={"none": lambda ctx, g: (g,)}, doc="a copy in a fresh buffer")
 
 # -- binary arithmetic ---------------------------------------------------------------------
@@ -167,14 +230,50 @@ binary("divide", np.true_divide, a / b, vjp={"input": _divide_vjp},
        dtype=lambda da, db: float_of(promote(da, db)))
 
 
+def _pow_ref(x, y):
+    if x.dtype.kind == "f" or y.dtype.kind == "f":
+        return np.power(x, y)
+    # Integers: a negative exponent gives what integer arithmetic gives for 1 / x**n (0),
+    # except 1 for base 1 and +-1 for base -1; numpy would raise mid-run (DESIGN §4).
+    dtype = promote(x.dtype, y.dtype)
+    x, y = x.astype(dtype), y.astype(dtype)
+    neg = y < 0
+    out = np.power(x, np.where(neg, 0, y))
+    small = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 0, 1, -1), 0))
+    return np.where(neg, small, out).astype(dtype)
+
+
+def _int_pow_expr():
+    small = S.call("where", a.eq(1), 1,
+                   S.call("where", a.eq(-1),
+                          S.call("where", S.call("mod", b, 2).eq(0), 1, -1), 0))
+    return S.call("where", b < 0, small, S.call("pow", a, S.call("max", b, 0)))
+
+
 def _pow_vjp(ctx, g):
+    # At a zero base, PyTorch's rules: d/dx is 0 where y == 0 (not 0 * 0**-1 = NaN), and
+    # d/dy is 0 where y >= 0 (not 0 * log(0) = NaN).
     x, y = ctx.inputs
-    gx = g * y * x.pow(y - 1.0) if ctx.needs_grad[0] else None
-    gy = g * x.pow(y) * x.log() if ctx.needs_grad[1] else None
+    gx = (g * y * x.pow(y - 1.0)).where_mask(y != 0) if ctx.needs_grad[0] else None
+    gy = (g * x.pow(y) * x.log()).where_mask((x != 0).logical_or(y < 0)) \
+        if ctx.needs_grad[1] else None
     return gx, gy
 
 
-binary("pow", np.power, S.call("pow", a, b), vjp={"input": _pow_vjp})
+binary("pow", _pow_ref, S.call("pow", a, b), vjp={"input": _pow_vjp}, dtype=_numeric2)
+
+
+def _remainder_vjp(ctx, g):
+    x, y = ctx.inputs
+    return (g if ctx.needs_grad[0] else None,
+            -(g * x.floor_divide(y)) if ctx.needs_grad[1] else None)
+
+
+# Rounding towards -inf (Python, NumPy, Paddle). Integer division by zero gives 0 and
+# INT_MIN // -1 wraps, as NumPy does; floor_divide has no gradient (Paddle).
+binary("floor_divide", np.floor_divide, S.call("floordiv", a, b), dtype=_numeric2)
+binary("remainder", np.remainder, S.call("mod", a, b), dtype=_numeric2,
+       vjp={"input": _remainder_vjp})
 binary("maximum", np.maximum, S.call("max", a, b),
        vjp={"input": lambda ctx, g: (g.where_mask(ctx.inputs[0] >= ctx.inputs[1]),
                                      g.where_mask(ctx.inputs[0] < ctx.inputs[1]))})
@@ -223,19 +322,20 @@ def expr_for(op, attrs, in_dtypes, out_dtype):
         s, bias = attrs["scale"], attrs["bias"]
         x = S.cast(a, out_dtype) if np.dtype(in_dtypes[0]) != out_dtype else a
         return x * s + bias if attrs["bias_after_scale"] else (x + bias) * s
-    if op.name == "clip":
-        return S.call("min", S.call("max", a, attrs["min"]), attrs["max"])
     if op.name == "cast":
         return S.cast(a, attrs["dtype"])
     # Operands that are not of the output's float dtype are cast to it first: a typed
     # emitter would otherwise divide ints as ints (`int / int` is a float op here) or call
     # `exp` on an integer. `where`'s condition stays bool.
     out_dtype = np.dtype(out_dtype)
+    expr = op.expr(attrs) if callable(op.expr) else op.expr
+    if op.name == "pow" and out_dtype.kind in "iu":
+        return _int_pow_expr()
     if out_dtype.kind != "f":
-        return op.expr
+        return expr
     casts = {i: S.cast(S.arg(i), out_dtype) for i, d in enumerate(in_dtypes)
              if np.dtype(d) != out_dtype and not (op.name == "where" and i == 0)}
-    return S.substitute(op.expr, casts) if casts else op.expr
+    return S.substitute(expr, casts) if casts else expr
 
 
 def is_same_class(d1, d2) -> bool:

@@ -24,11 +24,15 @@ def _rowwise_infer(types, axis):
 
 
 def _softmax_ref(x, axis):
+    if x.size == 0:  # an empty axis (or no rows): nothing to normalize
+        return x.copy()
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax_ref(x, axis):
+    if x.size == 0:
+        return x.copy()
     shifted = x - np.max(x, axis=axis, keepdims=True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
@@ -91,11 +95,12 @@ def _one_hot_ref(labels, num_classes, dtype, ignore_index=None):
 defop("one_hot", OTHER, _one_hot_infer, _one_hot_ref,
       doc="one_hot(labels) [..., num_classes]; checks each label's range (DataError)")
 
-# -- conv2d (NCHW, weights OIHW, groups=1) -------------------------------------------------
+# -- conv2d (NCHW, weights OIHW, groups=1; padding (top, bottom, left, right)) -------------
 
 
 def conv_out_size(size, k, stride, pad, dilation):
-    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    """`pad` is the total padding of the axis (both sides)."""
+    return (size + pad - dilation * (k - 1) - 1) // stride + 1
 
 
 def _conv2d_infer(types, stride, padding, dilation):
@@ -105,8 +110,11 @@ def _conv2d_infer(types, stride, padding, dilation):
                          f"and {list(sw)}")
     if sx[1] != sw[1]:
         raise ShapeError(f"conv2d: input has {sx[1]} channels, weight expects {sw[1]}")
-    oh = conv_out_size(sx[2], sw[2], stride[0], padding[0], dilation[0])
-    ow = conv_out_size(sx[3], sw[3], stride[1], padding[1], dilation[1])
+    if len(padding) != 4 or min(padding) < 0 or min(stride) < 1 or min(dilation) < 1:
+        raise ShapeError(f"conv2d: bad stride {list(stride)}, padding {list(padding)} or "
+                         f"dilation {list(dilation)}")
+    oh = conv_out_size(sx[2], sw[2], stride[0], padding[0] + padding[1], dilation[0])
+    ow = conv_out_size(sx[3], sw[3], stride[1], padding[2] + padding[3], dilation[1])
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"conv2d: kernel {list(sw[2:])} is larger than the padded input")
     return (sx[0], sw[0], oh, ow), np.result_type(dx, dw)
@@ -120,9 +128,11 @@ def _windows(xp, kh, kw, stride, dilation, oh, ow):
     return win[:, :, :oh, :ow]
 
 
-def _pad(x, padding, value=0.0):
-    ph, pw = padding
-    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+def _pad(x, padding, value=0):
+    """`padding`: (h, w) on both sides, or (top, bottom, left, right)."""
+    top, bottom, left, right = padding if len(padding) == 4 else \
+        (padding[0], padding[0], padding[1], padding[1])
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
 
 
 def _conv2d_ref(x, w, stride, padding, dilation):
@@ -135,8 +145,9 @@ def _conv2d_ref(x, w, stride, padding, dilation):
 
 def _conv2d_grad_input_ref(g, w, x_shape, stride, padding, dilation):
     n, c, h, wd = x_shape
-    ph, pw = padding
-    gx = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), dtype=g.dtype)
+    ph, _, pw, _ = padding
+    gx = np.zeros((n, c, h + padding[0] + padding[1], wd + padding[2] + padding[3]),
+                  dtype=g.dtype)
     oh, ow = g.shape[2], g.shape[3]
     for i in range(w.shape[2]):
         for j in range(w.shape[3]):
@@ -170,15 +181,18 @@ defop("conv2d_grad_input", OTHER,
 defop("conv2d_grad_weight", OTHER,
       lambda types, w_shape, **kw: (tuple(w_shape), types[0][1]), _conv2d_grad_weight_ref)
 
-# -- max_pool2d ----------------------------------------------------------------------------
+# -- max_pool2d (padding (top, bottom, left, right)) ----------------------------------------
 
 
 def _pool_infer(types, kernel, stride, padding):
     shape, dtype = types[0]
     if len(shape) != 4:
         raise ShapeError(f"max_pool2d expects [N,C,H,W], got {list(shape)}")
-    oh = conv_out_size(shape[2], kernel[0], stride[0], padding[0], 1)
-    ow = conv_out_size(shape[3], kernel[1], stride[1], padding[1], 1)
+    if len(padding) != 4 or min(padding) < 0 or min(stride) < 1 or min(kernel) < 1:
+        raise ShapeError(f"max_pool2d: bad kernel {list(kernel)}, stride {list(stride)} or "
+                         f"padding {list(padding)}")
+    oh = conv_out_size(shape[2], kernel[0], stride[0], padding[0] + padding[1], 1)
+    ow = conv_out_size(shape[3], kernel[1], stride[1], padding[2] + padding[3], 1)
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"max_pool2d: kernel {list(kernel)} is larger than the input")
     return (shape[0], shape[1], oh, ow), dtype
@@ -186,7 +200,10 @@ def _pool_infer(types, kernel, stride, padding):
 
 def _pool_windows(x, kernel, stride, padding):
     (_, _, oh, ow), _ = _pool_infer([(x.shape, x.dtype)], kernel, stride, padding)
-    xp = _pad(x, padding, -np.inf) if any(padding) else x
+    # Padding never wins a window: -inf for floats, the dtype's minimum for integers.
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min if x.dtype.kind in "iu" \
+        else False
+    xp = _pad(x, padding, low) if any(padding) else x
     return _windows(xp, kernel[0], kernel[1], stride, (1, 1), oh, ow)
 
 
@@ -200,7 +217,7 @@ def _max_pool2d_grad_ref(x, g, kernel, stride, padding):
     n, c, oh, ow, kh, kw = win.shape
     arg = win.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
     rows = np.arange(oh)[:, None] * stride[0] + arg // kw - padding[0]
-    cols = np.arange(ow)[None, :] * stride[1] + arg % kw - padding[1]
+    cols = np.arange(ow)[None, :] * stride[1] + arg % kw - padding[2]
     gx = np.zeros_like(x)
     ni, ci = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
     np.add.at(gx, (ni[:, :, None, None], ci[:, :, None, None], rows, cols), g)

@@ -13,7 +13,10 @@ import numpy as np
 
 # Function names an emitter must know. Arithmetic and comparisons are spelled as operators.
 FUNCTIONS = ("neg", "abs", "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
-             "max", "min", "pow", "where", "not", "and", "or", "cast")
+             "asinh", "acosh", "atanh", "max", "min", "pow", "where", "not", "and", "or", "cast",
+             "floordiv", "mod")
+# `floordiv` and `mod` round towards -inf (Python, NumPy); for integers a zero divisor gives 0
+# and INT_MIN // -1 wraps to INT_MIN (NumPy's results), so generated code never traps.
 BINARY_OPERATORS = ("+", "-", "*", "/", "<", ">", "<=", ">=", "==", "!=")
 
 
@@ -86,7 +89,9 @@ def substitute(e: Expr, args: dict) -> Expr:
 _NP_FUNCS = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt,
-    "erf": np.frompyfunc(math.erf, 1, 1), "max": np.maximum, "min": np.minimum,
+    "erf": np.frompyfunc(math.erf, 1, 1), "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh, "floordiv": np.floor_divide, "mod": np.remainder,
+    "max": np.maximum, "min": np.minimum,
     "pow": np.power, "where": np.where, "not": np.logical_not, "and": np.logical_and,
     "or": np.logical_or,
 }
@@ -108,7 +113,8 @@ def evaluate(e: Expr, args: list[np.ndarray]):
         return np.asarray(vals[0]).astype(e.value)
     if e.op in _NP_OPS:
         return _NP_OPS[e.op](*vals)
-    out = _NP_FUNCS[e.op](*vals)
+    with np.errstate(all="ignore"):
+        out = _NP_FUNCS[e.op](*vals)
     if e.op == "erf":
-        out = out.astype(np.result_type(vals[0], np.float32))
+        out = np.asarray(out).astype(np.result_type(vals[0], np.float32))
     return out

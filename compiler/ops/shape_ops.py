@@ -37,7 +37,7 @@ def _mean_dtype(d):
 def _kept(ctx, t):
     """`t` (a reduction's output or its gradient) reshaped to keep the reduced axes as 1."""
     shape = reduced_shape(ctx.inputs[0].shape, ctx.attrs["axis"], True)
-    return t.reshape(list(shape))
+    return t.reshape_to(shape)
 
 
 def _sum_vjp(ctx, g):
@@ -45,8 +45,10 @@ def _sum_vjp(ctx, g):
 
 
 def _mean_vjp(ctx, g):
-    count = ctx.inputs[0].size // max(ctx.out.size, 1)
-    return (_kept(ctx, g * (1.0 / count)).broadcast_to(ctx.inputs[0].shape),)
+    shape = ctx.inputs[0].shape
+    count = math.prod(shape[a] for a in normalize_axes(ctx.attrs["axis"], len(shape)))
+    # No elements averaged: the input gradient is empty, any factor will do.
+    return (_kept(ctx, g * (1.0 / max(count, 1))).broadcast_to(shape),)
 
 
 def _max_vjp(ctx, g):
@@ -69,7 +71,15 @@ defop("mean", REDUCTION, _reduce_infer(_mean_dtype),
       lambda x, axis=None, keepdim=False: np.mean(x, axis=_axes(axis), keepdims=keepdim,
                                                   dtype=_mean_dtype(x.dtype)),
       vjp={"none": _mean_vjp})
-defop("max", REDUCTION, _reduce_infer(lambda d: d),
+def _max_infer(types, axis=None, keepdim=False):
+    shape, dtype = types[0]
+    if any(shape[a] == 0 for a in normalize_axes(axis, len(shape)) if len(shape)):
+        raise ShapeError(f"max over an axis of size 0 (shape {list(shape)}): the maximum of "
+                         "no elements is undefined")
+    return reduced_shape(shape, axis, keepdim), dtype
+
+
+defop("max", REDUCTION, _max_infer,
       lambda x, axis=None, keepdim=False: np.max(x, axis=_axes(axis), keepdims=keepdim),
       vjp={"input+output": _max_vjp})
 
@@ -111,7 +121,7 @@ def _reshape_infer(types, shape):
 
 
 defop("reshape", VIEW, _reshape_infer, lambda x, shape: x.reshape(shape),
-      vjp={"none": lambda ctx, g: (g.reshape(list(ctx.inputs[0].shape)),)})
+      vjp={"none": lambda ctx, g: (g.reshape_to(ctx.inputs[0].shape),)})
 
 
 def _transpose_infer(types, perm):
@@ -237,11 +247,29 @@ defop("concat", OTHER, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=
       vjp={"none": _concat_vjp})
 
 # -- creation ------------------------------------------------------------------------------
-defop("full", CREATION, lambda types, shape, value, dtype: (tuple(shape), np.dtype(dtype)),
-      lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
+def _full_infer(types, shape, value, dtype):
+    if any(int(d) < 0 for d in shape):
+        raise ShapeError(f"negative dimension in {list(shape)}")
+    with np.errstate(all="ignore"):
+        np.asarray(value).astype(dtype)  # a value the dtype can't hold raises here, not mid-run
+    return tuple(shape), np.dtype(dtype)
+
+
+defop("full", CREATION, _full_infer, lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
+def _arange_len(start, stop, step):
+    return max(0, math.ceil((stop - start) / step))
+
+
+# Element i is start + i * step computed in float64 (exact for integer bounds), then cast to
+# the dtype (PyTorch's rule): numpy's arange with float bounds and an integer dtype steps by
+# int(start + step) - int(start) instead.
 defop("arange", CREATION,
-      lambda types, start, stop, step, dtype: (
-          (max(0, math.ceil((stop - start) / step)),), np.dtype(dtype)),
-      lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=dtype))
+      lambda types, start, stop, step, dtype: ((_arange_len(start, stop, step),),
+                                               np.dtype(dtype)),
+      lambda start, stop, step, dtype: (
+          np.arange(_arange_len(start, stop, step), dtype=np.int64) * step + start
+          if all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+          else np.arange(_arange_len(start, stop, step)) * float(step) + float(start)
+      ).astype(dtype))
 defop("constant", CREATION, lambda types, value: (value.shape, value.dtype),
       lambda value: value.copy(), doc="data captured at trace time (to_tensor)")

@@ -1,0 +1,1733 @@
+"""The per-op sample database: for every registry op and every public function or method, the
+inputs that mature tensor libraries test an operator with, each paired with an independent
+NumPy formula (never the registry's `ref`).
+
+A `Sample` is one call of the public API on concrete arrays: 0-d, size-1 and zero-size
+dimensions, broadcasting both ways, non-contiguous caller arrays (transposed, negative strides,
+step slices, a view of a larger buffer), extremal values (+-0, +-inf, NaN, the dtype's limits,
+subnormals, values that overflow `exp`), the integer edge rules (division by zero,
+INT_MIN // -1, negative exponents) and each op's attributes over their range.
+
+`INVALID` lists calls that must raise a `CompilerError` subclass naming the user's line.
+`test_opdb.py` runs both on every available backend; tolerances per op follow the backend
+rules of ISSUE-NOTES (issue 8): EXACT, ULP (4 ulp), SUM (1e-5 / 1e-12 of the sum of |terms|)
+and CLOSE (composites of several rounded steps).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+import compiler as cc
+import compiler.nn.functional as F
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
+B = np.dtype(np.bool_)
+FLOATS, INTS = (F32, F64), (I32, I64)
+NUMERIC = FLOATS + INTS
+ALL = NUMERIC + (B,)
+
+EXACT = "exact"   # bit-identical: + - * /, sqrt, comparisons, selects, casts, min/max, copies
+ULP = "ulp"       # within 4 ulp of the formula (transcendental functions)
+SUM = "sum"       # within 1e-5 (f32) / 1e-12 (f64) of the sum of |terms| (reductions, matmul)
+CLOSE = "close"   # a composite of several rounded steps (softmax, layer_norm, gelu, ...)
+
+
+@dataclass
+class Sample:
+    api: str                      # the public name exercised: "Tensor.sin", "cc.sin", "F.relu"
+    fn: Callable                  # the traced body, over Tensors
+    args: tuple                   # numpy arrays (caller's arrays) and Python scalars
+    want: Callable                # independent numpy formula: (*args) -> array or tuple
+    tol: str = EXACT
+    grad: bool = False            # float64 gradient against central finite differences
+    writes: int | None = None     # a `_` form: the argument it writes (and must return)
+    returns: int | None = None    # a meta-changing `_` form: the argument it returns
+    terms: Callable | None = None  # SUM: (*args) -> sum of |terms| per output element
+    grad_want: Callable | None = None  # explicit gradient (ties, kinks), instead of FD
+    label: str = ""
+    apis: tuple = field(default=())  # further public names the sample exercises
+    wrt: tuple | None = None      # the inputs differentiated (default: every float64 one)
+
+    @property
+    def id(self) -> str:
+        shapes = ",".join("x".join(map(str, a.shape)) or "0d" if isinstance(a, np.ndarray)
+                          else repr(a) for a in self.args)
+        dts = ",".join(sorted({a.dtype.name for a in self.args if isinstance(a, np.ndarray)}))
+        return f"{self.api}[{dts}|{shapes}]{self.label}"
+
+
+SAMPLES: list[Sample] = []
+INVALID: list[tuple] = []      # (api, fn, args, error class)
+
+
+def add(*samples):
+    SAMPLES.extend(samples)
+
+
+def invalid(api, fn, args, error):
+    """`fn` must be a one-line lambda: the error names its line."""
+    INVALID.append((api, fn, tuple(args), error))
+
+
+# -- input generators ----------------------------------------------------------------------------
+def rand(shape, dtype, lo=-3.0, hi=3.0, seed=0):
+    return np.asarray(_rand(shape, dtype, lo, hi, seed))
+
+
+def _rand(shape, dtype, lo, hi, seed):
+    rng = np.random.default_rng([seed, *shape, len(shape)])
+    dtype = np.dtype(dtype)
+    if dtype == B:
+        return rng.random(shape) > 0.5
+    if dtype.kind in "iu":
+        return rng.integers(int(math.floor(lo)), int(math.ceil(hi)) + 1, size=shape).astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def specials(dtype):
+    """The extremal values of a dtype, as a 1-D array."""
+    dtype = np.dtype(dtype)
+    if dtype == B:
+        return np.array([True, False])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.array([info.min, info.min + 1, -7, -1, 0, 1, 7, info.max], dtype)
+    fi = np.finfo(dtype)
+    big = 100.0 if dtype == F32 else 800.0   # exp overflows
+    return np.array([0.0, -0.0, np.inf, -np.inf, np.nan, fi.max, fi.min, fi.tiny,
+                     fi.smallest_subnormal, -fi.smallest_subnormal, big, -big, 1.0, -1.0, 0.5],
+                    dtype)
+
+
+def layouts(shape, dtype, lo=-3.0, hi=3.0, seed=0):
+    """(label, array) pairs: the same logical shape in the caller layouts a user may pass."""
+    base = rand(shape, dtype, lo, hi, seed)
+    out = [("", base)]
+    if len(shape) >= 2:
+        out.append(("|T", np.ascontiguousarray(base.T).T))           # transposed strides
+    if len(shape) >= 1 and shape[0] > 1:
+        out.append(("|neg", np.ascontiguousarray(base[::-1])[::-1]))  # negative stride
+        big = np.repeat(base, 2, axis=0)
+        big[1::2] = rand(shape, dtype, lo, hi, seed + 1)
+        out.append(("|step", big[::2]))                               # a step slice
+    if len(shape) >= 1:
+        pad = [(1, 2)] + [(0, 1)] * (len(shape) - 1)
+        larger = np.pad(base, pad, constant_values=base.flat[0] if base.size else 0)
+        out.append(("|sub", larger[(slice(1, 1 + shape[0]),)
+                                   + tuple(slice(0, d) for d in shape[1:])]))
+    for label, a in out:
+        assert a.shape == tuple(shape) and np.array_equal(a, base, equal_nan=True), label
+    return out
+
+
+SHAPES = [(), (1,), (0,), (3, 4), (2, 0, 3), (1, 1), (2, 1, 3)]
+
+
+def f64(a):
+    return np.asarray(a).astype(F64)
+
+
+def float_of(dtype):
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind == "f" else F32
+
+
+def result_dtype(*dtypes):
+    """The project's promotion (independent of the registry): float beats int beats bool, then
+    the widest of the winning category."""
+    rank = {"b": 0, "i": 1, "u": 1, "f": 2}
+    dtypes = [np.dtype(d) for d in dtypes]
+    top = max(rank[d.kind] for d in dtypes)
+    return max((d for d in dtypes if rank[d.kind] == top), key=lambda d: d.itemsize)
+
+
+def errstate(fn):
+    def wrapped(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    return wrapped
+
+
+# -- unary elementwise -------------------------------------------------------------------------
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[F64])(x) if np.asarray(x).size else f64(x)
+
+
+def _relu(x):
+    return np.where(np.isnan(x) | (x > 0), x, np.zeros_like(x))
+
+
+# name -> (formula on float64 / on the dtype, tolerance, "float" (result in a float dtype)
+#          or "same", dtypes, random range, gradient range (None: no gradient), attrs)
+UNARY = {
+    "abs": (lambda x: np.where(x < 0, -x, x) if x.dtype != B else x, EXACT, "same", ALL,
+            (-3, 3), "away0", {}),
+    "neg": (lambda x: 0 - x, EXACT, "same", NUMERIC, (-3, 3), (-2, 2), {}),
+    "sign": (lambda x: np.where(x > 0, 1, np.where(x < 0, -1, np.where(x == 0, 0, x)))
+             .astype(x.dtype), EXACT, "same", NUMERIC, (-3, 3), None, {}),
+    "square": (lambda x: x * x, EXACT, "same", NUMERIC, (-3, 3), (-2, 2), {}),
+    "relu": (_relu, EXACT, "same", ALL, (-3, 3), "away0", {}),
+    "exp": (np.exp, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "log": (np.log, ULP, "float", ALL, (0.1, 5), (0.5, 3), {}),
+    "sin": (np.sin, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "cos": (np.cos, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "tan": (np.tan, ULP, "float", ALL, (-1.2, 1.2), (-1, 1), {}),
+    "tanh": (np.tanh, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), ULP, "float", ALL, (-6, 6), (-3, 3), {}),
+    "sqrt": (np.sqrt, EXACT, "float", ALL, (0, 5), (0.5, 3), {}),
+    "erf": (_erf, ULP, "float", ALL, (-2, 2), (-1.5, 1.5), {}),
+    "asinh": (np.arcsinh, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "acosh": (np.arccosh, ULP, "float", ALL, (1, 5), (1.2, 3), {}),
+    "atanh": (np.arctanh, ULP, "float", ALL, (-0.9, 0.9), (-0.8, 0.8), {}),
+}
+# name -> (formula with attrs, tol, attr sets): activations with attributes, float inputs
+ACTIVATIONS = {
+    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))), ULP,
+            [{}, {"alpha": 0.5}, {"alpha": -0.3}], "alpha", 1.0),
+    "leaky_relu": (lambda x, negative_slope: np.where(x > 0, x, x * negative_slope), ULP,
+                   [{}, {"negative_slope": 0.2}, {"negative_slope": -1.5}], "negative_slope",
+                   0.01),
+    "hardtanh": (lambda x, min, max: np.where(np.isnan(x), x, np.minimum(np.maximum(x, min),
+                                                                          max)),
+                 EXACT, [{}, {"min": -0.5, "max": 2.0}, {"min": 0.0, "max": 0.0}], None, None),
+}
+ACT_DEFAULTS = {"elu": {"alpha": 1.0}, "leaky_relu": {"negative_slope": 0.01},
+                "hardtanh": {"min": -1.0, "max": 1.0}}
+
+
+def unary_want(name, formula, kind):
+    def want(x):
+        if kind == "float":
+            out = float_of(x.dtype)
+            return errstate(formula)(f64(x.astype(out))).astype(out)
+        return errstate(formula)(x).astype(x.dtype)
+    return want
+
+
+def _grad_input(shape, rng_spec, seed):
+    if rng_spec == "away0":
+        r = np.random.default_rng(seed)
+        return np.asarray(r.choice([-1.0, 1.0], shape) * r.uniform(0.3, 2.0, shape))
+    return rand(shape, F64, *rng_spec, seed=seed)
+
+
+def _unary_calls(name):
+    """(api, body) pairs: the method, the module function, F.* where it exists."""
+    calls = [(f"Tensor.{name}", lambda x: getattr(x, name)()),
+             (f"cc.{name}", lambda x: getattr(cc, name)(x))]
+    if name in ("relu", "sigmoid"):
+        calls.append((f"F.{name}", lambda x: getattr(F, name)(x)))
+    if name == "abs":
+        calls.append(("Tensor.__abs__", lambda x: abs(x)))
+    if name == "neg":
+        calls.append(("Tensor.__neg__", lambda x: -x))
+    return calls
+
+
+def _inplace_calls(name):
+    calls = [(f"Tensor.{name}_", lambda x: getattr(x, name + "_")()),
+             (f"cc.{name}_", lambda x: getattr(cc, name + "_")(x))]
+    if name == "relu":
+        calls.append(("F.relu_", lambda x: F.relu_(x)))
+    return calls
+
+
+def build_unary():
+    for name, (formula, tol, kind, dtypes, (lo, hi), grange, _) in UNARY.items():
+        want = unary_want(name, formula, kind)
+        calls = _unary_calls(name)
+        k = 0
+        for dtype in dtypes:
+            for shape in SHAPES:
+                for label, x in layouts(shape, dtype, lo, hi, seed=k):
+                    api, body = calls[k % len(calls)]
+                    k += 1
+                    add(Sample(api, body, (x,), want, tol, label=label))
+            add(Sample(calls[0][0], calls[0][1], (specials(dtype),), want, tol, label="|special"))
+        # inplace forms: value, caller's array, same object; int inputs to float ops refuse
+        icalls = _inplace_calls(name)
+        for j, dtype in enumerate(d for d in dtypes if kind == "same" or d.kind == "f"):
+            api, body = icalls[j % len(icalls)]
+            for shape in [(3, 4), (), (0, 2)]:
+                add(Sample(api, body, (rand(shape, dtype, lo, hi, seed=j),), want, tol,
+                           writes=0))
+            add(Sample(api, body, (specials(dtype),), want, tol, writes=0, label="|special"))
+        # the `_` form through an in-trace view (transposed, reversed, strided, a sub-block):
+        # the write reaches the caller's array through the view's inverse
+        for v, view in enumerate([lambda t: t.T, lambda t: t[::-1], lambda t: t[:, ::2],
+                                  lambda t: t[1:, 1:3]]):
+            dtype = F64 if kind == "float" else dtypes[v % len(dtypes)]
+            x = rand((3, 4), dtype, lo, hi, seed=v)
+            idx = [(slice(None),) * 2, (slice(None, None, -1),),
+                   (slice(None), slice(None, None, 2)), (slice(1, None), slice(1, 3))][v]
+
+            def want_v(a, idx=idx, want=want):
+                out = a.copy()
+                out[idx] = want(a[idx])
+                return out
+            add(Sample(f"Tensor.{name}_", lambda t, n=name, vw=view: (getattr(vw(t), n + "_")(),
+                                                                     t)[1],
+                       (x,), want_v, tol, writes=0, label=f"|view{v}"))
+            if v == 0:
+                add(Sample(f"Tensor.{name}", lambda t, n=name, vw=view: getattr(vw(t), n)(),
+                           (x,), lambda a, want=want: want(a.T), tol, label="|view"))
+        if kind == "float":
+            invalid(f"Tensor.{name}_", lambda x, n=name: getattr(x, n + "_")(), [np.arange(3)],
+                    cc.InplaceError)
+        if B not in dtypes:
+            invalid(f"Tensor.{name}", lambda x, n=name: getattr(x, n)(), [np.ones(2, bool)],
+                    cc.TraceError)
+        if grange is not None:
+            for shape in [(2, 3), ()]:
+                x = _grad_input(shape, grange, 5)
+                add(Sample(calls[0][0], calls[0][1], (x,), want, tol, grad=True))
+                add(Sample(icalls[0][0], icalls[0][1], (x.copy(),), want, tol, grad=True,
+                           writes=0))
+
+
+def build_activations():
+    for name, (formula, tol, attr_sets, _, _) in ACTIVATIONS.items():
+        for i, attrs in enumerate(attr_sets):
+            full = {**ACT_DEFAULTS[name], **attrs}
+
+            def want(x, formula=formula, full=full):
+                out = float_of(x.dtype)
+                return errstate(lambda v: formula(v, **full))(f64(x.astype(out))).astype(out)
+            for dtype in FLOATS:
+                for shape, (label, x) in [(s, lay) for s in [(3, 4), (), (0,)]
+                                          for lay in layouts(s, dtype, seed=i)]:
+                    add(Sample(f"F.{name}", lambda t, n=name, a=attrs: getattr(F, n)(t, **a),
+                               (x,), want, tol, label=label))
+                add(Sample(f"Tensor.{name}", lambda t, n=name, a=attrs: getattr(t, n)(**a),
+                           (specials(dtype),), want, tol, label="|special"))
+                add(Sample(f"F.{name}_", lambda t, n=name, a=attrs: getattr(F, n + "_")(t, **a),
+                           (rand((2, 3), dtype, seed=i),), want, tol, writes=0))
+                add(Sample(f"Tensor.{name}_", lambda t, n=name, a=attrs:
+                           getattr(t, n + "_")(**a), (specials(dtype),), want, tol, writes=0,
+                           label="|special"))
+                add(Sample(f"cc.{name}_", lambda t, n=name, a=attrs:
+                           getattr(cc, n + "_")(t, **a), (rand((4,), dtype, seed=i),), want,
+                           tol, writes=0))
+            if name == "hardtanh" and attrs.get("min") == attrs.get("max"):
+                continue  # a degenerate interval: no gradient anywhere
+            r = np.random.default_rng(i)
+            gx = r.choice([-1.0, 1.0], (2, 3)) * r.uniform(0.2, 1.4, (2, 3))
+            if name == "hardtanh":  # away from the bounds as well as from 0
+                lo, hi = full["min"], full["max"]
+                gx = np.array([[lo - 0.3, lo + 0.2, hi - 0.2], [hi + 0.3, (lo + hi) / 2, 5.0]])
+            add(Sample(f"F.{name}", lambda t, n=name, a=attrs: getattr(F, n)(t, **a), (gx,),
+                       want, tol, grad=True))
+            add(Sample(f"F.{name}_", lambda t, n=name, a=attrs: getattr(F, n + "_")(t, **a),
+                       (gx.copy(),), want, tol, grad=True, writes=0))
+        invalid(f"F.{name}_", lambda t, n=name: getattr(F, n + "_")(t), [np.arange(3)],
+                cc.InplaceError)
+    invalid("F.hardtanh", lambda t: F.hardtanh(t, 1.0, -1.0), [np.ones(3)], cc.ShapeError)
+
+
+def build_scale():
+    def want_for(s, b, after):
+        def want(x):
+            out = float_of(x.dtype)
+            v = f64(x.astype(out))
+            return ((v * s + b) if after else (v + b) * s).astype(out)
+        return want
+    for k, (s, b, after) in enumerate([(2.0, 0.0, True), (0.5, 1.5, True), (-3.0, 2.0, False),
+                                       (1.0, 0.0, True)]):
+        want = want_for(s, b, after)
+        for dtype in ALL:
+            x = rand((2, 3), dtype, seed=k)
+            add(Sample("Tensor.scale", lambda t, s=s, b=b, a=after: t.scale(s, b, a), (x,),
+                       want, ULP))
+            add(Sample("cc.scale", lambda t, s=s, b=b, a=after: cc.scale(t, s, bias=b,
+                                                                          bias_after_scale=a),
+                       (rand((), dtype, seed=k),), want, ULP))
+        for dtype in FLOATS:
+            add(Sample("Tensor.scale_", lambda t, s=s, b=b, a=after: t.scale_(s, b, a),
+                       (specials(dtype),), want, ULP, writes=0))
+            add(Sample("cc.scale_", lambda t, s=s, b=b: cc.scale_(t, s, b),
+                       (rand((0, 3), dtype),), want_for(s, b, True), ULP, writes=0))
+        add(Sample("Tensor.scale", lambda t, s=s, b=b, a=after: t.scale(s, b, a),
+                   (rand((2, 3), F64, seed=k),), want, ULP, grad=True))
+        add(Sample("Tensor.scale_", lambda t, s=s, b=b, a=after: t.scale_(s, b, a),
+                   (rand((3,), F64, seed=k),), want, ULP, grad=True, writes=0))
+    invalid("Tensor.scale_", lambda t: t.scale_(2.0), [np.arange(3)], cc.InplaceError)
+
+
+def build_clip():
+    def want(lo, hi):
+        def w(x, *bounds):
+            lo_, hi_ = lo, hi
+            if bounds:
+                lo_ = bounds[0] if lo == "t" else lo
+                hi_ = bounds[-1] if hi == "t" else hi
+            fl = x.dtype.kind == "f"
+            if lo_ is None:
+                lo_ = -np.inf if fl else np.iinfo(x.dtype).min
+            if hi_ is None:
+                hi_ = np.inf if fl else np.iinfo(x.dtype).max
+            lo_, hi_ = np.asarray(lo_).astype(x.dtype), np.asarray(hi_).astype(x.dtype)
+            out = np.where(x < lo_, lo_, x)
+            return np.where(out > hi_, hi_, out).astype(x.dtype)
+        return w
+    for k, (lo, hi) in enumerate([(-1.0, 1.0), (None, 0.5), (-0.5, None), (2.0, -2.0), (0, 2)]):
+        for dtype in NUMERIC:
+            if dtype.kind == "i" and lo is not None and not float(lo).is_integer():
+                continue
+            for label, x in layouts((3, 4), dtype, seed=k)[:3]:
+                add(Sample("Tensor.clip", lambda t, lo=lo, hi=hi: t.clip(lo, hi), (x,),
+                           want(lo, hi), label=label))
+            add(Sample("cc.clip", lambda t, lo=lo, hi=hi: cc.clip(t, min=lo, max=hi),
+                       (specials(dtype),), want(lo, hi), label="|special"))
+            add(Sample("Tensor.clip_", lambda t, lo=lo, hi=hi: t.clip_(lo, hi),
+                       (rand((2, 0), dtype),), want(lo, hi), writes=0))
+            add(Sample("cc.clip_", lambda t, lo=lo, hi=hi: cc.clip_(t, lo, hi),
+                       (specials(dtype),), want(lo, hi), writes=0, label="|special"))
+    # 0-d tensor bounds (Paddle accepts a float, an int or a 0-D Tensor): issue 18 item 9
+    for dtype in NUMERIC:
+        x = rand((3, 4), dtype, seed=3)
+        lo, hi = np.array(-1, dtype), np.array(2, dtype)
+        add(Sample("Tensor.clip", lambda t, a, b: t.clip(a, b), (x, lo, hi), want("t", "t"),
+                   label="|tensor-bounds"))
+        add(Sample("Tensor.clip", lambda t, a: t.clip(a), (x, np.array(0.5)), want("t", None),
+                   label="|f64-bound"))
+        add(Sample("Tensor.clip_", lambda t, b: t.clip_(max=b), (x.copy(), hi),
+                   want(None, "t"), writes=0, label="|tensor-bound"))
+    xg = np.array([[-1.6, -0.7, 0.2], [0.9, 1.4, -0.1]])
+    add(Sample("Tensor.clip", lambda t: t.clip(-1.0, 1.0), (xg,), want(-1.0, 1.0), grad=True))
+    add(Sample("Tensor.clip", lambda t, a, b: t.clip(a, b), (xg, np.array(-0.5), np.array(0.5)),
+               want("t", "t"), grad=True, wrt=(0,), label="|tensor-bounds"))
+    add(Sample("Tensor.clip_", lambda t: t.clip_(max=0.5), (xg.copy(),), want(None, 0.5),
+               grad=True, writes=0))
+    invalid("Tensor.clip", lambda t: t.clip(0, 1), [np.ones(3, bool)], cc.TraceError)
+    invalid("Tensor.clip", lambda t, b: t.clip(b), [np.ones(3), np.ones(2)], cc.ShapeError)
+    invalid("Tensor.clip", lambda t: t.clip("a"), [np.ones(3)], cc.TraceError)
+
+
+def build_cast():
+    for src in ALL:
+        for dst in ALL:
+            x = specials(src) if not (src.kind == "f" and dst.kind in "iu") else \
+                rand((7,), src, -100, 100)  # float -> int of inf/NaN is undefined in C
+
+            def want(a, dst=dst):
+                return a.astype(dst)
+            add(Sample("Tensor.cast", lambda t, d=dst: t.cast(d), (x,), want))
+            add(Sample("Tensor.astype", lambda t, d=dst.name: t.astype(d),
+                       (rand((2, 0), src),), want))
+            add(Sample("cc.cast", lambda t, d=dst: cc.cast(t, d), (np.asarray(x[0]),), want))
+    add(Sample("Tensor.cast", lambda t: t.cast("float64") * 1.0, (rand((3,), F64),),
+               lambda a: a, grad=True))
+    invalid("Tensor.cast", lambda t: t.cast("float16"), [np.ones(2)], cc.TraceError)
+
+
+# -- binary elementwise ------------------------------------------------------------------------
+def _int_floordiv(a, b, dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    out = []
+    for x, y in zip(a.ravel().tolist(), b.ravel().tolist()):
+        q = x // y if y != 0 else 0
+        out.append((q + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1))  # wraps
+    return np.array(out, dtype).reshape(a.shape)
+
+
+def _int_mod(a, b, dtype):
+    out = [x % y if y != 0 else 0 for x, y in zip(a.ravel().tolist(), b.ravel().tolist())]
+    return np.array(out, dtype).reshape(a.shape)
+
+
+def _int_pow(a, b, dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    out = []
+    for x, y in zip(a.ravel().tolist(), b.ravel().tolist()):
+        if y < 0:
+            v = 1 if x == 1 else (-1) ** (-y) if x == -1 else 0
+        else:
+            v = pow(x, y, 2 ** bits)
+        out.append((v + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1))
+    return np.array(out, dtype).reshape(a.shape)
+
+
+def _py_floordiv(x, y):
+    """Python's float `//` (the semantics NumPy follows), with NumPy's x / 0."""
+    if y == 0:
+        return x / np.float64(y)
+    return x // y
+
+
+def _py_mod(x, y):
+    if y == 0 or math.isinf(x):
+        return math.nan
+    return x % y
+
+
+def _floor_div_float(a, b):
+    return np.vectorize(_py_floordiv, otypes=[F64])(a, b) if a.size else a
+
+
+def _mod_float(a, b):
+    return np.vectorize(_py_mod, otypes=[F64])(a, b) if a.size else a
+
+
+# name -> (formula over arrays converted to the result dtype (float: float64), tolerance,
+#          result "promote" | "float" | "bool", dtypes, grad)
+BINARY = {
+    "add": (lambda a, b: a + b if a.dtype != B else a | b, EXACT, "promote", ALL, True),
+    "subtract": (lambda a, b: a - b, EXACT, "promote", NUMERIC, True),
+    "multiply": (lambda a, b: a * b if a.dtype != B else a & b, EXACT, "promote", ALL, True),
+    "divide": (lambda a, b: a / b, EXACT, "float", ALL, True),
+    "pow": (lambda a, b: a ** b, ULP, "promote", NUMERIC, True),
+    "maximum": (lambda a, b: np.where(np.isnan(a) | (a >= b), a, b) if a.dtype.kind == "f"
+                else np.where(a >= b, a, b), EXACT, "promote", ALL, True),
+    "minimum": (lambda a, b: np.where(np.isnan(a) | (a <= b), a, b) if a.dtype.kind == "f"
+                else np.where(a <= b, a, b), EXACT, "promote", ALL, True),
+    "floor_divide": (None, EXACT, "promote", NUMERIC, False),
+    "remainder": (None, CLOSE, "promote", NUMERIC, True),
+    "greater_than": (lambda a, b: a > b, EXACT, "bool", ALL, False),
+    "less_than": (lambda a, b: a < b, EXACT, "bool", ALL, False),
+    "greater_equal": (lambda a, b: a >= b, EXACT, "bool", ALL, False),
+    "less_equal": (lambda a, b: a <= b, EXACT, "bool", ALL, False),
+    "equal": (lambda a, b: a == b, EXACT, "bool", ALL, False),
+    "not_equal": (lambda a, b: a != b, EXACT, "bool", ALL, False),
+    "logical_and": (lambda a, b: (a != 0) & (b != 0), EXACT, "logic", ALL, False),
+    "logical_or": (lambda a, b: (a != 0) | (b != 0), EXACT, "logic", ALL, False),
+}
+OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "pow": "**",
+             "floor_divide": "//", "remainder": "%", "greater_than": ">", "less_than": "<",
+             "greater_equal": ">=", "less_equal": "<=", "equal": "==", "not_equal": "!="}
+DUNDER = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "**": "pow", "//": "floordiv",
+          "%": "mod", ">": "gt", "<": "lt", ">=": "ge", "<=": "le", "==": "eq", "!=": "ne"}
+# `s OP x` with a Python scalar s calls x's reflected method
+REFLECTED = {**{k: "r" + v for k, v in DUNDER.items()}, ">": "lt", "<": "gt", ">=": "le",
+             "<=": "ge", "==": "eq", "!=": "ne"}
+INPLACE_OPERATORS = {"add": "+=", "subtract": "-=", "multiply": "*=", "divide": "/=",
+                     "floor_divide": "//=", "remainder": "%="}
+
+
+def binary_want(name, out_dtype_of=None):
+    formula, _, rule, _, _ = BINARY[name]
+
+    def want(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        dt = out_dtype_of(a, b) if out_dtype_of else None
+        common = result_dtype(a.dtype, b.dtype) if dt is None else dt
+        if rule == "float":
+            common = float_of(common)
+        if rule in ("logic",):
+            return errstate(formula)(a, b)
+        x, y = a.astype(common), b.astype(common)
+        if rule == "bool":
+            return errstate(formula)(x, y)
+        if name == "floor_divide":
+            xb, yb = np.broadcast_arrays(x, y)
+            return _int_floordiv(xb, yb, common) if common.kind == "i" \
+                else errstate(_floor_div_float)(f64(xb), f64(yb)).astype(common)
+        if name == "remainder":
+            xb, yb = np.broadcast_arrays(x, y)
+            return _int_mod(xb, yb, common) if common.kind == "i" \
+                else errstate(_mod_float)(f64(xb), f64(yb)).astype(common)
+        if name == "pow" and common.kind == "i":
+            xb, yb = np.broadcast_arrays(x, y)
+            return _int_pow(xb, yb, common)
+        if common.kind == "f" and name == "pow":
+            return errstate(formula)(f64(x), f64(y)).astype(common)
+        return errstate(formula)(x, y).astype(common)
+    return want
+
+
+def _scalar_dtype(value, like):
+    if isinstance(value, bool):
+        return like
+    if isinstance(value, int):
+        return like if like != B else I64
+    return like if like.kind == "f" else F32
+
+
+def _binary_domain(name, dtype, shape, seed):
+    lo, hi = (-3, 3)
+    if name == "pow":
+        lo, hi = (0.5, 2.5) if dtype.kind == "f" else (-3, 3)
+    x = rand(shape, dtype, lo, hi, seed)
+    return x
+
+
+def _exponent(dtype, shape, seed):
+    return rand(shape, dtype, -2, 3, seed) if dtype.kind == "f" else rand(shape, dtype, 0, 4, seed)
+
+
+BROADCASTS = [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((4,), (2, 3, 4)), ((2, 3, 4), (3, 1)),
+              ((), (2, 3)), ((2, 3), ()), ((0, 3), (1, 3)), ((2, 1), (2, 0)), ((1,), (1, 1))]
+
+
+def build_binary():
+    for name, (_, tol, rule, dtypes, grad) in BINARY.items():
+        want = binary_want(name)
+        calls = [(f"Tensor.{name}", lambda a, b, n=name: getattr(a, n)(b)),
+                 (f"cc.{name}", lambda a, b, n=name: getattr(cc, n)(a, b))]
+        if name in OPERATORS:
+            sym = OPERATORS[name]
+            calls.append((f"Tensor.__{DUNDER[sym]}__", eval(f"lambda a, b: a {sym} b")))
+        k = 0
+        for dtype in dtypes:
+            for sa, sb in BROADCASTS:
+                a = _binary_domain(name, dtype, sa, k)
+                b = _exponent(dtype, sb, k + 1) if name == "pow" else rand(sb, dtype, seed=k + 1)
+                api, body = calls[k % len(calls)]
+                k += 1
+                add(Sample(api, body, (a, b), want, tol))
+            # non-contiguous caller arrays on both sides
+            for (la, a), (lb, b) in zip(layouts((3, 4), dtype, seed=1),
+                                        layouts((3, 4), dtype, seed=2)[::-1]):
+                if name == "pow":
+                    a, b = np.abs(a) + (1 if dtype.kind == "f" else 0), np.abs(b) % 4
+                add(Sample(calls[0][0], calls[0][1], (a, b), want, tol, label=la + lb))
+            # extremal values against each other
+            s = specials(dtype)
+            a, b = np.meshgrid(s, s, indexing="ij")
+            if name == "pow" and dtype.kind in "iu":
+                b = np.clip(b, -3, 5)
+            add(Sample(calls[0][0], calls[0][1], (a.copy(), b.copy()), want, tol,
+                       label="|special"))
+        # mixed dtypes (promotion)
+        for da, db in [(F32, F64), (I32, F32), (I64, F32), (I32, I64), (B, I32), (B, F64),
+                       (F64, I32)]:
+            if da not in dtypes or db not in dtypes:
+                continue
+            a = _binary_domain(name, da, (2, 3), 4)
+            b = _exponent(db, (3,), 5) if name == "pow" else rand((3,), db, seed=5)
+            add(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y), (a, b), want,
+                       tol if tol != EXACT or rule != "float" else EXACT, label="|mixed"))
+        # Python scalars on either side: weakly typed
+        for dtype in dtypes:
+            for scalar in ([2, -1, 0, 2.5, True] if dtype != B else [True, False, 1]):
+                if name == "pow" and (isinstance(scalar, int) and scalar < 0
+                                      and dtype.kind in "ib"):
+                    continue  # a trace-time error (below)
+                a = _binary_domain(name, dtype, (2, 3), 6)
+                sd = _scalar_dtype(scalar, dtype)
+
+                def want_s(x, s=scalar, sd=sd, name=name):
+                    return binary_want(name)(x, np.asarray(s, sd))
+
+                def want_r(x, s=scalar, sd=sd, name=name):
+                    return binary_want(name)(np.asarray(s, sd), x)
+                if name == "pow" and sd.kind == "f" and dtype.kind != "f":
+                    want_s = want_s  # int ** float: computed in float32 (the promoted dtype)
+                add(Sample(f"Tensor.{name}", lambda x, s=scalar, n=name: getattr(x, n)(s),
+                           (a,), want_s, tol, label=f"|scalar={scalar!r}"))
+                if name in OPERATORS:
+                    sym = OPERATORS[name]
+                    if name == "pow" and dtype.kind != "f" and not isinstance(scalar, float):
+                        pass
+                    rev = eval(f"lambda x, s=scalar: s {sym} x")
+                    rapi = f"Tensor.__{REFLECTED[sym]}__"
+                    if name == "pow" and dtype.kind != "f":
+                        a = np.abs(a) % 3  # an integer exponent tensor from 0
+                    add(Sample(rapi, rev, (a,), want_r, tol, label=f"|rscalar={scalar!r}"))
+        # inplace forms: x op= y keeps x's dtype, y broadcasts into x
+        for j, dtype in enumerate(dtypes):
+            icalls = [(f"Tensor.{name}_", lambda a, b, n=name: getattr(a, n + "_")(b)),
+                      (f"cc.{name}_", lambda a, b, n=name: getattr(cc, n + "_")(a, b))]
+            if name in INPLACE_OPERATORS:
+                op = INPLACE_OPERATORS[name]
+                icalls.append((f"Tensor.__i{DUNDER[op[:-1]]}__",
+                               eval(f"lambda a, b: _iop(a, b, '{op}')",
+                                    {"_iop": _iop})))
+            if rule == "float" and dtype.kind != "f":
+                continue
+            for sa, sb in [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 3), ()), ((0, 2), (1,))]:
+                a = _binary_domain(name, dtype, sa, j)
+                b = _exponent(dtype, sb, j + 1) if name == "pow" else rand(sb, dtype, seed=j + 1)
+                api, body = icalls[(j + len(sa) + len(sb)) % len(icalls)]
+
+                def want_i(x, y, name=name):
+                    return binary_want(name)(x, y).astype(x.dtype)
+                add(Sample(api, body, (a, b), want_i, tol, writes=0))
+            if j == 0 and rule != "float" or (rule == "float" and dtype == F64):
+                # through an in-trace transposed view, broadcasting y into it
+                def want_t(x, y, name=name):
+                    out = x.copy()
+                    out.T[...] = binary_want(name)(x.T, y).astype(x.dtype)
+                    return out
+                a = _binary_domain(name, dtype, (4, 3), 7)
+                b = _exponent(dtype, (4,), 8) if name == "pow" else rand((4,), dtype, seed=8)
+                add(Sample(f"Tensor.{name}_", lambda x, y, n=name: (getattr(x.T, n + "_")(y),
+                                                                    x)[1],
+                           (a, b), want_t, tol, writes=0, label="|view"))
+            if name in ("greater_than", "equal", "logical_and") and dtype.kind == "f":
+                a, b = rand((3,), dtype), rand((3,), dtype, seed=1)
+                add(Sample(icalls[0][0], icalls[0][1], (a, b),
+                           lambda x, y, name=name: binary_want(name)(x, y).astype(x.dtype),
+                           writes=0, label="|keeps-dtype"))
+        if rule == "float":
+            invalid(f"Tensor.{name}_", lambda a, b, n=name: getattr(a, n + "_")(b),
+                    [np.arange(3), np.arange(3)], cc.InplaceError)
+        invalid(f"Tensor.{name}_", lambda a, b, n=name: getattr(a, n + "_")(b),
+                [np.ones(3, np.float32), np.ones((2, 3), np.float32)], cc.InplaceError)
+        invalid(f"Tensor.{name}", lambda a, b, n=name: getattr(a, n)(b),
+                [np.ones(3), np.ones(4)], cc.ShapeError)
+        if B not in dtypes:
+            invalid(f"Tensor.{name}", lambda a, b, n=name: getattr(a, n)(b),
+                    [np.ones(3, bool), np.ones(3, bool)], cc.TraceError)
+        if grad:
+            r = np.random.default_rng(3)
+            a = r.uniform(0.5, 2.0, (2, 3)) * r.choice([-1, 1], (2, 3))
+            b = r.uniform(0.5, 2.0, (3,)) * r.choice([-1, 1], (3,))
+            if name == "pow":
+                a = np.abs(a)
+            if name in ("maximum", "minimum"):
+                b = a[0] + np.array([0.3, -0.4, 0.5])  # no ties
+            if name == "remainder":
+                a = np.array([[0.35, -1.45, 2.55], [4.2, -0.4, 1.6]])
+                b = np.array([0.5, 1.25, -0.75])
+            add(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y), (a, b), want,
+                       tol, grad=True))
+            add(Sample(f"Tensor.{name}_", lambda x, y, n=name: getattr(x, n + "_")(y),
+                       (a.copy(), b), lambda x, y, n=name: binary_want(n)(x, y), tol,
+                       grad=True, writes=0))
+
+
+def build_aliasing():
+    """Inplace ops whose other operand aliases the target (DESIGN §8.6): every operand is read
+    before the write, as in eager NumPy."""
+    x = rand((6,), F64, seed=3)
+    m = rand((3, 4), F32, seed=4)
+    cases = [
+        ("Tensor.add_", lambda t: t.add_(t), lambda a: a + a),
+        ("Tensor.multiply_", lambda t: t.multiply_(t[::-1]), lambda a: a * a[::-1]),
+        ("Tensor.subtract_", lambda t: (t[1:].subtract_(t[:-1]), t)[1],
+         lambda a: np.concatenate([a[:1], a[1:] - a[:-1]])),
+        ("Tensor.__iadd__", lambda t: _iop(t, t[0], "+="), lambda a: a + a[0]),
+        ("Tensor.maximum_", lambda t: (t[::2].maximum_(t[1::2]), t)[1],
+         lambda a: _set(a, slice(None, None, 2), np.maximum(a[::2], a[1::2]))),
+    ]
+    for api, fn, want in cases:
+        add(Sample(api, fn, (x.copy(),), want, writes=0, label="|alias"))
+    add(Sample("Tensor.add_", lambda t: (t.T[:2].add_(t[:, :2].T), t)[1], (m,),
+               lambda a: _set(a, (slice(None), slice(0, 2)), a[:, :2] + a[:, :2]), writes=0,
+               label="|alias-T"))
+    add(Sample("Tensor.__setitem__", lambda t: _setitem(t, (slice(1, None),), t[:-1] * 2.0),
+               (x.copy(),), lambda a: _set(a, slice(1, None), a[:-1] * 2.0), writes=0,
+               label="|alias"))
+
+
+def _iop(a, b, op):
+    if op == "+=":
+        a += b
+    elif op == "-=":
+        a -= b
+    elif op == "*=":
+        a *= b
+    elif op == "/=":
+        a /= b
+    elif op == "//=":
+        a //= b
+    elif op == "%=":
+        a %= b
+    return a
+
+
+def build_int_edges():
+    """Issue 13 items 4 and 6, issue 18 item 7: integer division, remainder and power edges."""
+    for dtype in INTS:
+        info = np.iinfo(dtype)
+        a = np.array([7, -7, 0, info.min, info.min, info.max, 5, -5], dtype)
+        b = np.array([0, 0, 0, -1, 1, -1, -2, 3], dtype)
+        for name in ("floor_divide", "remainder"):
+            want = binary_want(name)
+            add(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y), (a, b), want,
+                       label="|by-zero"))
+            add(Sample(f"Tensor.{name}_", lambda x, y, n=name: getattr(x, n + "_")(y),
+                       (a.copy(), b), want, writes=0, label="|by-zero"))
+        add(Sample("Tensor.__floordiv__", lambda x, y: x // y, (a, b),
+                   binary_want("floor_divide"), label="|by-zero"))
+        add(Sample("Tensor.__mod__", lambda x, y: x % y, (a, b), binary_want("remainder"),
+                   label="|by-zero"))
+        add(Sample("Tensor.__ifloordiv__", lambda x, y: _iop(x, y, "//="), (a.copy(), b),
+                   binary_want("floor_divide"), writes=0, label="|by-zero"))
+        add(Sample("Tensor.__imod__", lambda x, y: _iop(x, y, "%="), (a.copy(), b),
+                   binary_want("remainder"), writes=0, label="|by-zero"))
+        # integer base, integer tensor exponent with negative values: 0, 1 for base 1,
+        # +-1 for base -1 (issue 18 item 7)
+        base = np.array([2, 1, -1, -1, 0, 3, -2, 1], dtype)
+        expo = np.array([-1, -5, -3, -4, -2, 2, 3, 0], dtype)
+        add(Sample("Tensor.pow", lambda x, y: x.pow(y), (base, expo), binary_want("pow"),
+                   label="|negative-exponent"))
+        add(Sample("Tensor.__rpow__", lambda y: 2 ** y, (expo,),
+                   lambda y: binary_want("pow")(np.asarray(2, y.dtype), y),
+                   label="|negative-exponent"))
+        add(Sample("Tensor.pow_", lambda x, y: x.pow_(y), (base.copy(), expo),
+                   binary_want("pow"), writes=0, label="|negative-exponent"))
+        # a negative Python-int exponent is a trace-time error (issue 13 item 4)
+        invalid("Tensor.__pow__", lambda x: x ** -1, [np.arange(3, dtype=dtype)], cc.TraceError)
+        invalid("Tensor.pow_", lambda x: x.pow_(-2), [np.arange(3, dtype=dtype)], cc.TraceError)
+        invalid("cc.pow", lambda x: cc.pow(x, -1), [np.arange(3, dtype=dtype)], cc.TraceError)
+    invalid("Tensor.__pow__", lambda x: x ** -1, [np.ones(3, bool)], cc.TraceError)
+    # floats by zero follow IEEE / NumPy: inf, nan
+    for dtype in FLOATS:
+        a = np.array([1.0, -1.0, 0.0, 5.5, -5.5, 7.0], dtype)
+        b = np.array([0.0, 0.0, 0.0, -2.0, 2.0, 0.5], dtype)
+        for name in ("floor_divide", "remainder"):
+            add(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y), (a, b),
+                       binary_want(name), label="|by-zero"))
+
+
+def build_where():
+    def want(c, x, y):
+        c, x, y = np.asarray(c), np.asarray(x), np.asarray(y)
+        dt = result_dtype(x.dtype, y.dtype)
+        cb, xb, yb = np.broadcast_arrays(c, x.astype(dt), y.astype(dt))
+        out = yb.copy()
+        out[cb] = xb[cb]
+        return out
+    for dtype in ALL:
+        for sc, sx, sy in [((3, 4), (3, 4), (3, 4)), ((3, 1), (4,), ()), ((), (2, 3), (2, 1)),
+                           ((0, 2), (2,), (1,))]:
+            c = rand(sc, B, seed=1)
+            x, y = rand(sx, dtype, seed=2), rand(sy, dtype, seed=3)
+            add(Sample("cc.where", lambda a, b, d: cc.where(a, b, d), (c, x, y), want))
+        add(Sample("Tensor.where", lambda a, b, d: a.where(b, d),
+                   (rand((3,), B), rand((3,), dtype), rand((3,), dtype, seed=4)), want))
+    add(Sample("cc.where", lambda a, b: cc.where(a, b, 0.5), (rand((2, 3), B), rand((2, 3), F64)),
+               lambda c, x: want(c, x, np.asarray(0.5)), label="|scalar"))
+    add(Sample("cc.where", lambda a, b, d: cc.where(a, b, d),
+               (rand((2, 3), B), rand((2, 3), I32), rand((3,), F32)), want, label="|mixed"))
+    add(Sample("cc.where", lambda a, b, d: cc.where(a, b, d),
+               (rand((2, 3), B), rand((2, 3), F64), rand((3,), F64, seed=9)), want, grad=True))
+    invalid("cc.where", lambda a, b, d: cc.where(a, b, d),
+            [np.ones(3, bool), np.ones(2), np.ones(3)], cc.ShapeError)
+
+
+def build_logical_not():
+    def want(x):
+        return x == 0
+    for dtype in ALL:
+        for label, x in layouts((3, 4), dtype)[:2]:
+            add(Sample("Tensor.logical_not", lambda t: t.logical_not(), (x,), want, label=label))
+        add(Sample("cc.logical_not", lambda t: cc.logical_not(t), (specials(dtype),), want))
+        add(Sample("Tensor.__invert__", lambda t: ~t, (rand((2, 0), dtype),), want))
+        add(Sample("Tensor.logical_not_", lambda t: t.logical_not_(), (specials(dtype),),
+                   lambda x: want(x).astype(x.dtype), writes=0))
+        add(Sample("cc.logical_not_", lambda t: cc.logical_not_(t), (rand((), dtype),),
+                   lambda x: want(x).astype(x.dtype), writes=0))
+    add(Sample("Tensor.__and__", lambda a, b: a & b, (rand((3,), B), rand((2, 3), B, seed=1)),
+               lambda a, b: a & b))
+    add(Sample("Tensor.__or__", lambda a, b: a | b, (rand((3,), B), rand((2, 3), B, seed=1)),
+               lambda a, b: a | b))
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _reduction_want(name, axis, keepdim):
+    def want(x):
+        ax = tuple(axis) if isinstance(axis, list) else axis
+        ax = None if x.ndim == 0 else ax
+        if name == "sum":
+            dt = x.dtype if x.dtype.kind == "f" else I64
+            return np.add.reduce(f64(x) if dt.kind == "f" else x.astype(I64), axis=ax,
+                                 keepdims=keepdim).astype(dt)
+        if name == "mean":
+            dt = float_of(x.dtype)
+            with np.errstate(all="ignore"):
+                return (np.add.reduce(f64(x), axis=ax, keepdims=keepdim)
+                        / max(1, _count(x.shape, ax)) if _count(x.shape, ax) else
+                        np.full(np.add.reduce(f64(x), axis=ax, keepdims=keepdim).shape,
+                                np.nan)).astype(dt)
+        return np.maximum.reduce(x, axis=ax, keepdims=keepdim) if x.size else \
+            np.zeros(np.add.reduce(x, axis=ax, keepdims=keepdim).shape, x.dtype)
+    return want
+
+
+def _reduction_terms(name, axis, keepdim):
+    def terms(x):
+        ax = tuple(axis) if isinstance(axis, list) else axis
+        ax = None if x.ndim == 0 else ax
+        t = np.add.reduce(np.abs(f64(x)), axis=ax, keepdims=keepdim)
+        return t / max(1, _count(x.shape, ax)) if name == "mean" else t
+    return terms
+
+
+def build_reductions():
+    want_for, terms_for = _reduction_want, _reduction_terms
+    cases = [((3, 4), None, False), ((3, 4), 0, False), ((3, 4), -1, True), ((2, 3, 4), [0, 2],
+                                                                                False),
+             ((2, 3, 4), (-1, -2), True), ((), None, False), ((), 0, True), ((1,), 0, False),
+             ((0, 3), 1, False), ((0, 3), 0, True), ((0, 3), None, False), ((2, 1, 3), 1, False)]
+    for name in ("sum", "mean", "max"):
+        for k, (shape, axis, keepdim) in enumerate(cases):
+            if name == "max" and 0 in shape and not _reduces_only_nonzero(shape, axis):
+                invalid("Tensor.max", lambda t, a=axis: t.max(a), [np.ones(shape)],
+                        cc.ShapeError)
+                continue
+            for dtype in ALL:
+                if name == "max" and dtype == B:
+                    continue
+                want = want_for(name, axis, keepdim)
+                exact = name == "max" or (name == "sum" and dtype.kind != "f")
+                tol = EXACT if exact else SUM
+                for label, x in layouts(shape, dtype, seed=k)[:2 if k % 2 else 4]:
+                    api, body = [(f"Tensor.{name}", lambda t, a=axis, kd=keepdim, n=name:
+                                  getattr(t, n)(a, keepdim=kd)),
+                                 (f"cc.{name}", lambda t, a=axis, kd=keepdim, n=name:
+                                  getattr(cc, n)(t, axis=a, keepdim=kd))][(k + len(label)) % 2]
+                    add(Sample(api, body, (x,), want, tol, terms=terms_for(name, axis, keepdim),
+                               label=label))
+            if 0 not in shape:
+                x = np.asarray(np.random.default_rng(k).permutation(max(1, int(np.prod(shape))))
+                               .reshape(shape) * 0.37 + 0.1)  # distinct: no ties for max
+                add(Sample(f"Tensor.{name}", lambda t, a=axis, kd=keepdim, n=name:
+                           getattr(t, n)(axis=a, keepdim=kd), (x.astype(F64),),
+                           want_for(name, axis, keepdim), SUM,
+                           terms=terms_for(name, axis, keepdim), grad=True))
+        for dtype in FLOATS:
+            s = specials(dtype)
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (s,),
+                       want_for(name, None, False), SUM, terms=terms_for(name, None, False),
+                       label="|special"))
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=2), [np.ones((2, 3))],
+                cc.ShapeError)
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=-3), [np.ones((2, 3))],
+                cc.ShapeError)
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=[0, 0]),
+                [np.ones((2, 3))], cc.ShapeError)
+    # Paddle's sum(x, axis, dtype, keepdim): the result's dtype
+    for src, dst in [(I32, I32), (I32, F64), (B, I32), (F32, F64), (F64, F32), (I64, F32)]:
+        x = rand((3, 4), src, seed=4)
+        add(Sample("Tensor.sum", lambda t, d=dst: t.sum(1, d), (x,),
+                   lambda a, d=dst: np.add.reduce(a.astype(d), axis=1, dtype=d), SUM,
+                   terms=lambda a: np.abs(f64(a)).sum(axis=1), label="|dtype"))
+        add(Sample("cc.sum", lambda t, d=dst: cc.sum(t, axis=[0, 1], dtype=d, keepdim=True),
+                   (x,), lambda a, d=dst: np.add.reduce(a.astype(d), axis=(0, 1), keepdims=True,
+                                                        dtype=d), SUM,
+                   terms=lambda a: np.abs(f64(a)).sum(keepdims=True), label="|dtype"))
+    invalid("Tensor.sum", lambda t: t.sum(0, True), [np.ones((2, 3))], cc.TraceError)
+    invalid("Tensor.sum", lambda t: t.sum(dtype="float16"), [np.ones((2, 3))], cc.TraceError)
+    # ties share the gradient equally (PyTorch's amax; conventions table)
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
+    add(Sample("Tensor.max", lambda t: t.max(axis=1), (x,), lambda t: t.max(axis=1),
+               grad=True, grad_want=lambda t, w: np.array([[0, .5, .5], [1 / 3] * 3]) * w[:, None],
+               label="|ties"))
+
+
+def _count(shape, axis):
+    if axis is None:
+        return int(np.prod(shape))
+    axes = (axis,) if isinstance(axis, int) else axis
+    return int(np.prod([shape[a] for a in axes])) if shape else 1
+
+
+def _reduces_only_nonzero(shape, axis):
+    if axis is None:
+        return 0 not in shape
+    axes = (axis,) if isinstance(axis, int) else axis
+    return all(shape[a] != 0 for a in axes)
+
+
+# -- matmul ------------------------------------------------------------------------------------
+def build_matmul():
+    def want(a, b, ta=False, tb=False):
+        dt = result_dtype(a.dtype, b.dtype)
+        x, y = a.astype(dt), b.astype(dt)
+        if ta:
+            x = np.swapaxes(x, -1, -2)
+        if tb:
+            y = np.swapaxes(y, -1, -2)
+        if dt.kind == "f":
+            return np.einsum("...ij,...jk->...ik", *_lift(f64(x), f64(y)))[_squeeze(a, b)] \
+                .astype(dt)
+        return np.einsum("...ij,...jk->...ik", *_lift(x, y))[_squeeze(a, b)].astype(dt)
+
+    def terms(a, b, ta=False, tb=False):
+        x, y = np.abs(f64(a)), np.abs(f64(b))
+        if ta:
+            x = np.swapaxes(x, -1, -2)
+        if tb:
+            y = np.swapaxes(y, -1, -2)
+        return np.einsum("...ij,...jk->...ik", *_lift(x, y))[_squeeze(a, b)]
+    shapes = [((2, 3), (3, 4)), ((2, 2, 3), (3, 4)), ((1, 2, 3), (4, 3, 2)), ((3,), (3, 2)),
+              ((2, 3), (3,)), ((3,), (3,)), ((2, 0), (0, 3)), ((0, 3), (3, 2)), ((1, 1), (1, 1)),
+              ((2, 1, 2, 3), (3, 3, 1))]
+    for k, (sa, sb) in enumerate(shapes):
+        for dtype in NUMERIC:
+            a, b = rand(sa, dtype, seed=k), rand(sb, dtype, seed=k + 50)
+            api, body = [("Tensor.matmul", lambda x, y: x.matmul(y)),
+                         ("cc.matmul", lambda x, y: cc.matmul(x, y)),
+                         ("Tensor.__matmul__", lambda x, y: x @ y)][k % 3]
+            add(Sample(api, body, (a, b), want, SUM, terms=terms))
+        if 0 not in sa + sb:
+            add(Sample("Tensor.matmul", lambda x, y: x.matmul(y),
+                       (rand(sa, F64, seed=k), rand(sb, F64, seed=k + 9)), want, SUM,
+                       terms=terms, grad=True))
+    for (la, a), (lb, b) in zip(layouts((3, 4), F32), layouts((4, 2), F32, seed=3)):
+        add(Sample("Tensor.matmul", lambda x, y: x @ y, (a, b), want, SUM, terms=terms,
+                   label=la + lb))
+    add(Sample("Tensor.matmul", lambda x, y: x.matmul(y, transpose_x=True, transpose_y=True),
+               (rand((3, 2), F64), rand((4, 3), F64)), lambda a, b: want(a, b, True, True), SUM,
+               terms=lambda a, b: terms(a, b, True, True), grad=True, label="|flags"))
+    add(Sample("Tensor.matmul", lambda x, y: x @ y, (rand((2, 3), F32), rand((3, 2), I32)),
+               want, SUM, terms=terms, label="|mixed"))
+    add(Sample("Tensor.__rmatmul__", lambda y: np.ones((2, 3)) @ y, (rand((3, 2), F64),),
+               lambda y: want(np.ones((2, 3)), y), SUM,
+               terms=lambda y: terms(np.ones((2, 3)), y)))
+    add(Sample("Tensor.matmul", lambda x, y: x.matmul(y), (rand((0, 0), F64), rand((0, 0), F64)),
+               want, SUM, terms=terms, grad=True, label="|empty-grad"))
+    for sa, sb in [((2, 0), (0, 3)), ((0,), (0, 3)), ((0, 0), (0,)), ((0,), (0,)),
+                   ((3, 0), (2, 0, 4))]:
+        add(Sample("Tensor.matmul", lambda x, y: x.matmul(y), (rand(sa, F64), rand(sb, F64)),
+                   want, SUM, terms=terms, grad=True, label="|empty-grad"))
+    invalid("Tensor.matmul", lambda x, y: x @ y, [np.ones((2, 3)), np.ones((2, 3))],
+            cc.ShapeError)
+    invalid("Tensor.matmul", lambda x, y: x @ y, [np.ones(()), np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.matmul", lambda x, y: x @ y, [np.ones((2, 2, 3)), np.ones((3, 3, 2))],
+            cc.ShapeError)
+
+
+def _lift(x, y):
+    return (x[None, :] if x.ndim == 1 else x), (y[:, None] if y.ndim == 1 else y)
+
+
+def _squeeze(a, b):
+    """Index dropping the axes that lifting rank-1 operands added."""
+    if a.ndim == 1 and b.ndim == 1:
+        return (Ellipsis, 0, 0)
+    if a.ndim == 1:
+        return (Ellipsis, 0, slice(None))
+    if b.ndim == 1:
+        return (Ellipsis, 0)
+    return (Ellipsis,)
+
+
+# -- views, shapes, indexing -------------------------------------------------------------------
+def build_views():
+    def same(x):
+        return x
+
+    # reshape: Paddle's 0 copies the input dimension, one -1 is inferred
+    for shape, target, result in [((2, 3), [3, 2], (3, 2)), ((2, 3), [-1], (6,)),
+                                  ((2, 3), [0, -1], (2, 3)),
+                                  ((2, 3, 4), [0, 0, 2, 2], (2, 3, 2, 2)),
+                                  ((5, 0), [-1, 3], (0, 3)), ((5, 0), [0, 0], (5, 0)),
+                                  ((5, 0), [2, 1, 0, 3, 1], (2, 1, 0, 3, 1)), ((), [1], (1,)),
+                                  ((1,), [], ()), ((4,), [2, -1], (2, 2)), ((0,), [0], (0,))]:
+        for dtype in (F32, I64, B):
+            x = rand(shape, dtype)
+            add(Sample("Tensor.reshape", lambda t, s=target: t.reshape(s), (x,),
+                       lambda a, r=result: a.reshape(r)))
+        add(Sample("cc.reshape", lambda t, s=target: cc.reshape(t, s), (rand(shape, F64),),
+                   lambda a, r=result: a.reshape(r), grad=True))
+    for label, x in layouts((3, 4), F32):
+        add(Sample("Tensor.reshape", lambda t: t.reshape([4, 3]), (x,),
+                   lambda a: a.reshape(4, 3), label=label))
+        add(Sample("Tensor.view", lambda t: t.view([12]), (x,), lambda a: a.reshape(12),
+                   label=label))
+        add(Sample("Tensor.reshape_", lambda t: t.reshape_([2, 6]), (x,),
+                   lambda a: a.reshape(2, 6), returns=0, label=label))
+    add(Sample("cc.reshape_", lambda t: cc.reshape_(t, [-1]), (rand((2, 0), F32),),
+               lambda a: a.reshape(-1), returns=0))
+    # a transposed tensor's reshape is a copy; writing through it leaves the base alone
+    add(Sample("Tensor.reshape", lambda t: (t.t().reshape([-1]).zero_(), t)[1] * 1.0,
+               (rand((2, 3), F64),), lambda a: a, grad=True, label="|copy"))
+    invalid("Tensor.reshape", lambda t: t.reshape([4, 2]), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.reshape", lambda t: t.reshape([-1, -1]), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.reshape", lambda t: t.reshape([-2, -3]), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.reshape", lambda t: t.reshape([0, -1]), [np.ones((0, 3))], cc.ShapeError)
+
+    # flatten (issue 18 item 1: a zero-size dimension inside the flattened range)
+    for shape, start, stop in [((2, 3, 4), 0, -1), ((2, 3, 4), 1, 2), ((2, 3, 4), -2, -1),
+                               ((7, 4, 0, 1, 3, 5), 1, 3), ((), 0, -1), ((3,), 0, 0),
+                               ((2, 0), 0, 1)]:
+        def want(a, start=start, stop=stop):
+            if a.ndim == 0:
+                return a.reshape(1)
+            s, e = start % a.ndim, stop % a.ndim
+            return a.reshape(a.shape[:s] + (int(np.prod(a.shape[s:e + 1])),) + a.shape[e + 1:])
+        for dtype in (F64, I32, B):
+            add(Sample("Tensor.flatten", lambda t, a=start, b=stop: t.flatten(a, b),
+                       (rand(shape, dtype),), want))
+        add(Sample("cc.flatten", lambda t, a=start, b=stop: cc.flatten(t, a, b),
+                   (rand(shape, F64),), want, grad=True))
+        add(Sample("Tensor.flatten_", lambda t, a=start, b=stop: t.flatten_(a, b),
+                   (rand(shape, F32),), want, returns=0))
+    add(Sample("cc.flatten_", lambda t: cc.flatten_(t), (rand((2, 2), F32),),
+               lambda a: a.reshape(-1), returns=0))
+    invalid("Tensor.flatten", lambda t: t.flatten(2, 1), [np.ones((2, 3, 4))], cc.ShapeError)
+    invalid("Tensor.flatten", lambda t: t.flatten(0, 5), [np.ones((2, 3, 4))], cc.ShapeError)
+
+    # squeeze / unsqueeze (issue 18 item 2: squeeze(0) of a 0-d tensor)
+    for shape, axis in [((1, 3, 1), None), ((1, 3, 1), 0), ((1, 3, 1), -1), ((1, 3, 1), [0, 2]),
+                        ((1, 3, 1), 1), ((), 0), ((), None), ((), -1), ((0, 1), 1), ((1,), 0)]:
+        def want(a, axis=axis):
+            if a.ndim == 0:
+                return a
+            axes = range(a.ndim) if axis is None else [axis] if isinstance(axis, int) else axis
+            axes = tuple(ax % a.ndim for ax in axes if a.shape[ax] == 1)
+            return a.squeeze(axes)
+        add(Sample("Tensor.squeeze", lambda t, a=axis: t.squeeze(a), (rand(shape, F32),), want))
+        add(Sample("cc.squeeze", lambda t, a=axis: cc.squeeze(t, a), (rand(shape, F64),), want,
+                   grad=True))
+        add(Sample("Tensor.squeeze_", lambda t, a=axis: t.squeeze_(a), (rand(shape, I32),),
+                   want, returns=0))
+    add(Sample("cc.squeeze_", lambda t: cc.squeeze_(t, 0), (rand((), B),), lambda a: a,
+               returns=0))
+    invalid("Tensor.squeeze", lambda t: t.squeeze(3), [np.ones((1, 2))], cc.ShapeError)
+    invalid("Tensor.squeeze", lambda t: t.squeeze(1), [np.ones(())], cc.ShapeError)
+    for shape, axis in [((3,), 0), ((3,), -1), ((2, 3), [0, 3]), ((), 0), ((), -1),
+                        ((0, 2), 1)]:
+        def want(a, axis=axis):
+            axes = [axis] if isinstance(axis, int) else axis
+            return np.expand_dims(a, tuple(axes))
+        add(Sample("Tensor.unsqueeze", lambda t, a=axis: t.unsqueeze(a), (rand(shape, I64),),
+                   want))
+        add(Sample("cc.unsqueeze", lambda t, a=axis: cc.unsqueeze(t, a), (rand(shape, F64),),
+                   want, grad=True))
+        add(Sample("Tensor.unsqueeze_", lambda t, a=axis: t.unsqueeze_(a), (rand(shape, F32),),
+                   want, returns=0))
+    add(Sample("cc.unsqueeze_", lambda t: cc.unsqueeze_(t, 0), (rand((2,), F32),),
+               lambda a: a[None], returns=0))
+    invalid("Tensor.unsqueeze", lambda t: t.unsqueeze(3), [np.ones((2,))], cc.ShapeError)
+
+    # transpose, t, T
+    for shape, perm in [((2, 3), [1, 0]), ((2, 3, 4), [2, 0, 1]), ((2, 3, 4), [-1, 0, -2]),
+                        ((), []), ((3,), [0]), ((0, 2, 1), [1, 2, 0])]:
+        def want(a, perm=perm):
+            return np.transpose(a, [p % max(a.ndim, 1) for p in perm]) if a.ndim else a
+        for dtype in (F32, I32, B):
+            add(Sample("Tensor.transpose", lambda t, p=perm: t.transpose(p),
+                       (rand(shape, dtype),), want))
+        add(Sample("cc.transpose", lambda t, p=perm: cc.transpose(t, p), (rand(shape, F64),),
+                   want, grad=True))
+        add(Sample("Tensor.transpose_", lambda t, p=perm: t.transpose_(p), (rand(shape, F32),),
+                   want, returns=0))
+    add(Sample("cc.transpose_", lambda t: cc.transpose_(t, [1, 0]), (rand((2, 3), F32),),
+               lambda a: a.T, returns=0))
+    for shape in [(2, 3), (3,), (), (2, 3, 4)]:
+        add(Sample("Tensor.t_", lambda t: t.t_(), (rand(shape, F32),),
+                   lambda a: np.swapaxes(a, -1, -2) if a.ndim >= 2 else a, returns=0))
+    add(Sample("cc.t_", lambda t: cc.t_(t), (rand((2, 3), I64),), lambda a: a.T, returns=0))
+    invalid("Tensor.transpose", lambda t: t.transpose([0, 0]), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.transpose", lambda t: t.transpose([0]), [np.ones((2, 3))], cc.ShapeError)
+    for shape in [(2, 3), (3,), (), (2, 3, 4), (0, 2)]:
+        add(Sample("Tensor.t", lambda t: t.t(), (rand(shape, F64),),
+                   lambda a: np.swapaxes(a, -1, -2) if a.ndim >= 2 else a, grad=True))
+        add(Sample("cc.t", lambda t: cc.t(t), (rand(shape, I32),),
+                   lambda a: np.swapaxes(a, -1, -2) if a.ndim >= 2 else a))
+        add(Sample("Tensor.T", lambda t: t.T, (rand(shape, F64),), lambda a: a.T, grad=True))
+    # numel: a 0-d int64 tensor (Paddle)
+    for shape in [(2, 3), (), (0, 4)]:
+        add(Sample("Tensor.numel", lambda t: t.numel(), (rand(shape, F32),),
+                   lambda a: np.array(a.size, I64)))
+        add(Sample("cc.numel", lambda t: cc.numel(t) * 2, (rand(shape, B),),
+                   lambda a: np.array(2 * a.size, I64)))
+
+    # expand / broadcast_to
+    for src, shape, result in [((1, 3), [4, 3], (4, 3)), ((3,), [2, 3], (2, 3)),
+                               ((2, 1), [2, -1], (2, 1)), ((1,), [0], (0,)), ((), [2, 2], (2, 2)),
+                               ((1, 3), [2, 4, -1], (2, 4, 3))]:
+        for dtype in (F32, I64, B):
+            add(Sample("Tensor.expand", lambda t, s=shape: t.expand(s), (rand(src, dtype),),
+                       lambda a, r=result: np.broadcast_to(a, r).copy()))
+        add(Sample("cc.expand", lambda t, s=shape: cc.expand(t, s), (rand(src, F64),),
+                   lambda a, r=result: np.broadcast_to(a, r).copy(), grad=True))
+        if -1 not in shape:
+            add(Sample("Tensor.broadcast_to", lambda t, s=shape: t.broadcast_to(s),
+                       (rand(src, F64),), lambda a, r=result: np.broadcast_to(a, r).copy(),
+                       grad=True))
+            add(Sample("cc.broadcast_to", lambda t, s=shape: cc.broadcast_to(t, s),
+                       (rand(src, I32),), lambda a, r=result: np.broadcast_to(a, r).copy()))
+    invalid("Tensor.expand", lambda t: t.expand([2, 2]), [np.ones(3)], cc.ShapeError)
+    invalid("Tensor.expand", lambda t: t.expand([3, 2]).add_(1.0), [np.ones((1, 2))],
+            cc.InplaceError)
+    invalid("Tensor.broadcast_to", lambda t: t.broadcast_to([2]), [np.ones(3)], cc.ShapeError)
+
+    # detach, contiguous, to_tensor of a tensor
+    for dtype in ALL:
+        add(Sample("Tensor.detach", lambda t: t.detach(), (rand((2, 3), dtype),), same))
+        add(Sample("cc.detach", lambda t: cc.detach(t), (rand((), dtype),), same))
+        add(Sample("Tensor.contiguous", lambda t: t.t().contiguous(), (rand((2, 3), dtype),),
+                   lambda a: a.T.copy()))
+        add(Sample("cc.to_tensor", lambda t: cc.to_tensor(t), (rand((0, 2), dtype),), same))
+    add(Sample("Tensor.detach_", lambda t: t.detach_(), (rand((3,), F32),), same, returns=0))
+    add(Sample("cc.detach_", lambda t: cc.detach_(t), (rand((3,), F32),), same, returns=0))
+    add(Sample("Tensor.detach", lambda t: t * 2.0 + t.detach(), (rand((3,), F64),),
+               lambda a: 3 * a, grad=True, grad_want=lambda a, w: 2 * w))
+    add(Sample("Tensor.contiguous", lambda t: t.t().contiguous(), (rand((2, 3), F64),),
+               lambda a: a.T.copy(), grad=True))
+
+
+class _Index:
+    def __getitem__(self, idx):
+        return idx
+
+
+IDX = _Index()
+INDICES = [IDX[0], IDX[-1], IDX[1:], IDX[:, 1], IDX[1, 2, 3], IDX[::-1], IDX[:, ::-2],
+           IDX[..., ::-1], IDX[:, 1:3, ::2], IDX[None], IDX[:, None, 0], IDX[..., None],
+           IDX[0, ..., 1], IDX[-2:, -3:-1, -1::-3], IDX[5:], IDX[:, 10:20], IDX[1:2, 0:3:5],
+           IDX[...], IDX[:]]
+
+
+def build_indexing():
+    for k, idx in enumerate(INDICES):
+        dtype = ALL[k % len(ALL)]
+        x = rand((3, 4, 5), dtype, seed=k)
+        add(Sample("Tensor.__getitem__", lambda t, i=idx: t[i], (x,),
+                   lambda a, i=idx: np.asarray(a[i]).copy()))
+        add(Sample("Tensor.__getitem__", lambda t, i=idx: t[i], (rand((3, 4, 5), F64, seed=k),),
+                   lambda a, i=idx: np.asarray(a[i]).copy(), grad=True))
+
+        def set_want(a, v, i=idx):
+            out = a.copy()
+            out[i] = v
+            return out
+        v = rand(np.asarray(x[idx]).shape, dtype, seed=k + 1)
+        add(Sample("Tensor.__setitem__", lambda t, u, i=idx: _setitem(t, i, u), (x.copy(), v),
+                   set_want, writes=0))
+    x = rand((3, 4), F64)
+    add(Sample("Tensor.__setitem__", lambda t, u: _setitem(t * 1.0, (slice(None), 1), u),
+               (x, rand((3,), F64, seed=2)), lambda a, u: _set(a, (slice(None), 1), u),
+               grad=True))
+    add(Sample("Tensor.__setitem__", lambda t: _setitem(t, (0,), 2.5), (rand((2, 3), I32),),
+               lambda a: _set(a, (0,), 2), writes=0, label="|cast"))
+    add(Sample("Tensor.__setitem__", lambda t: _setitem(t, (slice(0, 2),), t[1:3]),
+               (rand((4, 2), F32),), lambda a: _set(a, (slice(0, 2),), a[1:3].copy()), writes=0,
+               label="|overlap"))
+    add(Sample("Tensor.__iter__", lambda t: tuple(r.sum() for r in t), (rand((3, 2), F64),),
+               lambda a: tuple(np.asarray(r.sum()) for r in a)))
+    add(Sample("Tensor.__len__", lambda t: t * len(t), (rand((3, 2), I32),), lambda a: a * 3))
+    invalid("Tensor.__len__", lambda t: len(t), [np.ones(())], cc.TraceError)
+    # a traced value has no data: converting it, or branching on it, is a trace-time error
+    invalid("Tensor.numpy", lambda t: t.numpy(), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.item", lambda t: t.sum().item(), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.tolist", lambda t: t.tolist(), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.__bool__", lambda t: t * 2 if t.sum() > 0 else t, [np.ones(2)],
+            cc.TraceError)
+    invalid("Tensor.__float__", lambda t: float(t.sum()), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.__int__", lambda t: int(t.sum()), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.__index__", lambda t: [1, 2][t.sum()], [np.ones(2, np.int64)],
+            cc.TraceError)
+    invalid("Tensor.__getitem__", lambda t: t[0, 0, 0], [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.__getitem__", lambda t: t[..., ...], [np.ones((2, 3))], cc.TraceError)
+    invalid("Tensor.__getitem__", lambda t: t[t], [np.ones((2, 3))], cc.TraceError)
+    invalid("Tensor.__setitem__", lambda t, u: t.__setitem__(0, u), [np.ones((2, 3)),
+                                                                     np.ones(4)],
+            cc.ShapeError)
+
+
+def _setitem(t, idx, v):
+    t[idx] = v
+    return t
+
+
+def _set(a, idx, v):
+    out = a.copy()
+    out[idx] = v
+    return out
+
+
+def build_fill_concat():
+    for dtype in ALL:
+        add(Sample("Tensor.zero_", lambda t: t.zero_(), (rand((2, 3), dtype),),
+                   lambda a: np.zeros_like(a), writes=0))
+        add(Sample("cc.zero_", lambda t: cc.zero_(t), (rand((), dtype),),
+                   lambda a: np.zeros_like(a), writes=0))
+        add(Sample("Tensor.fill_", lambda t: t.fill_(1), (rand((0, 3), dtype),),
+                   lambda a: np.ones_like(a), writes=0))
+        add(Sample("cc.fill_", lambda t: cc.fill_(t, True), (rand((4,), dtype),),
+                   lambda a: np.ones_like(a), writes=0))
+    for k, (shapes, axis) in enumerate([([(2, 3), (2, 3), (2, 3)], 0), ([(2, 3), (2, 1)], 1),
+                                        ([(2, 3), (2, 0)], -1), ([(0, 3), (2, 3)], 0),
+                                        ([(3,)], 0), ([(1, 2, 2), (1, 2, 2)], -2)]):
+        for dtype in ALL:
+            arrs = tuple(rand(s, dtype, seed=k + i) for i, s in enumerate(shapes))
+            add(Sample("cc.concat", lambda *ts, a=axis: cc.concat(list(ts), axis=a), arrs,
+                       lambda *xs, a=axis: np.concatenate(xs, axis=a)))
+        arrs = tuple(rand(s, F64, seed=k + i) for i, s in enumerate(shapes))
+        add(Sample("cc.concat", lambda *ts, a=axis: cc.concat(list(ts), axis=a), arrs,
+                   lambda *xs, a=axis: np.concatenate(xs, axis=a), grad=True))
+    add(Sample("cc.concat", lambda a, b: cc.concat([a, b]), (rand((1, 2), I32), rand((2, 2), F32)),
+               lambda a, b: np.concatenate([a.astype(F32), b]), label="|mixed"))
+    invalid("cc.concat", lambda a, b: cc.concat([a, b], axis=1), [np.ones((2, 3)),
+                                                                  np.ones((3, 3))],
+            cc.ShapeError)
+    invalid("cc.concat", lambda a: cc.concat([a, a], axis=2), [np.ones((2, 3))], cc.ShapeError)
+    invalid("cc.concat", lambda: cc.concat([]), [], cc.TraceError)
+
+
+# -- creation ----------------------------------------------------------------------------------
+def build_creation():
+    for dtype in [None, "float32", "float64", "int32", "int64", "bool"]:
+        d = F32 if dtype is None else np.dtype(dtype)
+        add(Sample("cc.zeros", lambda dt=dtype: cc.zeros([2, 3], dt), (),
+                   lambda d=d: np.zeros((2, 3), d)))
+        add(Sample("cc.ones", lambda dt=dtype: cc.ones(3, dtype=dt), (),
+                   lambda d=d: np.ones(3, d)))
+        add(Sample("cc.full", lambda dt=dtype: cc.full([], 1, dt), (), lambda d=d: np.ones((), d)))
+        add(Sample("cc.zeros", lambda dt=dtype: cc.zeros([0, 2], dt), (),
+                   lambda d=d: np.zeros((0, 2), d)))
+    add(Sample("cc.full", lambda: cc.full([2], 7.5), (), lambda: np.full(2, 7.5, F32)))
+    add(Sample("cc.full", lambda: cc.full([2], True), (), lambda: np.full(2, True)))
+    add(Sample("cc.full", lambda: cc.full([2], -np.inf, "float64"), (),
+               lambda: np.full(2, -np.inf)))
+    for dtype in ALL:
+        x = rand((2, 3), dtype)
+        add(Sample("cc.zeros_like", lambda t: cc.zeros_like(t), (x,), np.zeros_like))
+        add(Sample("cc.ones_like", lambda t: cc.ones_like(t, "float64"), (x,),
+                   lambda a: np.ones(a.shape)))
+        add(Sample("cc.full_like", lambda t: cc.full_like(t, 1), (x,), lambda a: np.ones_like(a)))
+    # arange: element i is start + i * step in float64, cast to the dtype (conventions table)
+    for args, kw, want in [
+        ((5,), {}, np.arange(5)), ((2, 9, 3), {}, np.arange(2, 9, 3)),
+        ((10, 0, -3), {}, np.arange(10, 0, -3)), ((5, 5), {}, np.arange(0)),
+        ((0.0, 1.0, 0.25), {}, np.array([0, .25, .5, .75], F32)),
+        ((1, 4), {"dtype": "float64"}, np.arange(1.0, 4.0)),
+        ((0.5, 3.6), {"dtype": "int32"}, np.array([0, 1, 2, 3], I32)),
+        ((0.5, 3.6, 0.5), {"dtype": "int64"}, np.array([0, 1, 1, 2, 2, 3, 3], I64)),
+        ((-0.5, 2.0, 1.0), {"dtype": "int32"}, np.array([0, 0, 1], I32)),
+        ((0, 1, 0.1), {"dtype": "float32"}, (np.arange(10) * 0.1).astype(F32)),
+        ((3, -2, -1), {"dtype": "float64"}, np.array([3., 2, 1, 0, -1])),
+    ]:
+        add(Sample("cc.arange", lambda a=args, k=kw: cc.arange(*a, **k), (),
+                   lambda w=want: w))
+    invalid("cc.arange", lambda: cc.arange(0, 5, 0), [], cc.TraceError)
+    invalid("cc.zeros", lambda: cc.zeros([2], "float16"), [], cc.TraceError)
+    for data, dtype, want in [([1.0, 2.5], None, np.array([1.0, 2.5], F32)),
+                              ([[1, 2], [3, 4]], None, np.array([[1, 2], [3, 4]])),
+                              (2.0, None, np.array(2.0, F32)), (True, None, np.array(True)),
+                              ([1, 2], "float64", np.array([1.0, 2.0])),
+                              (np.arange(3.0), "int32", np.arange(3, dtype=I32)),
+                              (np.zeros((0, 2), I32), None, np.zeros((0, 2), I32))]:
+        add(Sample("cc.to_tensor", lambda d=data, dt=dtype: cc.to_tensor(d, dtype=dt), (),
+                   lambda w=want: w))
+    invalid("cc.to_tensor", lambda: cc.to_tensor(["a"]), [], cc.TraceError)
+
+
+# -- compiler.nn.functional --------------------------------------------------------------------
+def _softmax(x, axis):
+    if x.size == 0:
+        return x.copy()
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    if x.size == 0:
+        return x.copy()
+    s = x - x.max(axis=axis, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
+
+
+def _in(dtype_fn):
+    def wrap(x, *rest):
+        return dtype_fn(f64(x), *rest).astype(x.dtype)
+    return wrap
+
+
+def build_functional():
+    for name, ref in (("softmax", _softmax), ("log_softmax", _log_softmax)):
+        for shape, axis in [((3, 4), -1), ((3, 4), 0), ((2, 3, 4), 1), ((5, 0, 0), -1),
+                            ((0, 3), -1), ((3, 0), 0), ((4,), 0), ((), 0), ((1, 1), -1)]:
+            for dtype in FLOATS:
+                for label, x in layouts(shape, dtype, -4, 4)[:2]:
+                    add(Sample(f"F.{name}", lambda t, a=axis, n=name: getattr(F, n)(t, axis=a),
+                               (x,), lambda v, a=axis, r=ref: _in(r)(v, a), CLOSE, label=label))
+            add(Sample(f"F.{name}", lambda t, a=axis, n=name: getattr(F, n)(t, a),
+                       (rand(shape, F64, -2, 2),), lambda v, a=axis, r=ref: r(v, a), CLOSE,
+                       grad=True))
+        add(Sample(f"F.{name}", lambda t, n=name: getattr(F, n)(t, dtype="float64"),
+                   (rand((2, 3), I32),), lambda v, r=ref: r(f64(v), -1), CLOSE, label="|dtype"))
+        x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [0, -np.inf, 1]])
+        add(Sample(f"F.{name}", lambda t, n=name: getattr(F, n)(t), (x,),
+                   lambda v, r=ref: errstate(r)(v, -1), CLOSE, label="|extreme"))
+        invalid(f"F.{name}", lambda t, n=name: getattr(F, n)(t, axis=2), [np.ones((2, 3))],
+                cc.ShapeError)
+        invalid(f"F.{name}", lambda t, n=name: getattr(F, n)(t), [np.ones(3, np.int32)],
+                cc.ShapeError)
+
+    def gelu(x, approximate=False):
+        if approximate:
+            return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+    for approx in (False, True):
+        for dtype in FLOATS:
+            for shape in [(3, 4), (), (0, 2)]:
+                add(Sample("F.gelu", lambda t, a=approx: F.gelu(t, approximate=a),
+                           (rand(shape, dtype, -4, 4),), lambda v, a=approx: _in(gelu)(v, a),
+                           CLOSE))
+        add(Sample("F.gelu", lambda t, a=approx: F.gelu(t, a), (rand((2, 3), F64),),
+                   lambda v, a=approx: gelu(v, a), CLOSE, grad=True))
+
+    # layer_norm, zero rows included (issue 18 item 4)
+    for shape, nshape, affine in [((2, 3, 4), [4], True), ((2, 3, 4), [3, 4], False),
+                                  ((0, 4), [4], True), ((3, 4), 4, True), ((5,), [5], False)]:
+        ns = [nshape] if isinstance(nshape, int) else nshape
+
+        def want(x, w=None, b=None, ns=ns):
+            axes = tuple(range(x.ndim - len(ns), x.ndim))
+            v = f64(x)
+            mu = v.mean(axis=axes, keepdims=True) if v.size else v.sum(axis=axes, keepdims=True)
+            var = ((v - mu) ** 2).mean(axis=axes, keepdims=True) if v.size else mu
+            out = (v - mu) / np.sqrt(var + 1e-5)
+            if w is not None:
+                out = out * w + b
+            return out.astype(x.dtype)
+        for dtype in FLOATS:
+            args = (rand(shape, dtype, seed=1) * 2 + 1,)
+            if affine:
+                args += (rand(ns, dtype, seed=2), rand(ns, dtype, seed=3))
+            add(Sample("F.layer_norm", lambda x, *wb, n=nshape: F.layer_norm(x, n, *wb), args,
+                       want, CLOSE))
+        args = (rand(shape, F64, seed=1) * 2 + 1,)
+        if affine:
+            args += (rand(ns, F64, seed=2), rand(ns, F64, seed=3))
+        add(Sample("F.layer_norm", lambda x, *wb, n=nshape: F.layer_norm(x, n, *wb), args, want,
+                   CLOSE, grad=True))
+    invalid("F.layer_norm", lambda x: F.layer_norm(x, [3]), [np.ones((2, 4))], cc.ShapeError)
+
+    for dtype in FLOATS:
+        for xs in [(4,), (2, 4), (3, 2, 4), (0, 4)]:
+            x, w, b = rand(xs, dtype, seed=1), rand((4, 5), dtype, seed=2), rand((5,), dtype)
+            add(Sample("F.linear", lambda a, ww, bb: F.linear(a, ww, bb), (x, w, b),
+                       lambda a, ww, bb: (f64(a) @ ww + bb).astype(a.dtype), SUM,
+                       terms=lambda a, ww, bb: np.abs(f64(a)) @ np.abs(ww) + np.abs(bb)))
+    add(Sample("F.linear", lambda a, ww: F.linear(a, ww), (rand((2, 4), F64), rand((4, 3), F64)),
+               lambda a, ww: a @ ww, SUM, terms=lambda a, ww: np.abs(a) @ np.abs(ww), grad=True))
+    invalid("F.linear", lambda a, ww: F.linear(a, ww), [np.ones((2, 4)), np.ones((3, 5))],
+            cc.ShapeError)
+
+    for reduction in ("mean", "sum", "none"):
+        def mse(a, b, r=reduction):
+            sq = (f64(a) - b) ** 2
+            return {"mean": sq.mean(), "sum": sq.sum(), "none": sq}[r].astype(a.dtype)
+        for dtype in FLOATS:
+            add(Sample("F.mse_loss", lambda a, b, r=reduction: F.mse_loss(a, b, reduction=r),
+                       (rand((3, 4), dtype, seed=1), rand((4,), dtype, seed=2)), mse, CLOSE))
+        add(Sample("F.mse_loss", lambda a, b, r=reduction: F.mse_loss(a, b, r),
+                   (rand((3, 4), F64, seed=1), rand((3, 4), F64, seed=2)), mse, CLOSE, grad=True))
+    invalid("F.mse_loss", lambda a, b: F.mse_loss(a, b, "avg"), [np.ones(3), np.ones(3)],
+            cc.TraceError)
+
+    def ce(x, lab):
+        lp = _log_softmax(f64(x), -1)
+        return (-lp[np.arange(len(lab)), lab.reshape(-1)]).mean().astype(x.dtype)
+    for dtype in FLOATS:
+        for lab_dtype in INTS:
+            add(Sample("F.cross_entropy", lambda x, y: F.cross_entropy(x, y),
+                       (rand((5, 4), dtype), np.array([0, 3, 1, 1, 2], lab_dtype)), ce, CLOSE))
+    add(Sample("F.cross_entropy", lambda x, y: F.cross_entropy(x, y),
+               (rand((3, 4), F64), np.array([[1], [0], [3]])), ce, CLOSE, grad=True))
+    invalid("F.cross_entropy", lambda x, y: F.cross_entropy(x, y),
+            [np.ones((3, 4)), np.zeros(2, np.int64)], cc.ShapeError)
+
+    for p in (0.0, 0.3, 1.0):
+        def drop(x, p=p):
+            if p == 1.0:
+                return np.zeros_like(x)
+            keep = np.random.default_rng(7).random(x.shape) >= p
+            return (x * (keep.astype(x.dtype) / np.asarray(1 - p, x.dtype))).astype(x.dtype)
+        for dtype in FLOATS:
+            add(Sample("F.dropout", lambda t, p=p: F.dropout(t, p=p, seed=7),
+                       (rand((4, 5), dtype),), drop, ULP))
+        add(Sample("F.dropout", lambda t, p=p: F.dropout(t, p, seed=7), (rand((3, 2), F64),),
+                   drop, ULP, grad=True))
+    add(Sample("F.dropout", lambda t: F.dropout(t, 0.5, training=False), (rand((3,), F32),),
+               lambda x: x))
+    invalid("F.dropout", lambda t: F.dropout(t, 1.5), [np.ones(3)], cc.TraceError)
+    build_conv_pool()
+
+
+def conv2d_loops(x, w, stride, pads, dilation):
+    """Direct cross-correlation with explicit loops; pads = (top, bottom, left, right)."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    top, bottom, left, right = pads
+    xp = np.zeros((n, c, h + top + bottom, wd + left + right))
+    xp[:, :, top:top + h, left:left + wd] = x
+    oh = (h + top + bottom - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + left + right - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            for u in range(kh):
+                for v in range(kw):
+                    patch = xp[:, :, i * sh + u * dh, j * sw + v * dw]       # [n, c]
+                    out[:, :, i, j] += patch @ w[:, :, u, v].T
+    return out
+
+
+def _same_pads(size, k, s):
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def build_conv_pool():
+    cases = [(1, 0, 1), (1, 1, 1), (2, 0, 1), (2, 1, 2), ((1, 2), (2, 0), 1), (1, [1, 0, 2, 1], 1),
+             (1, [[0, 0], [0, 0], [1, 2], [0, 1]], (2, 1)), (2, "SAME", 1), (3, "same", 1),
+             ((2, 1), "SAME", 2), (1, "VALID", 1), (2, "valid", (1, 2))]
+    for k, (stride, padding, dilation) in enumerate(cases):
+        def want(x, w, b=None, stride=stride, padding=padding, dilation=dilation):
+            st = (stride, stride) if isinstance(stride, int) else stride
+            dl = (dilation, dilation) if isinstance(dilation, int) else dilation
+            if isinstance(padding, str):
+                if padding.upper() == "SAME":
+                    pads = _same_pads(x.shape[2], w.shape[2], st[0]) + \
+                        _same_pads(x.shape[3], w.shape[3], st[1])
+                    dl = (1, 1)  # Paddle: SAME ignores the dilation
+                else:
+                    pads = (0, 0, 0, 0)
+            elif isinstance(padding, int):
+                pads = (padding,) * 4
+            elif len(padding) == 2:
+                pads = (padding[0], padding[0], padding[1], padding[1])
+            elif isinstance(padding[0], list):
+                pads = tuple(padding[2]) + tuple(padding[3])
+            else:
+                pads = tuple(padding)
+            out = conv2d_loops(f64(x), f64(w), st, pads, dl)
+            if b is not None:
+                out = out + f64(b)[None, :, None, None]
+            return out.astype(x.dtype)
+
+        def terms(x, w, b=None, want=want):
+            return want(np.abs(f64(x)), np.abs(f64(w)), None if b is None else np.abs(b))
+        for dtype in FLOATS:
+            x, w, b = rand((2, 3, 7, 6), dtype, seed=k), rand((4, 3, 3, 2), dtype, seed=k + 1), \
+                rand((4,), dtype, seed=k + 2)
+            add(Sample("F.conv2d", lambda t, kk, bb, s=stride, p=padding, d=dilation:
+                       F.conv2d(t, kk, bb, stride=s, padding=p, dilation=d), (x, w, b), want,
+                       SUM, terms=terms))
+        add(Sample("F.conv2d", lambda t, kk, s=stride, p=padding, d=dilation:
+                   F.conv2d(t, kk, stride=s, padding=p, dilation=d),
+                   (rand((1, 2, 5, 6), F64, seed=k), rand((2, 2, 2, 3), F64, seed=k + 1)), want,
+                   SUM, terms=terms, grad=True))
+    invalid("F.conv2d", lambda x, w: F.conv2d(x, w, padding="FULL"),
+            [np.ones((1, 1, 4, 4)), np.ones((1, 1, 2, 2))], cc.TraceError)
+    invalid("F.conv2d", lambda x, w: F.conv2d(x, w), [np.ones((1, 2, 4, 4)),
+                                                      np.ones((1, 3, 2, 2))], cc.ShapeError)
+    invalid("F.conv2d", lambda x, w: F.conv2d(x, w), [np.ones((1, 1, 2, 2)),
+                                                      np.ones((1, 1, 3, 3))], cc.ShapeError)
+    invalid("F.conv2d", lambda x, w: F.conv2d(x, w), [np.ones((2, 4, 4)),
+                                                      np.ones((1, 1, 3, 3))], cc.ShapeError)
+    invalid("F.conv2d", lambda x, w: F.conv2d(x, w, stride=0), [np.ones((1, 1, 4, 4)),
+                                                                np.ones((1, 1, 3, 3))],
+            cc.ShapeError)
+    invalid("F.conv2d", lambda x, w: F.conv2d(x, w, groups=2), [np.ones((1, 2, 4, 4)),
+                                                                np.ones((1, 1, 3, 3))],
+            cc.TraceError)
+
+    def pool(x, kernel, stride, padding):
+        kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+        stride = kernel if stride is None else stride
+        sh, sw = (stride, stride) if isinstance(stride, int) else stride
+        n, c, h, wd = x.shape
+        if isinstance(padding, str):
+            pads = _same_pads(h, kh, sh) + _same_pads(wd, kw, sw) \
+                if padding.upper() == "SAME" else (0, 0, 0, 0)
+        elif isinstance(padding, int):
+            pads = (padding,) * 4
+        elif len(padding) == 2:
+            pads = (padding[0], padding[0], padding[1], padding[1])
+        else:
+            pads = tuple(padding)
+        top, bottom, left, right = pads
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        xp = np.full((n, c, h + top + bottom, wd + left + right), low, x.dtype)
+        xp[:, :, top:top + h, left:left + wd] = x
+        oh, ow = (h + top + bottom - kh) // sh + 1, (wd + left + right - kw) // sw + 1
+        out = np.empty((n, c, oh, ow), x.dtype)
+        for i in range(oh):
+            for j in range(ow):
+                out[:, :, i, j] = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw].max(axis=(2, 3))
+        return out
+    for k, (kernel, stride, padding) in enumerate([(2, None, 0), (2, 1, 0), (3, 2, 1),
+                                                   ((2, 3), (1, 2), (1, 1)), (2, 2, (0, 1)),
+                                                   (3, 2, "SAME"), ((2, 3), 1, "same"),
+                                                   (3, 2, "VALID"), (3, 1, [1, 0, 0, 1])]):
+        for dtype in NUMERIC:  # int with padding: issue 18 item 8
+            x = rand((2, 3, 6, 7), dtype, -9, -2, seed=k)  # all negative: padding must not win
+            add(Sample("F.max_pool2d", lambda t, a=kernel, s=stride, p=padding:
+                       F.max_pool2d(t, a, stride=s, padding=p), (x,),
+                       lambda v, a=kernel, s=stride, p=padding: pool(v, a, s, p)))
+        x = np.random.default_rng(k).permutation(2 * 6 * 7).reshape(1, 2, 6, 7) * 0.1
+        add(Sample("F.max_pool2d", lambda t, a=kernel, s=stride, p=padding:
+                   F.max_pool2d(t, a, s, p), (x,),
+                   lambda v, a=kernel, s=stride, p=padding: pool(v, a, s, p), grad=True))
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 5), [np.ones((1, 1, 3, 3))], cc.ShapeError)
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 2), [np.ones((3, 3))], cc.ShapeError)
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 0), [np.ones((1, 1, 3, 3))], cc.ShapeError)
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 2, padding="full"),
+            [np.ones((1, 1, 3, 3))], cc.TraceError)
+    invalid("F.max_pool2d", lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+            [np.ones((1, 1, 3, 3))], cc.TraceError)
+
+
+# -- misc: the alpha of add/subtract (issue 18 item 6) and ties / kinks -----------------------
+def build_alpha():
+    for dtype in ALL:
+        for name in ("add", "subtract"):
+            if dtype == B and name == "subtract":
+                continue
+            a, b = rand((2, 3), dtype, seed=1), rand((3,), dtype, seed=2)
+
+            def want(x, y, name=name):
+                if x.dtype == B:
+                    return x | y
+                yy = y.astype(x.dtype) * x.dtype.type(2)
+                return (x + yy if name == "add" else x - yy).astype(x.dtype)
+            add(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y, alpha=2),
+                       (a, b), want, label="|alpha"))
+            add(Sample(f"Tensor.{name}_", lambda x, y, n=name: getattr(x, n + "_")(y, alpha=2),
+                       (a.copy(), b), want, writes=0, label="|alpha"))
+            add(Sample(f"cc.{name}", lambda x, y, n=name: getattr(cc, n)(x, y, alpha=2),
+                       (a, b), want, label="|alpha"))
+    invalid("Tensor.add", lambda x, y: x.add(y, alpha=0.5), [np.arange(3), np.arange(3)],
+            cc.TraceError)
+
+
+def build_ties_and_kinks():
+    """Gradients where the function has a tie or a kink: the project's choices (CONVENTIONS)."""
+    x = np.array([1.0, 2.0, -1.0, 0.0])
+    y = np.array([1.0, 3.0, -1.0, 0.0])
+    add(Sample("Tensor.maximum", lambda a, b: a.maximum(b), (x, y), np.maximum, grad=True,
+               grad_want=lambda a, b, w: (w * (a >= b), w * (a < b)), label="|ties"))
+    add(Sample("Tensor.minimum", lambda a, b: a.minimum(b), (x, y), np.minimum, grad=True,
+               grad_want=lambda a, b, w: (w * (a <= b), w * (a > b)), label="|ties"))
+    z = np.array([-1.0, 0.0, 2.0])
+    add(Sample("Tensor.abs", lambda a: a.abs(), (z,), np.abs, grad=True,
+               grad_want=lambda a, w: w * np.sign(a), label="|kink"))
+    add(Sample("F.relu", lambda a: F.relu(a), (z,), lambda a: np.maximum(a, 0), grad=True,
+               grad_want=lambda a, w: w * (a > 0), label="|kink"))
+    base = np.array([0.0, 0.0, 0.0, 2.0])
+    ex = np.array([2.0, 0.0, 0.5, 0.0])
+    add(Sample("Tensor.pow", lambda a, b: a.pow(b), (base, ex), np.power, ULP, grad=True,
+               grad_want=lambda a, b, w: (w * np.array([0.0, 0.0, np.inf, 0.0]),
+                                          w * np.array([0.0, 0.0, 0.0, np.log(2.0)])),
+               label="|zero-base"))
+
+
+def build_bad_arguments():
+    """Arguments of the wrong type or range: Python would raise TypeError/ValueError deep inside
+    the compiler; the user gets a CompilerError naming the call."""
+    x = [np.ones((2, 3), np.float32)]
+    CE = cc.CompilerError
+    for api, fn, err in [
+        ("Tensor.reshape", lambda t: t.reshape("a"), CE),
+        ("Tensor.sum", lambda t: t.sum(axis=1.5), CE),
+        ("Tensor.sum", lambda t: t.sum(dtype="foo"), CE),
+        ("Tensor.mean", lambda t: t.mean(axis="a"), CE),
+        ("Tensor.squeeze", lambda t: t.squeeze("x"), CE),
+        ("Tensor.unsqueeze", lambda t: t.unsqueeze(None), CE),
+        ("Tensor.cast", lambda t: t.cast("foo"), CE),
+        ("Tensor.__getitem__", lambda t: t[5], cc.ShapeError),
+        ("Tensor.__getitem__", lambda t: t[1.5], cc.TraceError),
+        ("Tensor.scale", lambda t: t.scale("a"), CE),
+        ("Tensor.flatten", lambda t: t.flatten(0.5), CE),
+        ("Tensor.transpose", lambda t: t.transpose([0.5, 1]), cc.TraceError),
+        ("Tensor.numel", lambda t: t.numel(1), CE),
+        ("Tensor.fill_", lambda t: t.fill_("a"), CE),
+        ("Tensor.__add__", lambda t: t + "a", CE),
+        ("Tensor.expand", lambda t: t.expand([-2, 3]), CE),
+        ("F.dropout", lambda t: F.dropout(t, p="a"), CE),
+        ("F.elu", lambda t: F.elu(t, "a"), CE),
+        ("F.hardtanh", lambda t: F.hardtanh(t, "a"), CE),
+        ("F.conv2d", lambda t: F.conv2d(t.reshape([1, 1, 2, 3]), t.reshape([1, 1, 2, 3]), stride="a"), CE),  # noqa: E501
+        ("F.max_pool2d", lambda t: F.max_pool2d(t.reshape([1, 1, 2, 3]), "a"), CE),
+        ("F.softmax", lambda t: F.softmax(t, dtype="foo"), CE),
+        ("cc.full", lambda t: cc.full([2], "a"), CE),
+        ("cc.zeros", lambda t: cc.zeros([-1]), CE),
+        ("cc.arange", lambda t: cc.arange("a"), CE),
+        ("cc.concat", lambda t: cc.concat([t, "a"]), CE),
+    ]:
+        invalid(api, fn, x, err)
+
+
+def build_all():
+    build_unary()
+    build_activations()
+    build_scale()
+    build_clip()
+    build_cast()
+    build_binary()
+    build_int_edges()
+    build_where()
+    build_logical_not()
+    build_reductions()
+    build_matmul()
+    build_views()
+    build_indexing()
+    build_fill_concat()
+    build_creation()
+    build_functional()
+    build_alpha()
+    build_ties_and_kinks()
+    build_bad_arguments()
+    build_aliasing()
+
+
+build_all()
+
+
+# -- a seeded random sweep (tests/opdb/test_opdb.py::test_seeded_sweep) --------------------------
+SWEEP_UNARY = [n for n in UNARY]
+SWEEP_BINARY = [n for n in BINARY]
+
+
+def _random_shape(rng, rank):
+    return tuple(int(d) for d in rng.choice([0, 1, 1, 2, 3, 4], size=rank))
+
+
+def _broadcast_partner(rng, shape):
+    """A shape that broadcasts with `shape`: some dims set to 1, some leading dims dropped."""
+    out = [1 if rng.random() < 0.3 else d for d in shape]
+    return tuple(out[int(rng.integers(0, len(out) + 1)):]) if out else ()
+
+
+def random_samples(seed: int, count: int = 25) -> list[Sample]:
+    """`count` samples of random ops on random shapes, dtypes and caller layouts, checked by the
+    same formulas as the fixed samples."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        kind = rng.choice(["unary", "binary", "reduction"])
+        shape = _random_shape(rng, int(rng.integers(0, 5)))
+        if kind == "unary":
+            name = str(rng.choice(SWEEP_UNARY))
+            formula, tol, k, dtypes, (lo, hi), _, _ = UNARY[name]
+            dtype = dtypes[int(rng.integers(len(dtypes)))]
+            choices = layouts(shape, dtype, lo, hi, seed=int(rng.integers(1 << 30)))
+            label, x = choices[int(rng.integers(len(choices)))]
+            if rng.random() < 0.3 and x.size:
+                x = x.copy()
+                x.flat[int(rng.integers(x.size))] = rng.choice(specials(dtype))
+            out.append(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (x,),
+                              unary_want(name, formula, k), tol, label=f"|sweep{label}"))
+        elif kind == "binary":
+            name = str(rng.choice(SWEEP_BINARY))
+            _, tol, _, dtypes, _ = BINARY[name]
+            da, db = (dtypes[int(rng.integers(len(dtypes)))] for _ in range(2))
+            other = _broadcast_partner(rng, shape)
+            if rng.random() < 0.5:
+                shape, other = other, shape
+            a = _binary_domain(name, da, shape, int(rng.integers(1 << 30)))
+            b = _exponent(db, other, 1) if name == "pow" else rand(other, db, seed=2)
+            out.append(Sample(f"Tensor.{name}", lambda x, y, n=name: getattr(x, n)(y), (a, b),
+                              binary_want(name), tol, label="|sweep"))
+        else:
+            name = str(rng.choice(["sum", "mean", "max"]))
+            dtype = NUMERIC[int(rng.integers(len(NUMERIC)))]
+            axis = None if not shape or rng.random() < 0.3 else \
+                int(rng.integers(-len(shape), len(shape)))
+            keepdim = bool(rng.random() < 0.5)
+            if name == "max" and not _reduces_only_nonzero(shape, axis):
+                continue
+            x = rand(shape, dtype, seed=int(rng.integers(1 << 30)))
+            tol = EXACT if name == "max" or (name == "sum" and dtype.kind != "f") else SUM
+            out.append(Sample(f"Tensor.{name}", lambda t, n=name, a=axis, kd=keepdim:
+                              getattr(t, n)(axis=a, keepdim=kd), (x,),
+                              _reduction_want(name, axis, keepdim), tol,
+                              terms=_reduction_terms(name, axis, keepdim), label="|sweep"))
+    return out
