@@ -612,6 +612,9 @@ class ModuleEmitter:
     def _softmax(self, b, ptrs, node, out: Place, x: Place):
         """Three passes per row, as the reference: max, sum of exp(x - max), normalise.
         The sum accumulates in float64 and is rounded to the dtype once."""
+        if not x.shape:  # a 0-d input is one row of one element
+            x = Place(x.slot, x.offset, (1,), (1,), x.dtype)
+            out = Place(out.slot, out.offset, (1,), (1,), out.dtype)
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         dt = x.dtype
         t = ll_type(dt)
@@ -664,8 +667,8 @@ class ModuleEmitter:
         reduction tolerance); grad_weight accumulates float32 in float64. (u, v) are loops, not
         unrolled: code size, hence compile time, does not grow with the kernel's area."""
         op = node.op
-        (sh, sw), (ph, pw), (dh, dw) = (node.attrs["stride"], node.attrs["padding"],
-                                        node.attrs["dilation"])
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        ph, pw = leading_padding(node.attrs["padding"])
         dt = out.dtype
         if op == "conv2d":
             x, w, g = p0, p1, out
@@ -761,7 +764,7 @@ class ModuleEmitter:
         reference, which never wins a max, so they are skipped."""
         kh, kw = node.attrs["kernel"]
         sh, sw = node.attrs["stride"]
-        ph, pw = node.attrs["padding"]
+        ph, pw = leading_padding(node.attrs["padding"])
         n, c, oh, ow = idxs
         h, w = x.shape[2], x.shape[3]
         base = index(b, x.offset, x.strides[:2], [n, c])
@@ -844,6 +847,12 @@ class ModuleEmitter:
             rem = b.srem(rem, i64(src.strides[d]))
             acc = b.add(acc, b.mul(q, i64(dst.strides[d])))
         return acc
+
+
+def leading_padding(padding):
+    """(top, left) of a (top, bottom, left, right) or (h, w) padding: output position i reads
+    row i*stride + k*dilation - top; the trailing padding only sets the output size."""
+    return (padding[0], padding[2]) if len(padding) == 4 else (padding[0], padding[1])
 
 
 class _Callee:

@@ -33,7 +33,9 @@ _names = itertools.count()
 LIBM = {
     "exp": ("expf", "exp"), "log": ("logf", "log"), "sin": ("sinf", "sin"),
     "cos": ("cosf", "cos"), "tan": ("tanf", "tan"), "tanh": ("tanhf", "tanh"),
-    "erf": ("erff", "erf"), "pow": ("powf", "pow"),
+    "erf": ("erff", "erf"), "pow": ("powf", "pow"), "asinh": ("asinhf", "asinh"),
+    "acosh": ("acoshf", "acosh"), "atanh": ("atanhf", "atanh"), "fmod": ("fmodf", "fmod"),
+    "floor": ("floorf", "floor"), "expm1": ("expm1f", "expm1"),
 }
 LIBC = ("memset", "memcpy", "memmove")
 # Functions LLVM's optimiser may introduce on its own (pow(2, n) -> ldexp, sin+cos -> sincos,

@@ -225,6 +225,48 @@ def fast_erf32(b: ir.IRBuilder, x):
     return b.fptrunc(out, F32)
 
 
+def intrinsic2(b: ir.IRBuilder, name: str, x, y):
+    fn = _declare(b.module, f"llvm.{name}.{'f32' if x.type == F32 else 'f64'}", x.type,
+                  [x.type, x.type])
+    return b.call(fn, [x, y])
+
+
+def divmod_(b: ir.IRBuilder, x, y, dtype):
+    """(x // y, x % y) with numpy's results: rounding towards -inf, the remainder taking the
+    divisor's sign; for integers a zero divisor gives (0, 0) and INT_MIN // -1 wraps to
+    INT_MIN, with a divisor that can't trap; for floats numpy's npy_divmod step by step
+    (fmod, then the corrections), and a zero divisor gives (x / 0, fmod(x, 0))."""
+    t = x.type
+    if np.dtype(dtype).kind != "f":
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        minv = ir.Constant(t, -(1 << (t.width - 1)))
+        by_zero = b.icmp_signed("==", y, zero)
+        wraps = b.and_(b.icmp_signed("==", x, minv), b.icmp_signed("==", y, ir.Constant(t, -1)))
+        ys = b.select(b.or_(by_zero, wraps), one, y)
+        q, r = b.sdiv(x, ys), b.srem(x, ys)
+        fix = b.and_(b.icmp_signed("!=", r, zero),
+                     b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", ys, zero)))
+        q = b.select(fix, b.sub(q, one), q)
+        r = b.select(fix, b.add(r, ys), r)
+        q = b.select(by_zero, zero, b.select(wraps, minv, q))
+        return q, b.select(by_zero, zero, r)
+
+    def c(v):
+        return ir.Constant(t, v)
+    mod = b.frem(x, y)
+    div = b.fdiv(b.fsub(x, mod), y)
+    nz = b.fcmp_unordered("!=", mod, c(0.0))
+    fix = b.and_(nz, b.xor(b.fcmp_ordered("<", y, c(0.0)), b.fcmp_ordered("<", mod, c(0.0))))
+    mod = b.select(fix, b.fadd(mod, y), b.select(nz, mod, intrinsic2(b, "copysign", c(0.0), y)))
+    div = b.select(fix, b.fsub(div, c(1.0)), div)
+    fl = intrinsic(b, "floor", div)
+    fl = b.select(b.fcmp_ordered(">", b.fsub(div, fl), c(0.5)), b.fadd(fl, c(1.0)), fl)
+    q = b.select(b.fcmp_unordered("!=", div, c(0.0)), fl,
+                 intrinsic2(b, "copysign", c(0.0), b.fdiv(x, y)))
+    by_zero = b.fcmp_ordered("==", y, c(0.0))
+    return b.select(by_zero, b.fdiv(x, y), q), b.select(by_zero, b.frem(x, y), mod)
+
+
 def select_max(b, x, y, dtype, is_max=True):
     """numpy.maximum / minimum: NaN-propagating, first operand on ties."""
     if np.dtype(dtype).kind == "f":
@@ -328,7 +370,8 @@ class Renderer:
                 return b.xor(vals[0], ir.Constant(I1, 1)), BOOL
             return (b.and_ if e.op == "and" else b.or_)(*vals), BOOL
         t = common_dtype([x[1] for x in items])
-        if e.op in ("exp", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt") and t.kind != "f":
+        if e.op in ("exp", "expm1", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt", "asinh",
+                    "acosh", "atanh") and t.kind != "f":
             t = np.dtype(np.float64)  # numpy computes these on ints in float64
         vals = [self._materialize(x, t) for x in items]
         fl = t.kind == "f"
@@ -366,8 +409,11 @@ class Renderer:
             return fast_exp(b, x), t
         if e.op == "erf" and t == np.float32:
             return fast_erf32(b, x), t
-        if e.op in ("log", "sin", "cos", "tan", "tanh", "erf"):
+        if e.op in ("log", "sin", "cos", "tan", "tanh", "erf", "asinh", "acosh", "atanh",
+                    "expm1"):
             return libm(b, e.op, x), t
+        if e.op in ("floordiv", "mod"):
+            return divmod_(b, vals[0], vals[1], t)[0 if e.op == "floordiv" else 1], t
         if e.op in ("max", "min"):
             return select_max(b, vals[0], vals[1], t, e.op == "max"), t
         if e.op == "pow":

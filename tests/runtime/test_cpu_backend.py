@@ -23,7 +23,8 @@ from runtime.reference import evaluate
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "compiler"))
 from test_ops_forward import _expr_cases  # noqa: E402  (the elementwise cases, reused)
-TRANSCENDENTAL = {"exp", "log", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "pow"}
+TRANSCENDENTAL = {"exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "pow",
+                  "asinh", "acosh", "atanh", "elu"}
 
 
 def cpu(fn, **kw):
