@@ -41,7 +41,7 @@ def _signature(graph: Graph) -> tuple:
 
 
 def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy",
-               inplace: str = "auto", donate=()) -> CompileState:
+               inplace: str = "auto", donate=(), schedule: str = "auto") -> CompileState:
     """Run the default pipeline on `graph` up to and including the pass named `until` (all of
     it when None). Returns the CompileState: `.graph`, `.decisions`, `.plan`."""
     names = [name for name, _ in pipeline(backend, inplace, donate)]
@@ -49,7 +49,7 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
         raise CompilerError(f"unknown pass {until!r}: the pipeline is {', '.join(names)}")
     state = CompileState(graph, backend, inplace,
                          donated_names(graph, _signature(graph), donate,
-                                       [v.name for v in graph.inputs]))
+                                       [v.name for v in graph.inputs]), schedule)
     for name, run in pipeline(backend, inplace, donate):
         state = run(state)
         if name == until:
@@ -58,9 +58,9 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
 
 
 def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate=(),
-          sanitize: bool | None = None):
+          sanitize: bool | None = None, schedule: str = "auto"):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
     from .api import build_program
     return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
-                         [v.name for v in graph.inputs])
+                         [v.name for v in graph.inputs], schedule)

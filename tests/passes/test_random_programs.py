@@ -11,8 +11,9 @@ For each program and inputs:
      arguments' contents after the call are unspecified and not compared.
   2. `passes.verify.verify_plan` accepts the plan; `naive_bytes >= no_inplace_peak_bytes >=
      peak_bytes >= lower_bound_bytes` (strict: peak >= lower bound); `no_inplace_peak_bytes` is
-     the peak of the inplace="off" plan; inplace decisions never raise the lower bound
-     (auto <= off; see
+     the peak of the inplace="off" plan of the same order; scheduling is on (the default), so
+     each mode may run its own order, and auto's peak is at most off's; where both run one
+     order, inplace decisions never raise the lower bound (auto <= off; see
      test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_bound).
      `peak_bytes <= no_inplace_peak_bytes` (placement is a heuristic, so "auto" falls back
      to the plan without reuse when that one is smaller: test_inplace_never_raises_the_placed_
@@ -189,9 +190,15 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
     donate = tuple(k for k in range(n) if donate_mask >> k & 1)
     auto = _run(fn, expected, "auto")
     off = _run(fn, expected, "off")
-    assert auto.plan.lower_bound_bytes <= off.plan.lower_bound_bytes, \
-        f"inplace raised the lower bound\n{auto.plan.summary()}\n{off.plan.summary()}"
-    assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
+    if [n.out.id for n in auto.graph.nodes] == [n.out.id for n in off.graph.nodes]:
+        # lower bounds compare within one order only
+        assert auto.plan.lower_bound_bytes <= off.plan.lower_bound_bytes, \
+            f"inplace raised the lower bound\n{auto.plan.summary()}\n{off.plan.summary()}"
+        assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
+    # Each mode schedules for itself (the written order or the scheduler's, whichever plans
+    # lower), and auto never plans above inplace="off" in either order.
+    assert auto.plan.peak_bytes <= off.plan.peak_bytes, (auto.plan.summary(),
+                                                          off.plan.summary())
     assert auto.plan.peak_bytes <= auto.plan.no_inplace_peak_bytes, auto.plan.summary()
     if donate:
         _run(fn, expected, "auto", donate)
