@@ -25,6 +25,7 @@ class CompileState:
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
         self.schedule_info = None     # passes.schedule.Schedule
+        self.gemm_decisions = []      # passes.gemm_accumulate.GemmDecision, per update
 
     @property
     def alignment(self) -> int:
@@ -41,6 +42,12 @@ def _verify_graph(state):
 def _dce(state):
     from passes.simplify import dce
     state.graph = dce(state.graph)
+    return state
+
+
+def _gemm_accumulate(state):
+    from passes.gemm_accumulate import gemm_accumulate
+    state.graph, state.gemm_decisions = gemm_accumulate(state.graph)
     return state
 
 
@@ -65,6 +72,7 @@ def _plan_memory(state):
     from passes.reinplace import reinplace
     state.plan = plan_memory(state.graph, state.inplace, state.donate, state.alignment,
                              decisions=state.decisions)
+    state.plan.gemm_decisions = state.gemm_decisions
     if state.written_graph is None:
         state.plan.schedule = state.schedule_info
         return state
@@ -84,6 +92,7 @@ def _plan_memory(state):
                                                    state.alignment, decisions=decisions)
         state.schedule_info.kept_written(scheduled_peak)
         state.plan.schedule = state.schedule_info
+        state.plan.gemm_decisions = state.gemm_decisions
         return state
     state.plan.schedule = state.schedule_info
     state.plan.written_order_live_bytes = plan.live_curve()
@@ -103,6 +112,7 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
     return [
         ("verify_graph", _verify_graph),   # SSA and types, as traced
         ("dce", _dce),                     # drop what no output or mutation needs
+        ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
         ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)
         ("reinplace", _reinplace),         # which outputs take an input's buffer, and why
         ("plan_memory", _plan_memory),     # buffers, live intervals, arena offsets, accounting

@@ -99,6 +99,7 @@ class MemoryPlan:
     written_order_live_bytes: list[int] | None = field(default=None, repr=False)
     written_order_peak_bytes: int | None = None  # that order's planned peak, likewise
     schedule: object = field(default=None, repr=False)  # passes.schedule.Schedule, if it ran
+    gemm_decisions: list = field(default_factory=list, repr=False)  # passes.gemm_accumulate
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -169,6 +170,10 @@ class MemoryPlan:
     def report(self) -> str:
         legend = self.LEGEND.format(alignment=self.alignment, end=self.num_points)
         lines = [self.summary(), legend, ""]
+        if self.gemm_decisions:
+            lines.append("weight updates (GEMM-accumulate):")
+            lines += [f"  {d.text}" for d in self.gemm_decisions]
+            lines.append("")
         if self.schedule is not None:
             lines.append(self.schedule.summary(self.peak_bytes, self.written_order_peak_bytes))
             lines += [f"  {m.text}" for m in self.schedule.moves[:MOVES_SHOWN]]
@@ -202,6 +207,7 @@ class MemoryPlan:
             "output_bytes": self.output_bytes, "num_points": self.num_points,
             "written_order_peak_bytes": self.written_order_peak_bytes,
             "schedule": self.schedule.to_dict() if self.schedule is not None else None,
+            "gemm_decisions": [d.to_dict() for d in self.gemm_decisions],
             "decisions": [d.to_dict() for d in self.decisions],
             "buffers": [b.to_dict() for b in self.buffers],
             "values": [self._value_dict(v) for b in self.buffers for v in b.values],

@@ -55,6 +55,9 @@ class OpDef:
     expr: Callable | None = None
     inplace: str | None = None
     doc: str = ""
+    # Inputs a non-elementwise op may write its output over element by element (gemm's
+    # accumulator `c`): the reinplace pass's rule 1 accepts them like an elementwise operand.
+    overwrites: tuple = ()
 
     @property
     def differentiable(self) -> bool:
@@ -64,12 +67,13 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="") -> OpDef:
+def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="",
+          overwrites=()) -> OpDef:
     assert kind in KINDS, kind
     assert name not in REGISTRY, f"op {name} defined twice"
     for need in (vjp or {}):
         assert need in VJP_NEEDS, (name, need)
-    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc)
+    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, tuple(overwrites))
     REGISTRY[name] = op
     return op
 

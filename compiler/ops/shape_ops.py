@@ -110,6 +110,54 @@ def _matmul_vjp(ctx, g):
 
 defop("matmul", MATMUL, _matmul_infer, np.matmul, vjp={"input": _matmul_vjp})
 
+
+# -- gemm: c' = beta * c + alpha * op(a) @ op(b), op = transpose when trans_* (BLAS's GEMM) --
+# Made by `cc.addmm` and by the GEMM-accumulate pass (a weight update `w -= lr * (a @ b)`
+# becomes gemm(a, b, w, alpha=-lr, beta=1) writing into w: no gradient buffer).
+
+
+def _gemm_infer(types, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    (sa, da), (sb, db), (sc, dc) = types
+    if len(sa) != 2 or len(sb) != 2:
+        raise ShapeError("gemm operands must be matrices")
+    m, k = sa[::-1] if trans_a else sa
+    k2, n = sb[::-1] if trans_b else sb
+    if k != k2:
+        raise ShapeError(f"gemm: inner dimensions differ: {k} and {k2}")
+    if tuple(sc) != (m, n):
+        raise ShapeError(f"gemm: the accumulator is {list(sc)}, the product [{m}, {n}]")
+    dtype = promote(da, db, dc)
+    if dtype.kind != "f":
+        raise ShapeError("gemm computes in a float dtype")
+    return (m, n), dtype
+
+
+def _gemm_ref(a, b, c, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    dtype = np.result_type(a, b, c)
+    p = np.matmul(a.T if trans_a else a, b.T if trans_b else b).astype(dtype, copy=False)
+    # alpha * p rounds as `lr * g` does, and c + (-x) is c - x exactly: an update folded
+    # into a gemm is bit-identical to the unfolded one.
+    term = p if alpha == 1.0 else dtype.type(alpha) * p
+    return (c if beta == 1.0 else dtype.type(beta) * c) + term
+
+
+def _gemm_vjp(ctx, g):
+    a, b, c = ctx.inputs
+    alpha, beta = ctx.attrs["alpha"], ctx.attrs["beta"]
+    ta, tb = ctx.attrs["trans_a"], ctx.attrs["trans_b"]
+    ga = gb = None
+    if ctx.needs_grad[0]:   # d op(a) = alpha * g @ op(b).T
+        ga = g.matmul(b if tb else b.t()).scale(alpha)
+        ga = ga.t() if ta else ga
+    if ctx.needs_grad[1]:   # d op(b) = alpha * op(a).T @ g
+        gb = (a if ta else a.t()).matmul(g).scale(alpha)
+        gb = gb.t() if tb else gb
+    gc = g.scale(beta) if ctx.needs_grad[2] else None
+    return ga, gb, gc
+
+
+defop("gemm", MATMUL, _gemm_infer, _gemm_ref, vjp={"input": _gemm_vjp}, overwrites=(2,))
+
 # -- views: the output shares the input's storage ------------------------------------------
 
 
