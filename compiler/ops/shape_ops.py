@@ -104,8 +104,16 @@ def _swap_last(t):
 
 def _matmul_vjp(ctx, g):
     x, y = ctx.inputs
-    return (g.matmul(_swap_last(y)) if ctx.needs_grad[0] else None,
-            _swap_last(x).matmul(g) if ctx.needs_grad[1] else None)
+    gx = g.matmul(_swap_last(y)) if ctx.needs_grad[0] else None
+    if not ctx.needs_grad[1]:
+        return gx, None
+    if y.ndim == 2 and x.ndim > 2:
+        # A 2-D weight under batched operands: fold the batch into one GEMM
+        # ([b*t, k].T @ [b*t, n]) instead of a [b, k, n] product summed over b (DESIGN §4);
+        # a plain 2-D matmul is what GEMM-accumulate can fold into the weight's update.
+        k, n = y.shape
+        return gx, x.reshape([-1, k]).t().matmul(g.reshape([-1, n]))
+    return gx, _swap_last(x).matmul(g)
 
 
 defop("matmul", MATMUL, _matmul_infer, np.matmul, vjp={"input": _matmul_vjp})

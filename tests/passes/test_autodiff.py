@@ -136,6 +136,8 @@ def _reduction_and_matmul_cases():
                 (lambda x: x.max(axis=(0, 2), keepdim=True), [distinct(2, 3, 4)])],
         "matmul": [(lambda x, y: x @ y, [normal(3, 4), normal(4, 5)]),
                    (lambda x, y: x @ y, [normal(2, 3, 4), normal(4, 5)]),
+                   # a batched view under a 2-D weight: its gradient folds the batch
+                   (lambda x, y: x.transpose([1, 0, 2]) @ y, [normal(3, 2, 4), normal(4, 5)]),
                    (lambda x, y: x.matmul(y), [normal(2, 1, 3, 4), normal(3, 4, 2)]),
                    (lambda x, y: x @ y, [normal(4), normal(4, 5)]),
                    (lambda x, y: x @ y, [normal(3, 4), normal(4)]),
