@@ -8,7 +8,7 @@ of `w` (`inplace_of = 2`), so the reinplace pass runs it in the caller's array a
 graph is not changed: when something folds, the graph is cloned (nodes and values keep their
 ids, so listings keep their names).
 
-An update `u` folds when all hold, each a named predicate returning the sentence the report
+An update `u` folds when all five hold, each a named predicate returning the sentence the report
 shows when it does not:
   1. `not_an_update`: `u` is the user's inplace `subtract`/`add` (`w.subtract_(lr * g)`,
      `w -= lr * g`, `w.add_(g, alpha=-lr)`) into a caller's array `w`, and its other operand is
@@ -18,12 +18,16 @@ shows when it does not:
      not a gradient read twice;
   4. `reads_a_mutated_argument`: neither operand is a view of an argument the program writes
      into (an update that reads another parameter's old value, or `w` itself, would then have
-     to run where that read runs; it keeps its gradient buffer instead).
+     to run where that read runs; it keeps its gradient buffer instead);
+  5. `keeps_operands_alive`: the gemm must run after every read of the old `w`; when one comes
+     after the gradient, the operands the gradient read last stay alive until then: fold only
+     when they are smaller than the gradient buffer saved (the transformer's `w_fc2`, whose
+     gradient reads the 4 MiB gelu output before `dm = dy @ w_fc2.T`, keeps its 1 MiB gradient).
 A transposed operand (`x.T`) becomes the gemm's `trans_a`/`trans_b` flag.
 
 Algorithm:
   1. Readers of every value; the arguments the program mutates (their views included).
-  2. For each update node, try the four predicates; record a `GemmDecision` either way
+  2. For each update node, try the five predicates; record a `GemmDecision` either way
      (updates whose operand is not a matmul-derived gradient at all are not recorded).
   3. If any folds, clone the graph and replace each folded update by its gemm; dead-code
      elimination then drops the matmul and the scaling it absorbed.
@@ -39,6 +43,7 @@ from compiler.ir import Graph, Node, Value
 from compiler.ops import REGISTRY, VIEW
 
 from .alias import alias_analysis
+from .liveness import liveness
 from .simplify import dce
 
 
@@ -102,6 +107,8 @@ class _Facts:
         aliases = alias_analysis(graph)
         self.root = aliases.root
         self.mutated = {id(graph.inputs[k]) for k in graph.mutations}
+        self.live = liveness(graph, aliases)
+        self.index = {id(n): i for i, n in enumerate(graph.nodes)}
 
 
 # -- the four conditions ---------------------------------------------------------------------
@@ -146,6 +153,30 @@ def reads_a_mutated_argument(g: Value, f: _Facts) -> str | None:
     return None
 
 
+def keeps_operands_alive(u: Node, g: Value, f: _Facts) -> str | None:
+    # The gemm writes the weight, so it runs after every read of the old weight. A backward
+    # read (`dm = dy @ w.T`) is no ancestor of the weight's gradient: unfolded, the gradient
+    # may run before it and free the operands it reads last; folded, they stay alive across
+    # that read. Fold only when they are smaller than the gradient buffer saved.
+    t = f.index[id(g.producer)]
+    w = f.root[u.inputs[0]]
+    reads = [f.graph.nodes[i] for i in f.live.readers[w] if i < f.live.end]
+    backward = [r for r in reads if r.phase == "backward" and r is not g.producer]
+    if not backward:
+        return None
+    kept = {}
+    for v in g.producer.inputs:
+        r = f.root[v]
+        if r.producer is not None and f.live.last_use[r] == t:
+            kept[id(r)] = r.nbytes
+    cost = sum(kept.values())
+    if cost > g.nbytes:
+        return (f"folding would keep {cost} B of the gradient's operands alive across "
+                f"{backward[0].op} at {backward[0].loc}, which reads the old {w.name}: more "
+                f"than the {g.nbytes} B gradient buffer it saves")
+    return None
+
+
 def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
     """Fold every foldable weight update (module docstring). Returns the new graph (the input
     graph itself when nothing folds) and one decision per update considered."""
@@ -163,7 +194,8 @@ def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
                 decisions.append(GemmDecision(u, name, str(u.loc), False,
                                               not_a_matmul(g, w), str(g.producer.loc)))
             continue
-        reason = gradient_read_elsewhere(u, g, f) or reads_a_mutated_argument(g, f)
+        reason = gradient_read_elsewhere(u, g, f) or reads_a_mutated_argument(g, f) \
+            or keeps_operands_alive(u, g, f)
         if reason is not None:
             decisions.append(GemmDecision(u, name, str(u.loc), False, reason,
                                           str(g.producer.loc)))

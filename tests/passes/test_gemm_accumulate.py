@@ -178,6 +178,18 @@ def test_an_update_through_a_view_folds_and_writes_the_region():
     _check_numbers(step_through_a_view, _args())
 
 
+def test_a_fold_that_would_keep_bigger_operands_alive_is_refused():
+    # The transformer's w_fc2: its gradient is the last reader of the 4 MiB gelu output, and
+    # `dm = dy @ w_fc2.T` reads the old weight; folded, the gelu output would outlive dm.
+    plan = load_example("transformer_block").build_program().plan
+    d = next(d for d in plan.gemm_decisions if d.weight == "w_fc2")
+    assert not d.folded
+    assert d.reason.startswith("folding would keep 4194304 B of the gradient's operands alive "
+                               "across matmul at transformer_block.py:37")
+    assert d.reason.endswith("more than the 1048576 B gradient buffer it saves")
+    assert "update of w_fc2 (transformer_block.py:42): NOT folded into a gemm" in plan.report()
+
+
 def test_the_pass_alone_leaves_its_input_graph_alone():
     graph = dce(cc.trace(step_with_add_alpha, *_args()))
     before = str(graph)
