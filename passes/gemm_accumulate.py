@@ -44,6 +44,7 @@ from compiler.ops import REGISTRY, VIEW
 
 from .alias import alias_analysis
 from .liveness import liveness
+from .schedule import compact_derivation
 from .simplify import dce
 
 
@@ -167,7 +168,10 @@ def keeps_operands_alive(u: Node, g: Value, f: _Facts) -> str | None:
     kept = {}
     for v in g.producer.inputs:
         r = f.root[v]
-        if r.producer is not None and f.live.last_use[r] == t:
+        # the scheduler runs compact stand-ins (relu's mask) early: they don't keep r alive
+        real = [i for i in f.live.readers[r]
+                if i == f.live.end or compact_derivation(f.graph.nodes[i], f.root) is not r]
+        if r.producer is not None and real and real[-1] == t:
             kept[id(r)] = r.nbytes
     cost = sum(kept.values())
     if cost > g.nbytes:

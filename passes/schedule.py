@@ -40,7 +40,7 @@ import heapq
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from compiler.ir import Graph, Node
+from compiler.ir import Graph, Node, Value
 from compiler.ops import CREATION, ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
 from .alias import alias_analysis
@@ -111,6 +111,19 @@ KEYS = {
 }
 
 
+def compact_derivation(node: Node, root_of) -> Value | None:
+    """The buffer root `node` is a compact stand-in for, or None: a backward elementwise node
+    that reads one buffer (besides scalars) and makes a value smaller than it, like relu's
+    mask `out > 0` (1 byte per 4-byte element). Run as soon as it can, it lets that buffer die
+    at its other readers (DESIGN §4, compact saved values)."""
+    if node.phase != "backward" or REGISTRY[node.op].kind != ELEMENTWISE:
+        return None
+    big = [root_of[v] for v in node.inputs if v.size > 1]
+    if len(big) != 1 or big[0].producer is None or node.out.nbytes >= big[0].nbytes:
+        return None
+    return big[0]
+
+
 LAZY_CHAIN = 32  # longer chains of views run as ordinary nodes (keeps the pass linear)
 
 
@@ -129,6 +142,7 @@ class _Model:
         self.reads: list[tuple] = [()] * n
         self.alloc = [0] * n
         self.inplace_input = [None] * n   # a same-shaped elementwise operand's root, if any
+        self.compact = [compact_derivation(node, aliases.root) is not None for node in nodes]
         self.size: dict[int, int] = {}
         self.count: dict[int, int] = {}    # unscheduled readers per root
         self.rsum: dict[int, int] = {}     # sum of their indices
@@ -200,6 +214,12 @@ class _Model:
             for k in self.reads[i]:
                 if count[k] == 1:
                     score[i] += size[k]
+        compact = self.compact
+
+        def key(s, i, order_key=key):
+            # compact stand-ins run as soon as they are ready, before anything else
+            return (0, i) if compact[i] else (1,) + order_key(s, i)
+
         heap = [(key(score[i], i), i, score[i]) for i in range(self.n)
                 if indeg[i] == 0 and not self.lazy[i]]
         heapq.heapify(heap)
@@ -299,6 +319,7 @@ def describe_node(node: Node, writers: dict, graph: Graph) -> str:
 def describe_moves(graph: Graph, order: list[int]) -> list[Move]:
     kept = _kept(order)
     writers = mutation_writers(graph)
+    root = alias_analysis(graph).root
     nodes = graph.nodes
     moves: list[Move] = []
     for p, w in enumerate(order):
@@ -317,5 +338,9 @@ def describe_moves(graph: Graph, order: list[int]) -> list[Move]:
         direction = "earlier" if p < w else "later"
         text = (f"{describe_node(node, writers, graph)} moved {direction} {where} "
                 f"(point {w} -> {p})")
+        big = compact_derivation(node, root)
+        if big is not None:
+            text += (f": a compact saved value ({node.out.type}, {node.out.nbytes} B) in place "
+                     f"of {big.ref()} ({big.nbytes} B), which need not outlive its other readers")
         moves.append(Move([node], after, w, p, text))
     return moves
