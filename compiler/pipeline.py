@@ -2,7 +2,9 @@
 
 Environment switches:
   COMPILER_DUMP=name[,name...]|all   print the graph and the pass's analysis (decisions,
-                                     the plan) after those passes; unknown names raise
+                                     the plan) after those passes; unknown names raise;
+                                     `llvm` (`llvm-opt`) prints the cpu backend's LLVM
+                                     IR (after -O3)
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
 """
 from __future__ import annotations
@@ -42,6 +44,12 @@ def _verify_graph(state):
 def _dce(state):
     from passes.simplify import dce
     state.graph = dce(state.graph)
+    return state
+
+
+def _cse(state):
+    from passes.cse import cse
+    state.graph = cse(state.graph)
     return state
 
 
@@ -112,6 +120,7 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
     return [
         ("verify_graph", _verify_graph),   # SSA and types, as traced
         ("dce", _dce),                     # drop what no output or mutation needs
+        ("cse", _cse),                     # one node for identical constants and pure nodes
         ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
         ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)
         ("reinplace", _reinplace),         # which outputs take an input's buffer, and why
@@ -151,7 +160,7 @@ def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]
     return tuple(names)
 
 
-DUMP_EXTRAS = ("all",)  # COMPILER_DUMP names beside the passes'
+DUMP_EXTRAS = ("all", "llvm", "llvm-opt")  # COMPILER_DUMP names beside the passes'
 
 
 def dump_request(pass_names) -> set[str]:
@@ -205,5 +214,11 @@ def _lower(state, backend, sanitize):
     if backend == "numpy":
         from runtime.arena import ArenaExecutable
         return ArenaExecutable(state.graph, state.plan, sanitize=sanitize)
+    if backend == "cpu":
+        from runtime.cpu import CpuExecutable
+        executable = CpuExecutable(state.graph, state.plan, sanitize=sanitize)
+        if "llvm" in os.environ.get("COMPILER_DUMP", "").split(","):
+            print(executable.source)
+        return executable
     raise CompilerError(f"the {backend!r} backend is not available in this build yet; use "
                         "backend='numpy'")

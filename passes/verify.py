@@ -10,7 +10,10 @@ sharing no code with the planner's liveness or reinplace logic:
      over program points, O(n log n));
   5. inside one buffer, successive values never live at once: the older one's last read is
      at the node that overwrites it (an op writing element-for-element over its operand), or
-     it is the write-back scatter that replaces exactly the region the newer value occupies.
+     it is the write-back scatter that replaces exactly the region the newer value occupies;
+     an output the plan lets write over an input (`plan.reuse`) is in that input's buffer.
+  6. every node that needs scratch memory has a workspace buffer in the arena, big enough,
+     live at its point (and, by 4, overlapping nothing live there).
 A failure raises `PlanError` with the IR around the offending node.
 """
 from __future__ import annotations
@@ -19,7 +22,7 @@ from bisect import bisect_left
 
 from compiler.ir import Graph, format_node
 from compiler.layout import apply_view, contiguous_probe, region
-from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, workspace_bytes
 
 
 class PlanError(AssertionError):
@@ -133,12 +136,18 @@ def verify_plan(graph: Graph, plan) -> None:
     for b in plan.buffers:
         versions = sorted((v for v in b.values if not _is_view(v)), key=lambda v: defined[id(v)])
         place = {}
-        for v in b.values:  # placement of each value inside the buffer, re-derived
+        # Placement of each value inside the buffer, re-derived in program order.
+        for v in sorted(b.values, key=lambda v: defined[id(v)]):
             if _is_view(v):
                 p = v.producer
                 place[id(v)] = apply_view(place[id(p.inputs[0])], p.op, p.attrs)
             elif v.producer is not None and v.producer in plan.reuse:
-                place[id(v)] = place[id(v.producer.inputs[plan.reuse[v.producer]])]
+                taken = v.producer.inputs[plan.reuse[v.producer]]
+                if id(taken) not in place:
+                    raise PlanError(f"{v.ref()} is planned to write over {taken.ref()}, which "
+                                    f"is not in its buffer #{b.id}\n"
+                                    f"{_context(graph, defined[id(v)])}")
+                place[id(v)] = place[id(taken)]
             else:
                 place[id(v)] = contiguous_probe(v.shape)
         for old, new in zip(versions, versions[1:]):
@@ -169,3 +178,14 @@ def verify_plan(graph: Graph, plan) -> None:
             if not ok:
                 raise PlanError(f"{new.ref()} overwrites {old.ref()} in buffer #{b.id}, but "
                                 f"{old.ref()} is read later\n{_context(graph, t)}")
+    # 6. workspaces
+    workspace = getattr(plan, "workspace", {})
+    for i, n in enumerate(graph.nodes):
+        need = workspace_bytes(n)
+        if not need:
+            continue
+        b = workspace.get(n)
+        if b is None or b.kind != "arena" or b.workspace_of is not n or b.size < need \
+                or not b.start <= i <= b.end or b not in plan.buffers:
+            raise PlanError(f"{n.out.ref()} ({n.op}) needs a workspace of {need} B live at "
+                            f"point {i}; the plan has {b and f'#{b.id}'}\n{_context(graph, i)}")

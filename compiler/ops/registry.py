@@ -9,7 +9,18 @@ An entry holds everything any part of the compiler needs to know about the op:
   ("none", "input", "output", "input+output"); ops that can be written either way offer both
   and the autodiff pass picks the one that leaves a buffer free for an inplace op;
 - `expr`: for elementwise ops, the scalar expression both code emitters render;
-- `inplace`: the name of the Paddle-style `_` method, when the op has one.
+- `inplace`: the name of the Paddle-style `_` method, when the op has one;
+- `random`: each call draws fresh random numbers, so two identical calls are not one value
+  (common-subexpression elimination never merges them);
+- `into(out, *arrays, **attrs)`: optional, the result written straight into `out` (an array of
+  the node's shape and dtype, possibly an input itself when the op runs in place over it with
+  the identical layout), bit-identical to `ref`; it returns NotImplemented for argument types
+  it doesn't handle (the executor then falls back). Executors use it so that a call touches
+  only the memory its plan placed;
+- `scratch(in_types, out_type, **attrs) -> [(shape, dtype), ...]`: the temporaries `into`
+  needs (a composite computed in several NumPy steps), passed to it as `scratch=[arrays]`.
+  The memory planner places them as one workspace buffer live only at the node's point
+  (`workspace_bytes`), as XLA and TVM do, so the plan stays the truth.
 """
 from __future__ import annotations
 
@@ -55,6 +66,9 @@ class OpDef:
     expr: Callable | None = None
     inplace: str | None = None
     doc: str = ""
+    random: bool = False
+    into: Callable | None = None
+    scratch: Callable | None = None
     # Inputs a non-elementwise op may write its output over element by element (gemm's
     # accumulator `c`): the reinplace pass's rule 1 accepts them like an elementwise operand.
     overwrites: tuple = ()
@@ -68,14 +82,44 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="",
-          overwrites=()) -> OpDef:
+          random=False, into=None, scratch=None, overwrites=()) -> OpDef:
     assert kind in KINDS, kind
     assert name not in REGISTRY, f"op {name} defined twice"
+    assert scratch is None or into is not None, f"{name}: scratch is for an `into`"
     for need in (vjp or {}):
         assert need in VJP_NEEDS, (name, need)
-    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, tuple(overwrites))
+    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, random, into,
+               scratch, tuple(overwrites))
     REGISTRY[name] = op
     return op
+
+
+SCRATCH_ALIGN = 64  # each scratch array of a workspace starts on a cache line
+
+
+def scratch_specs(node) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """The (shape, dtype) of each temporary the node's `into` needs (none for most ops)."""
+    op = REGISTRY[node.op]
+    if op.scratch is None:
+        return []
+    return [(tuple(int(d) for d in shape), np.dtype(dtype)) for shape, dtype in op.scratch(
+        [(v.shape, v.dtype) for v in node.inputs], (node.out.shape, node.out.dtype),
+        **node.attrs)]
+
+
+def scratch_offsets(specs) -> tuple[list[int], int]:
+    """Byte offsets of the scratch arrays inside the workspace, and its size."""
+    offsets, size = [], 0
+    for shape, dtype in specs:
+        offsets.append(size)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return offsets, size
+
+
+def workspace_bytes(node) -> int:
+    """Bytes of scratch memory the node needs while it runs (0 for most ops)."""
+    return scratch_offsets(scratch_specs(node))[1]
 
 
 def get(name: str) -> OpDef:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # Function names an emitter must know. Arithmetic and comparisons are spelled as operators.
-FUNCTIONS = ("neg", "abs", "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
+FUNCTIONS = ("neg", "abs", "exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
              "asinh", "acosh", "atanh", "max", "min", "pow", "where", "not", "and", "or", "cast",
              "floordiv", "mod")
 # `floordiv` and `mod` round towards -inf (Python, NumPy); for integers a zero divisor gives 0
@@ -87,7 +87,8 @@ def substitute(e: Expr, args: dict) -> Expr:
 
 # -- numpy evaluation (for testing expressions against reference implementations) ---------
 _NP_FUNCS = {
-    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sin": np.sin,
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "expm1": np.expm1, "log": np.log,
+    "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt,
     "erf": np.frompyfunc(math.erf, 1, 1), "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "floordiv": np.floor_divide, "mod": np.remainder,

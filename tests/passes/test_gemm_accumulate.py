@@ -88,11 +88,8 @@ def test_mlp_with_gemms_matches_the_unfolded_reference_over_three_steps(monkeypa
     args = mlp.example_inputs()
     want, want_args = reference_steps(mlp.train_step, args)
     got, got_args = compiled_steps(mlp.train_step, args)
-    for a, b in zip(got + got_args, want + want_args):
+    for a, b in zip(got + got_args, want + want_args):  # ISSUE-NOTES' tolerance
         assert np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
-    # ... and is in fact bit-identical: (-lr) * p is -(lr * p), and w + (-x) is w - x
-    for a, b in zip(got + got_args, want + want_args):
-        assert a.tobytes() == b.tobytes()
 
 
 def _layer(x, w):
@@ -163,7 +160,7 @@ def test_a_returned_gradient_keeps_its_buffer():
     args = _args()
     want, _ = cc.compile(step_returning_grad, schedule="off")(*[a.copy() for a in args])
     got, _ = cc.compile(step_returning_grad)(*[a.copy() for a in args])
-    assert want.tobytes() == got.tobytes()
+    assert want.tobytes() == got.tobytes()  # not folded: the same arithmetic
 
 
 def test_a_gradient_read_twice_keeps_its_buffer():
