@@ -227,3 +227,26 @@ def test_gemm_runs_in_place_only_into_its_accumulator():
     x = np.arange(9, dtype=np.float32).reshape(3, 3) / 9
     e = np.exp(x)
     np.testing.assert_allclose(prog(x), e + e @ x, rtol=1e-6)
+
+
+def _cpu_available():
+    try:
+        cc.compile(lambda x: x + 1.0, backend="cpu")(np.ones(2, np.float32))
+    except (cc.CompilerError, ImportError, RuntimeError):
+        return False
+    return True
+
+
+def test_mlp_on_cpu_matches_the_unfolded_reference(monkeypatch):
+    import pytest
+    if not _cpu_available():
+        pytest.skip("no cpu backend here")
+    mlp = load_example("mlp")
+    monkeypatch.setattr(mlp, "LR", 1.0)
+    args = mlp.example_inputs()
+    prog = cc.compile(mlp.train_step, backend="cpu").lower(*args)
+    assert [n.inputs[2].name for n in prog.graph.nodes if n.op == "gemm"] == ["w1"]
+    want, want_args = reference_steps(mlp.train_step, args)
+    got, got_args = compiled_steps(mlp.train_step, args, backend="cpu")
+    for a, b in zip(got + got_args, want + want_args):  # sgemm with beta = 1: ISSUE-NOTES
+        assert np.abs(a - b).max() <= 1e-6 * max(np.abs(b).max(), 1.0)
