@@ -22,6 +22,7 @@ from .tensor import Storage, Tensor, _is_scalar
 
 BACKENDS = ("numpy", "cpu", "gpu")
 INPLACE_MODES = ("auto", "off", "strict")
+SCHEDULE_MODES = ("auto", "off")
 
 
 # -- tracing -----------------------------------------------------------------------------
@@ -341,11 +342,11 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None, param_names=None):
+                  sanitize=None, param_names=None, schedule="auto"):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize, param_names=param_names)
+                        sanitize=sanitize, param_names=param_names, schedule=schedule)
 
 
 def _describe_sig(entry) -> str:
@@ -367,14 +368,19 @@ class CompiledFunction:
     again when a numpy array it captured has changed since; past RETRACE_LIMIT retraces a
     `RetraceWarning` says why (once)."""
 
-    def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None):
+    def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None,
+                 schedule="auto"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
         if inplace not in INPLACE_MODES:
             raise ValueError(f"unknown inplace mode {inplace!r}: choose one of {INPLACE_MODES}")
         self.fn = fn
         self.backend = backend
+        if schedule not in SCHEDULE_MODES:
+            raise ValueError(f"unknown schedule mode {schedule!r}: choose one of "
+                             f"{SCHEDULE_MODES}")
         self.inplace = inplace
+        self.schedule = schedule
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         self._cache: dict = {}
@@ -437,7 +443,7 @@ class CompiledFunction:
             with _no_gc():
                 graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
                 prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                     self.sanitize, names)
+                                     self.sanitize, names, self.schedule)
             prog._bind_call = self._bind_call
             self._cache[key] = prog
             self.traces += 1
@@ -485,12 +491,15 @@ class CompiledFunction:
                           kwnames=tuple(kwargs))[0]
 
 
-def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None):
+def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None,
+            schedule="auto"):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
     `sanitize=True` runs the planned program with every dead buffer poisoned (also switched
-    on for every program by the environment variable COMPILER_SANITIZE=1)."""
+    on for every program by the environment variable COMPILER_SANITIZE=1). `schedule="auto"`
+    reorders the program to lower its peak (passes.schedule; never above the written order's
+    plan); `"off"` keeps the order as written, so that its plan stays inspectable."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize)
-    return CompiledFunction(fn, backend, inplace, donate, sanitize)
+        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule)
+    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule)

@@ -97,7 +97,7 @@ METHOD_FUNCTIONS = (
     "logical_and", "logical_or", "logical_not", "sum", "mean", "max", "matmul", "reshape",
     "transpose", "t", "flatten", "squeeze", "unsqueeze", "expand", "cast", "detach", "sign",
     "erf", "relu", "broadcast_to", "asinh", "acosh", "atanh", "floor_divide", "remainder",
-    "numel",
+    "numel", "addmm",
 )
 
 

@@ -17,13 +17,17 @@ from .errors import CompilerError, InplaceError
 class CompileState:
     """What flows through the pipeline: the graph, the inplace decisions, the memory plan."""
 
-    def __init__(self, graph, backend, inplace, donate):
+    def __init__(self, graph, backend, inplace, donate, schedule="auto"):
         self.graph = graph
         self.backend = backend
         self.inplace = inplace
         self.donate = donate          # names of donated array parameters
+        self.schedule = schedule      # "auto" | "off"
         self.decisions = None
         self.plan = None
+        self.written_graph = None     # the order as written, when the scheduler changed it
+        self.schedule_info = None     # passes.schedule.Schedule
+        self.gemm_decisions = []      # passes.gemm_accumulate.GemmDecision, per update
 
     @property
     def alignment(self) -> int:
@@ -49,6 +53,22 @@ def _cse(state):
     return state
 
 
+def _gemm_accumulate(state):
+    from passes.gemm_accumulate import gemm_accumulate
+    state.graph, state.gemm_decisions = gemm_accumulate(state.graph)
+    return state
+
+
+def _schedule(state):
+    if state.schedule == "off":
+        return state
+    from passes.schedule import schedule
+    graph, state.schedule_info = schedule(state.graph)
+    if graph is not state.graph:
+        state.written_graph, state.graph = state.graph, graph
+    return state
+
+
 def _reinplace(state):
     from passes.reinplace import reinplace
     state.graph, state.decisions = reinplace(state.graph, state.inplace, state.donate)
@@ -57,8 +77,34 @@ def _reinplace(state):
 
 def _plan_memory(state):
     from passes.memory_plan import plan_memory
+    from passes.reinplace import reinplace
     state.plan = plan_memory(state.graph, state.inplace, state.donate, state.alignment,
                              decisions=state.decisions)
+    state.plan.gemm_decisions = state.gemm_decisions
+    if state.written_graph is None:
+        state.plan.schedule = state.schedule_info
+        return state
+    # The written order, planned too: the report and pictures show its peak and curve beside
+    # the schedule's, and it stays the program when the schedule did not lower the peak.
+    written = state.written_graph
+    _, decisions = reinplace(written, state.inplace, state.donate)
+    # In "auto" the baseline replan may be the better plan (plan_memory's step 6): with it,
+    # auto's peak is at most the best of both orders planned with inplace="off".
+    auto = state.inplace == "auto"
+    plan = plan_memory(written, state.inplace, state.donate, state.alignment,
+                       decisions=decisions, baseline=auto)
+    if plan.peak_bytes <= state.plan.peak_bytes:
+        scheduled_peak = state.plan.peak_bytes
+        state.graph, state.decisions, state.written_graph = written, plan.decisions, None
+        state.plan = plan if auto else plan_memory(written, state.inplace, state.donate,
+                                                   state.alignment, decisions=decisions)
+        state.schedule_info.kept_written(scheduled_peak)
+        state.plan.schedule = state.schedule_info
+        state.plan.gemm_decisions = state.gemm_decisions
+        return state
+    state.plan.schedule = state.schedule_info
+    state.plan.written_order_live_bytes = plan.live_curve()
+    state.plan.written_order_peak_bytes = plan.peak_bytes
     return state
 
 
@@ -75,6 +121,8 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
         ("verify_graph", _verify_graph),   # SSA and types, as traced
         ("dce", _dce),                     # drop what no output or mutation needs
         ("cse", _cse),                     # one node for identical constants and pure nodes
+        ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
+        ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)
         ("reinplace", _reinplace),         # which outputs take an input's buffer, and why
         ("plan_memory", _plan_memory),     # buffers, live intervals, arena offsets, accounting
         ("verify_plan", _verify_plan),     # independent re-check: no live buffers overlap
@@ -140,10 +188,10 @@ def dump_text(name: str, state: CompileState) -> str:
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
-                 sanitize=None, param_names=None):
+                 sanitize=None, param_names=None, schedule="auto"):
     from .api import Program
     state = CompileState(graph, backend, inplace,
-                         donated_names(graph, signature, donate, param_names))
+                         donated_names(graph, signature, donate, param_names), schedule)
     passes = pipeline(backend, inplace, donate)
     dump = dump_request([name for name, _ in passes])
     for name, fn in passes:

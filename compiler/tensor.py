@@ -640,6 +640,19 @@ class Tensor:
     def max(self, axis=None, keepdim=False):
         return self._reduce("max", axis, keepdim)
 
+    def addmm(self, x, y, beta=1.0, alpha=1.0):
+        """`beta * self + alpha * (x @ y)` for matrices `x`, `y` (Paddle's `addmm`), as one
+        gemm; `self` broadcasts to the product's shape."""
+        x = x if isinstance(x, Tensor) else to_tensor(x)
+        y = y if isinstance(y, Tensor) else to_tensor(y)
+        if x.ndim != 2 or y.ndim != 2:
+            raise ShapeError(f"addmm needs matrices x and y, got ranks {x.ndim} and {y.ndim}",
+                             _tr.user_loc())
+        shape = [x.shape[0], y.shape[1]]
+        c = self if list(self.shape) == shape else self.broadcast_to(shape)
+        return x._op("gemm", y, c, alpha=float(alpha), beta=float(beta), trans_a=False,
+                     trans_b=False)
+
     def matmul(self, y, transpose_x=False, transpose_y=False):
         x = self.t() if transpose_x else self
         y = y if isinstance(y, Tensor) else to_tensor(y)

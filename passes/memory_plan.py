@@ -42,6 +42,7 @@ from .liveness import liveness
 from .reinplace import Decision, reinplace
 
 CPU_ALIGNMENT = 64
+MOVES_SHOWN = 40  # lines of the schedule's moves in report()
 GPU_ALIGNMENT = 256
 
 
@@ -111,6 +112,9 @@ class MemoryPlan:
     # pass that reorders nodes (a scheduler), so that pictures can draw it beside this plan's
     # order; None while the plan's order is the written one.
     written_order_live_bytes: list[int] | None = field(default=None, repr=False)
+    written_order_peak_bytes: int | None = None  # that order's planned peak, likewise
+    schedule: object = field(default=None, repr=False)  # passes.schedule.Schedule, if it ran
+    gemm_decisions: list = field(default_factory=list, repr=False)  # passes.gemm_accumulate
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -180,7 +184,19 @@ class MemoryPlan:
 
     def report(self) -> str:
         legend = self.LEGEND.format(alignment=self.alignment, end=self.num_points)
-        lines = [self.summary(), legend, "", "decisions:"]
+        lines = [self.summary(), legend, ""]
+        if self.gemm_decisions:
+            lines.append("weight updates (GEMM-accumulate):")
+            lines += [f"  {d.text}" for d in self.gemm_decisions]
+            lines.append("")
+        if self.schedule is not None:
+            lines.append(self.schedule.summary(self.peak_bytes, self.written_order_peak_bytes))
+            lines += [f"  {m.text}" for m in self.schedule.moves[:MOVES_SHOWN]]
+            if len(self.schedule.moves) > MOVES_SHOWN:
+                lines.append(f"  ... and {len(self.schedule.moves) - MOVES_SHOWN} more "
+                             "(plan.schedule.moves, to_json)")
+            lines.append("")
+        lines.append("decisions:")
         rows = [("op", "where", "phase", "requested", "in place", "reason")]
         for d in self.decisions:
             rows.append((d.op, d.loc, d.phase, "yes" if d.requested else "no",
@@ -201,6 +217,9 @@ class MemoryPlan:
             "naive_bytes": self.naive_bytes, "no_inplace_peak_bytes": self.no_inplace_peak_bytes,
             "arena_bytes": self.arena_bytes, "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes, "num_points": self.num_points,
+            "written_order_peak_bytes": self.written_order_peak_bytes,
+            "schedule": self.schedule.to_dict() if self.schedule is not None else None,
+            "gemm_decisions": [d.to_dict() for d in self.gemm_decisions],
             "decisions": [d.to_dict() for d in self.decisions],
             "buffers": [b.to_dict() for b in self.buffers],
             "values": [self._value_dict(v) for b in self.buffers for v in b.values],

@@ -50,9 +50,14 @@ def plan_figure(plan):
     order = sorted(plan.buffers, key=lambda b: (b.kind != "input", b.start, b.id))
     series = [[counted(b) / scale if live(b, t) else 0.0 for t in points] for b in order]
     fig, ax = plt.subplots(figsize=(11, 4.8))
-    # Step 1: phases shaded behind everything, named at the top.
+    # Step 1: phases shaded behind everything, each named once at the top, over its longest
+    # run (a schedule interleaves them: an update runs right after its gradient).
+    longest = {}
     for phase, first, last in phase_runs(plan):
         ax.axvspan(first - 0.5, last + 0.5, color=PHASE_SHADES.get(phase, "#f4f4f4"), zorder=0)
+        if phase not in longest or last - first > longest[phase][1] - longest[phase][0]:
+            longest[phase] = (first, last)
+    for phase, (first, last) in longest.items():
         ax.text((first + last) / 2, 1.01, phase, transform=ax.get_xaxis_transform(),
                 ha="center", va="bottom", fontsize=8, color="#555")
     # Step 2: the stack, one band per buffer, coloured by the phase that opened it.
@@ -64,6 +69,11 @@ def plan_figure(plan):
                label=f"peak as placed {human_bytes(plan.peak_bytes)}")
     ax.axvline(peak, color="#d62728", linestyle="--", linewidth=1, zorder=3,
                label=f"peak point [{peak}]")
+    written = plan.written_order_live_bytes
+    if written is not None:  # a scheduler reordered the program: the order as written too
+        ax.step(points, [v / scale for v in written], where="mid", color="#9467bd",
+                linewidth=1.2, zorder=3, label=f"written order (peak "
+                f"{human_bytes(plan.written_order_peak_bytes or max(written))})")
     # Step 3: label the largest buffers live at the peak, from their band's middle to a
     # column of labels beside the peak, top-down in the order of their bands (so that neither
     # the labels nor their leader lines cross).
@@ -96,7 +106,8 @@ def plan_figure(plan):
               loc="upper left" if right else "upper right", fontsize=7.5,
               ncol=2, framealpha=0.9)
     ax.set_xlim(-1.5, plan.num_points + 0.5)
-    ax.set_ylim(0, max(top, plan.peak_bytes / scale) * 1.08)
+    highest = max([top, plan.peak_bytes / scale] + ([max(written) / scale] if written else []))
+    ax.set_ylim(0, highest * 1.08)
     ax.set_xlabel("program point (node [k] of the printed graph; -1 = entry)")
     ax.set_ylabel(f"bytes live ({unit})")
     ax.set_title(f"{plan.graph_name}: peak {human_bytes(plan.peak_bytes)}, lower bound "

@@ -6,7 +6,8 @@ of node `n` may take the buffer of its input `a` when all four conditions of DES
 each a named predicate below that returns None or the sentence the user reads in the plan:
 
   1. `cannot_overwrite`: `n` writes each element exactly where it reads it: elementwise with
-     the input's shape and dtype, or a scatter into its base; the input is not an expanded
+     the input's shape and dtype, a scatter into its base, or gemm into its accumulator (an
+     op's `overwrites` inputs); the input is not an expanded
      (self-overlapping) view; no other operand reads a different region of the same buffer.
   2. `read_later`: no node scheduled after `n` reads `a` or any view of its buffer (backward
      and update nodes included) -- except the write-back scatter of an inplace op on a view,
@@ -190,7 +191,7 @@ def cannot_overwrite(node: Node, i: int, st: _State) -> str | None:
         if not _views_fit(out, st.place[a], st):
             return "a later reshape of the result can't be expressed in the base's layout"
         return None
-    if kind != ELEMENTWISE:
+    if kind != ELEMENTWISE and i not in REGISTRY[node.op].overwrites:
         return f"{node.op} can't write its output over an input"
     if tuple(a.shape) != tuple(out.shape):
         return (f"output {list(out.shape)} is larger than the input {list(a.shape)} "
@@ -205,6 +206,9 @@ def cannot_overwrite(node: Node, i: int, st: _State) -> str | None:
         return (f"the input is a view of a bigger buffer ({st.buffer[a].nbytes} B), which "
                 "would stay alive as long as the output")
     for j, other in enumerate(node.inputs):
+        if kind != ELEMENTWISE and j != i and st.buffer[other] is st.buffer[a]:
+            # a gemm reads whole rows and columns of its operands while it writes
+            return f"operand {j} is read from the buffer that {node.op} writes"
         if j != i and st.buffer[other] is st.buffer[a] \
                 and region(st.place[other]) != region(st.place[a]):
             return (f"operand {j} reads another part of the same buffer, which the op "
@@ -296,6 +300,8 @@ def _candidates(node: Node) -> list[int]:
         return [node.inplace_of]
     if kind == SCATTER:
         return [0]
+    if REGISTRY[node.op].overwrites:  # gemm's accumulator
+        return list(REGISTRY[node.op].overwrites)
     if kind == ELEMENTWISE:
         same = [i for i, v in enumerate(node.inputs) if tuple(v.shape) == tuple(node.out.shape)]
         if same:

@@ -152,9 +152,16 @@ def verify_plan(graph: Graph, plan) -> None:
                 place[id(v)] = contiguous_probe(v.shape)
         for old, new in zip(versions, versions[1:]):
             writer = new.producer
-            if writer is None or REGISTRY[writer.op].kind not in (ELEMENTWISE, SCATTER):
+            if writer is None or (REGISTRY[writer.op].kind not in (ELEMENTWISE, SCATTER)
+                                  and plan.reuse.get(writer) not in
+                                  REGISTRY[writer.op].overwrites):
                 raise PlanError(f"{new.ref()} reuses buffer #{b.id} but {writer and writer.op} "
                                 "can't write over its operand")
+            if REGISTRY[writer.op].overwrites and any(
+                    plan.buffer_of.get(v) is b for k, v in enumerate(writer.inputs)
+                    if k != plan.reuse[writer]):
+                raise PlanError(f"{new.ref()}: {writer.op} writes buffer #{b.id} while it reads "
+                                "another operand from it")
             t = index[id(writer)]
             if last_read[id(old)] <= t:
                 continue

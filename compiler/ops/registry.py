@@ -69,6 +69,9 @@ class OpDef:
     random: bool = False
     into: Callable | None = None
     scratch: Callable | None = None
+    # Inputs a non-elementwise op may write its output over element by element (gemm's
+    # accumulator `c`): the reinplace pass's rule 1 accepts them like an elementwise operand.
+    overwrites: tuple = ()
 
     @property
     def differentiable(self) -> bool:
@@ -79,14 +82,14 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="",
-          random=False, into=None, scratch=None) -> OpDef:
+          random=False, into=None, scratch=None, overwrites=()) -> OpDef:
     assert kind in KINDS, kind
     assert name not in REGISTRY, f"op {name} defined twice"
     assert scratch is None or into is not None, f"{name}: scratch is for an `into`"
     for need in (vjp or {}):
         assert need in VJP_NEEDS, (name, need)
     op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, random, into,
-               scratch)
+               scratch, tuple(overwrites))
     REGISTRY[name] = op
     return op
 

@@ -119,8 +119,16 @@ def _swap_last(t):
 
 def _matmul_vjp(ctx, g):
     x, y = ctx.inputs
-    return (g.matmul(_swap_last(y)) if ctx.needs_grad[0] else None,
-            _swap_last(x).matmul(g) if ctx.needs_grad[1] else None)
+    gx = g.matmul(_swap_last(y)) if ctx.needs_grad[0] else None
+    if not ctx.needs_grad[1]:
+        return gx, None
+    if y.ndim == 2 and x.ndim > 2:
+        # A 2-D weight under batched operands: fold the batch into one GEMM
+        # ([b*t, k].T @ [b*t, n]) instead of a [b, k, n] product summed over b (DESIGN §4);
+        # a plain 2-D matmul is what GEMM-accumulate can fold into the weight's update.
+        k, n = y.shape
+        return gx, x.reshape([-1, k]).t().matmul(g.reshape([-1, n]))
+    return gx, _swap_last(x).matmul(g)
 
 
 def _matmul_into(out, x, y):
@@ -131,6 +139,73 @@ def _matmul_into(out, x, y):
 
 defop("matmul", MATMUL, _matmul_infer, np.matmul, vjp={"input": _matmul_vjp},
       into=_matmul_into)
+
+
+# -- gemm: c' = beta * c + alpha * op(a) @ op(b), op = transpose when trans_* (BLAS's GEMM) --
+# Made by `cc.addmm` and by the GEMM-accumulate pass (a weight update `w -= lr * (a @ b)`
+# becomes gemm(a, b, w, alpha=-lr, beta=1) writing into w: no gradient buffer).
+
+
+def _gemm_infer(types, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    (sa, da), (sb, db), (sc, dc) = types
+    if len(sa) != 2 or len(sb) != 2:
+        raise ShapeError("gemm operands must be matrices")
+    m, k = sa[::-1] if trans_a else sa
+    k2, n = sb[::-1] if trans_b else sb
+    if k != k2:
+        raise ShapeError(f"gemm: inner dimensions differ: {k} and {k2}")
+    if tuple(sc) != (m, n):
+        raise ShapeError(f"gemm: the accumulator is {list(sc)}, the product [{m}, {n}]")
+    dtype = promote(da, db, dc)
+    if dtype.kind != "f":
+        raise ShapeError("gemm computes in a float dtype")
+    return (m, n), dtype
+
+
+# The product is made a block of rows at a time (each block at most this many bytes), so the
+# numpy executor writes the result into its planned place (the weight) without a temporary of
+# the gradient's size; the reference is the same computation, so the two agree bit for bit.
+GEMM_BLOCK_BYTES = 16 * 1024
+
+
+def _gemm_into(out, a, b, c, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    dtype = out.dtype
+    x = (a.T if trans_a else a).astype(dtype, copy=False)
+    y = (b.T if trans_b else b).astype(dtype, copy=False)
+    rows = max(1, GEMM_BLOCK_BYTES // max(1, out.shape[1] * dtype.itemsize))
+    for i in range(0, out.shape[0], rows):
+        p = np.matmul(x[i:i + rows], y)
+        if alpha != 1.0:
+            np.multiply(p, dtype.type(alpha), out=p)
+        cr = c[i:i + rows] if beta == 1.0 else c[i:i + rows] * dtype.type(beta)
+        np.add(cr, p, out=out[i:i + rows], casting="unsafe")
+
+
+def _gemm_ref(a, b, c, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+    (m, n), dtype = _gemm_infer([(a.shape, a.dtype), (b.shape, b.dtype), (c.shape, c.dtype)],
+                                alpha, beta, trans_a, trans_b)
+    out = np.empty((m, n), dtype)
+    _gemm_into(out, a, b, c, alpha, beta, trans_a, trans_b)
+    return out
+
+
+def _gemm_vjp(ctx, g):
+    a, b, c = ctx.inputs
+    alpha, beta = ctx.attrs["alpha"], ctx.attrs["beta"]
+    ta, tb = ctx.attrs["trans_a"], ctx.attrs["trans_b"]
+    ga = gb = None
+    if ctx.needs_grad[0]:   # d op(a) = alpha * g @ op(b).T
+        ga = g.matmul(b if tb else b.t()).scale(alpha)
+        ga = ga.t() if ta else ga
+    if ctx.needs_grad[1]:   # d op(b) = alpha * op(a).T @ g
+        gb = (a if ta else a.t()).matmul(g).scale(alpha)
+        gb = gb.t() if tb else gb
+    gc = g.scale(beta) if ctx.needs_grad[2] else None
+    return ga, gb, gc
+
+
+defop("gemm", MATMUL, _gemm_infer, _gemm_ref, vjp={"input": _gemm_vjp}, overwrites=(2,),
+      into=_gemm_into)
 
 # -- views: the output shares the input's storage ------------------------------------------
 

@@ -65,7 +65,7 @@ POISON = 0xFF
 FALLBACK_OPS = frozenset()
 # Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
 # for every op of that kind).
-NATIVE_OTHER = frozenset({"matmul", "slice_scatter", "concat", "softmax", "log_softmax",
+NATIVE_OTHER = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",
                           "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange",
                           "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
 
@@ -234,7 +234,8 @@ class ModuleEmitter:
     def _emit_node(self, t, node, cb, cb_type):
         op = node.op
         opdef = REGISTRY[op]
-        if node in self.plan.reuse and opdef.kind not in (ELEMENTWISE, SCATTER):
+        if node in self.plan.reuse and opdef.kind not in (ELEMENTWISE, SCATTER) \
+                and self.plan.reuse[node] not in opdef.overwrites:
             raise NotImplementedError(f"the plan runs {op} in place; the cpu backend only "
                                       "writes elementwise ops and scatters over an input")
         if op in FALLBACK_OPS or node in self.checked_while_running:
@@ -255,6 +256,8 @@ class ModuleEmitter:
         elif opdef.kind == REDUCTION:
             self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out,
                                                                         ins[0]))
+        elif op == "gemm":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
         elif opdef.kind == MATMUL:
             self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
         elif op == "slice_scatter":
@@ -525,6 +528,48 @@ class ModuleEmitter:
                     ir.Constant(I32, flag[tb]), i64(m), i64(n), i64(k),
                     ir.Constant(ft, alpha), a_ptr, i64(lda), b_ptr, i64(ldb),
                     ir.Constant(ft, beta), c_ptr, i64(ldc)])
+
+    def _gemm(self, b, ptrs, node, out: Place, x: Place, y: Place, c: Place):
+        """out = beta * c + alpha * op(x) @ op(y) (GEMM-accumulate, `cc.addmm`): in place over
+        c when the plan says so, else c is copied into out first; then one cblas_?gemm with
+        alpha, beta and the transposes as flags, or a generated loop."""
+        at = node.attrs
+        alpha, beta = float(at["alpha"]), float(at["beta"])
+
+        def op(p: Place, t: bool) -> Place:
+            return Place(p.slot, p.offset, p.shape[::-1], p.strides[::-1], p.dtype) if t else p
+        x, y = op(x, at["trans_a"]), op(y, at["trans_b"])
+        if (c.slot, c.offset, c.strides, c.dtype) != (out.slot, out.offset, out.strides,
+                                                      out.dtype):
+            self._copy(b, ptrs, out, c)
+        m, kk, n = x.shape[0], x.shape[1], y.shape[1]
+        dt = out.dtype
+        lc = blas_layout(m, n, *out.strides)
+        if (self.blas_ok and kk > 0 and x.dtype == dt and y.dtype == dt and lc
+                and lc[0] == "N" and blas_layout(m, kk, *x.strides)
+                and blas_layout(kk, n, *y.strides)):
+            self.gemm(b, dt, m, n, kk,
+                      elem_ptr(b, ptrs[x.slot], dt, index(b, x.offset, (), ())), x.strides,
+                      elem_ptr(b, ptrs[y.slot], dt, index(b, y.offset, (), ())), y.strides,
+                      elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, (), ())), lc[1],
+                      alpha, beta)
+            return
+        acc = b.alloca(ll_type(dt))
+
+        def body(idxs):
+            i, j = idxs
+            b.store(constant(0, dt), acc)
+            with for_range(b, kk, "k") as kv:
+                xv = convert(b, load(b, elem_ptr(b, ptrs[x.slot], x.dtype, index(
+                    b, x.offset, x.strides, (i, kv))), x.dtype), x.dtype, dt)
+                yv = convert(b, load(b, elem_ptr(b, ptrs[y.slot], y.dtype, index(
+                    b, y.offset, y.strides, (kv, j))), y.dtype), y.dtype, dt)
+                b.store(b.fadd(b.load(acc, typ=ll_type(dt)), b.fmul(xv, yv)), acc)
+            at_out = elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, out.strides, idxs))
+            prod = b.fmul(constant(alpha, dt), b.load(acc, typ=ll_type(dt)))
+            old = b.fmul(constant(beta, dt), load(b, at_out, dt))
+            store(b, b.fadd(old, prod), at_out, dt)
+        loop_nest(b, (m, n), body)
 
     def _matmul_loops(self, b, ptrs, out, x, y, bshape, xb, yb, ob):
         """A generated loop for what BLAS can't take (ints, odd layouts): out[.., i, j] =

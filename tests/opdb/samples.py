@@ -949,6 +949,32 @@ def _reduces_only_nonzero(shape, axis):
     return all(shape[a] != 0 for a in axes)
 
 
+# -- addmm (the gemm op) ----------------------------------------------------------------------
+def build_addmm():
+    def want(c, a, b, beta=1.0, alpha=1.0):
+        dt = result_dtype(c.dtype, result_dtype(a.dtype, b.dtype))
+        return (beta * f64(c) + alpha * (f64(a) @ f64(b))).astype(dt)
+
+    def terms(c, a, b, beta=1.0, alpha=1.0):
+        return abs(beta) * np.abs(f64(c)) + abs(alpha) * (np.abs(f64(a)) @ np.abs(f64(b)))
+
+    for k, dtype in enumerate((F32, F64)):
+        args = (rand((3, 4), dtype, seed=k), rand((3, 5), dtype, seed=k + 1),
+                rand((5, 4), dtype, seed=k + 2))
+        add(Sample("Tensor.addmm", lambda c, x, y: c.addmm(x, y, beta=0.5, alpha=-2.0), args,
+                   lambda c, a, b: want(c, a, b, 0.5, -2.0), SUM,
+                   terms=lambda c, a, b: terms(c, a, b, 0.5, -2.0), grad=dtype == F64))
+        add(Sample("cc.addmm", lambda c, x, y: cc.addmm(c, x, y), args, want, SUM, terms=terms,
+                   grad=dtype == F64))
+    add(Sample("Tensor.addmm", lambda c, x, y: c.addmm(x, y, alpha=3.0),
+               (rand((4,), F64), rand((2, 3), F64), rand((3, 4), F64)),
+               lambda c, a, b: want(np.broadcast_to(c, (2, 4)), a, b, 1.0, 3.0), SUM,
+               terms=lambda c, a, b: terms(np.broadcast_to(c, (2, 4)), a, b, 1.0, 3.0),
+               grad=True, label="|broadcast"))
+    INVALID.append(("Tensor.addmm", lambda c, x, y: c.addmm(x, y),
+                    (rand((2, 2), F32), rand((2, 3), F32), rand((2, 2), F32)), cc.ShapeError))
+
+
 # -- matmul ------------------------------------------------------------------------------------
 def build_matmul():
     def want(a, b, ta=False, tb=False):
@@ -1688,6 +1714,7 @@ def build_all():
     build_logical_not()
     build_reductions()
     build_matmul()
+    build_addmm()
     build_views()
     build_indexing()
     build_fill_concat()

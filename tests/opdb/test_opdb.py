@@ -324,6 +324,7 @@ INTERNAL_OPS = {
     "slice_scatter": "Tensor.__setitem__ (and the gradient of __getitem__)",
     "constant": "cc.to_tensor",
     "full": "cc.full, cc.zeros, cc.ones, Python scalars",
+    "gemm": "Tensor.addmm (and the GEMM-accumulate pass, for weight updates)",
 }
 # Public names that are not ops: what they do is tested elsewhere (autodiff, api, errors).
 NOT_OPS = {

