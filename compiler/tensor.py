@@ -22,7 +22,7 @@ from passes.autodiff import backward as _backward
 
 from . import tracer as _tr
 from .errors import CompilerError, InplaceError, ShapeError, TraceError
-from .ir import Value
+from .ir import DataCheck, Value
 from .layout import apply_view, overlaps_itself, value_probe
 from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
 from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
@@ -618,6 +618,210 @@ class Tensor:
 
     def max(self, axis=None, keepdim=False):
         return self._reduce("max", axis, keepdim)
+
+    def min(self, axis=None, keepdim=False):
+        return self._reduce("min", axis, keepdim)
+
+    def prod(self, axis=None, keepdim=False, dtype=None):
+        x = self if dtype is None else self.cast(dtype)
+        return x._reduce("prod", axis, keepdim)
+
+    def argmax(self, axis=None, keepdim=False, dtype="int64"):
+        return self._arg("argmax", axis, keepdim, dtype)
+
+    def argmin(self, axis=None, keepdim=False, dtype="int64"):
+        return self._arg("argmin", axis, keepdim, dtype)
+
+    def _arg(self, op, axis, keepdim, dtype):
+        if axis is not None:
+            axis = _user_axes(int(axis), self.ndim)[0] if self.ndim else None
+        out = self._op(op, axis=axis, keepdim=bool(keepdim))
+        return out if np.dtype(dtype) == out.dtype else out.cast(dtype)
+
+    # -- scans, gathers and scatters (issue 10) ---------------------------------------------
+    def _scan_axis(self, axis):
+        """Paddle: `axis=None` scans the flattened tensor."""
+        x = self if axis is not None or self.ndim <= 1 else self.flatten()
+        ax = 0 if axis is None else _user_axes(int(axis), x.ndim)[0] if x.ndim else 0
+        return x, ax
+
+    def cumsum(self, axis=None, dtype=None):
+        x, ax = self._scan_axis(axis)
+        x = x if dtype is None else x.cast(dtype)
+        return x._op("cumsum", axis=ax)
+
+    def cumsum_(self, axis=None, dtype=None):
+        if axis is None and self.ndim > 1:
+            raise InplaceError("cumsum_ with axis=None would flatten its target: give an axis",
+                               _tr.user_loc())
+        _, ax = self._scan_axis(axis)
+        return self._inplace("cumsum", axis=ax)
+
+    def _index(self, index, what):
+        """An integer index tensor (a Tensor, an array or a list)."""
+        index = index if isinstance(index, Tensor) else to_tensor(np.asarray(index))
+        if index.dtype.kind not in "iu":
+            raise TraceError(f"{what}: indices must be integers, not {index.dtype}",
+                             _tr.user_loc())
+        return index
+
+    def _checked(self, out: "Tensor", what: str, size: int) -> "Tensor":
+        """Indices are data: the node raises `DataError` on one out of range, and the driver
+        keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+        node = out._v().producer
+        self._tracer.graph.data_checks.append(
+            DataCheck(what, node, None, (), size, None, _tr.user_loc()))
+        return out
+
+    def index_select(self, index, axis=0):
+        index = self._index(index, "index_select")
+        if index.ndim != 1:
+            raise ShapeError(f"index_select: the index must be 1-D, not {index.shape}",
+                             _tr.user_loc())
+        (ax,) = _user_axes(int(axis), self.ndim)
+        return self._checked(self._op("index_select", index, axis=ax), "index_select",
+                             self.shape[ax])
+
+    def gather(self, index, axis=None):
+        """Paddle's gather: rows (or slices along `axis`, default 0) picked by a 1-D index; a
+        0-d index picks one slice and drops the axis."""
+        index = self._index(index, "gather")
+        if index.ndim == 0:
+            return self.gather(index.reshape([1]), axis).squeeze(0 if axis is None else axis)
+        return self.index_select(index, 0 if axis is None else axis)
+
+    def index_add(self, index, axis, value):
+        return self._index_add(index, axis, value, inplace=False)
+
+    def index_add_(self, index, axis, value):
+        return self._index_add(index, axis, value, inplace=True)
+
+    def _index_add(self, index, axis, value, inplace):
+        index = self._index(index, "index_add")
+        (ax,) = _user_axes(int(axis), self.ndim)
+        value = value if isinstance(value, Tensor) else to_tensor(value, dtype=self.dtype)
+        if value.dtype != self.dtype:
+            value = value.cast(self.dtype)
+        out = self._inplace("index_add", index, value, axis=ax) if inplace else \
+            self._op("index_add", index, value, axis=ax)
+        return self._checked(out, "index_add", self.shape[ax])
+
+    def take_along_axis(self, indices, axis):
+        indices = self._index(indices, "take_along_axis")
+        (ax,) = _user_axes(int(axis), self.ndim)
+        return self._checked(self._op("take_along_axis", indices, axis=ax),
+                             "take_along_axis", self.shape[ax])
+
+    def put_along_axis(self, indices, values, axis, reduce="assign"):
+        return self._put(indices, values, axis, reduce, inplace=False)
+
+    def put_along_axis_(self, indices, values, axis, reduce="assign"):
+        return self._put(indices, values, axis, reduce, inplace=True)
+
+    def _put(self, indices, values, axis, reduce, inplace):
+        indices = self._index(indices, "put_along_axis")
+        (ax,) = _user_axes(int(axis), self.ndim)
+        values = Tensor._fresh(self._operand(values))
+        if values.dtype != self.dtype:
+            values = values.cast(self.dtype)
+        fn = self._inplace if inplace else self._op
+        out = fn("put_along_axis", indices, values, axis=ax, reduce=reduce)
+        return self._checked(out, "put_along_axis", self.shape[ax])
+
+    # -- masks: where() written back into the target (issue 10) -------------------------------
+    def masked_fill(self, mask, value):
+        mask = mask if isinstance(mask, Tensor) else to_tensor(mask)
+        v = Tensor._fresh(self._operand(value))
+        v = v if v.dtype == self.dtype else v.cast(self.dtype)
+        out = Tensor._fresh(self._tracer.emit("where", [mask._v(), v._v(), self._v()], {}))
+        if out.shape != self.shape:
+            raise ShapeError(f"masked_fill: a mask of shape {mask.shape} would broadcast the "
+                             f"tensor's shape {self.shape}", _tr.user_loc())
+        return out
+
+    def masked_fill_(self, mask, value):
+        mask = mask if isinstance(mask, Tensor) else to_tensor(mask)
+        return self._write_where(mask, value, "masked_fill_")
+
+    def _write_where(self, cond: "Tensor", value, what: str) -> "Tensor":
+        """`self = where(cond, value, self)` in place: `cond` and `value` broadcast to self's
+        shape (a scalar value takes self's dtype)."""
+        self._check_writable(what)
+        old = self._v()
+        v = self._operand(value)
+        if v.dtype != old.dtype:
+            v = self._tracer.emit("cast", [v], {"dtype": old.dtype})
+        new = self._tracer.emit("where", [cond._v(), v, old], {}, inplace_of=2)
+        if new.shape != old.shape:
+            raise InplaceError(f"{what} would change the shape of its target from "
+                               f"{list(old.shape)} to {list(new.shape)}", _tr.user_loc())
+        self._tracer.overwritten.add(old)
+        self._write(new)
+        return self
+
+    def _triangle(self, diagonal, lower):
+        """The mask of the kept elements over the last two axes, from two aranges."""
+        if self.ndim < 2:
+            raise ShapeError(f"{'tril' if lower else 'triu'} needs a tensor of rank >= 2, "
+                             f"not {self.shape}", _tr.user_loc())
+        n, m = self.shape[-2:]
+        emit = self._tracer.emit
+        i64 = np.dtype(np.int64)
+        rows = emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": i64})
+        rows = emit("reshape", [rows], {"shape": (n, 1)})
+        cols = emit("arange", [], {"start": 0, "stop": m, "step": 1, "dtype": i64})
+        k = emit("full", [], {"shape": (), "value": int(diagonal), "dtype": i64})
+        shifted = emit("add", [rows, k], {})
+        return Tensor._fresh(emit("less_equal" if lower else "greater_equal",
+                                  [cols, shifted], {}))
+
+    def _keep(self, keep: "Tensor") -> "Tensor":
+        zero = self._tracer.emit("full", [], {"shape": (), "value": 0, "dtype": self.dtype})
+        return Tensor._fresh(self._tracer.emit("where", [keep._v(), self._v(), zero], {}))
+
+    def tril(self, diagonal=0):
+        return self._keep(self._triangle(diagonal, True))
+
+    def triu(self, diagonal=0):
+        return self._keep(self._triangle(diagonal, False))
+
+    def tril_(self, diagonal=0):
+        return self._write_where(self._triangle(diagonal, True).logical_not(), 0, "tril_")
+
+    def triu_(self, diagonal=0):
+        return self._write_where(self._triangle(diagonal, False).logical_not(), 0, "triu_")
+
+    # -- splitting (views) ----------------------------------------------------------------------
+    def split(self, num_or_sections, axis=0):
+        """Paddle: an int splits into that many equal parts; a list gives the sizes (one -1 is
+        inferred). Each part is a view (a slice) of self."""
+        (ax,) = _user_axes(int(axis), self.ndim)
+        size = self.shape[ax]
+        if isinstance(num_or_sections, numbers.Integral):
+            n = int(num_or_sections)
+            if n <= 0 or size % n:
+                raise ShapeError(f"split: an axis of size {size} can't be split into {n} "
+                                 "equal parts", _tr.user_loc())
+            sections = [size // n] * n
+        else:
+            sections = [int(s) for s in num_or_sections]
+            if sections.count(-1) > 1 or any(s < -1 for s in sections):
+                raise ShapeError(f"split: bad sections {sections}", _tr.user_loc())
+            if -1 in sections:
+                sections[sections.index(-1)] = size - sum(s for s in sections if s != -1)
+            if sum(sections) != size or min(sections, default=0) < 0:
+                raise ShapeError(f"split: sections {list(num_or_sections)} don't add up to "
+                                 f"the axis size {size}", _tr.user_loc())
+        parts, start = [], 0
+        for s in sections:
+            index = tuple(("s", start, start + s, 1) if i == ax else ("s", None, None, None)
+                          for i in range(self.ndim))
+            parts.append(self.slice_index(index))
+            start += s
+        return parts
+
+    def chunk(self, chunks, axis=0):
+        return self.split(int(chunks), axis)
 
     def matmul(self, y, transpose_x=False, transpose_y=False):
         x = self.t() if transpose_x else self

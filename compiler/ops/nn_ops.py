@@ -47,7 +47,9 @@ def _log_softmax_vjp(ctx, g):
     return (g - y.exp() * g.sum(axis=axis, keepdim=True),)
 
 
-defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp})
+# softmax_ overwrites its input: its VJP reads only the output.
+defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp},
+      inplace="softmax_")
 defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
       vjp={"output": _log_softmax_vjp})
 
