@@ -6,8 +6,8 @@ trace time, reuse buffers in place where provably safe, plan all memory into one
 """
 from . import creation as _creation
 from .api import CompiledFunction, Program, compile, trace
-from .creation import (arange, concat, full, full_like, ones, ones_like, stack, where, where_,
-                       zeros, zeros_like)
+from .creation import (arange, concat, full, full_like, ones, ones_like, rand, randn, stack,
+                       where, where_, zeros, zeros_like)
 from .errors import (CompilerError, DataError, InplaceError, InsufficientMemoryError,
                      RetraceWarning, ShapeError, TraceError)
 from .ir import Graph, Loc, Node, Value
@@ -22,7 +22,7 @@ globals().update({k: v for k, v in _creation.module_functions().items() if k not
 __all__ = [
     "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
-    "zeros_like", "ones_like", "concat", "where", "where_", "stack", "CompilerError",
-    "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError", "passes", "DataError",
-    "RetraceWarning",
+    "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
+    "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
+    "passes", "DataError", "RetraceWarning",
 ]

@@ -8,10 +8,10 @@ import numpy as np
 from . import tracer as _tr
 from .errors import ShapeError, TraceError
 from .ops.registry import DEFAULT_FLOAT
-from .tensor import Tensor, _is_scalar, check_dtype, to_tensor
+from .tensor import Tensor, _is_scalar, check_dtype, random_tensor, to_tensor
 
 __all__ = ["to_tensor", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
-           "full_like", "concat", "where", "where_", "stack"]
+           "full_like", "concat", "where", "where_", "stack", "rand", "randn"]
 
 
 def _dtype(dtype, default=DEFAULT_FLOAT):
@@ -87,6 +87,17 @@ def where(condition, x, y) -> Tensor:
     xv = x._v() if isinstance(x, Tensor) else like._operand(x)
     yv = y._v() if isinstance(y, Tensor) else like._operand(y)
     return Tensor._fresh(cond._tracer.emit("where", [cond._v(), xv, yv], {}))
+
+
+def rand(shape, dtype=None, seed=0) -> Tensor:
+    """Numbers uniform in [0, 1) from Philox: `seed` a 0-d uint64 tensor (an argument: a new
+    seed doesn't retrace) or an int; the same seed gives the same numbers on every backend."""
+    return random_tensor(_shape(shape), _dtype(dtype), seed, "uniform", "cc.rand")
+
+
+def randn(shape, dtype=None, seed=0) -> Tensor:
+    """Standard normal numbers from Philox (Box-Muller); see `rand`."""
+    return random_tensor(_shape(shape), _dtype(dtype), seed, "normal", "cc.randn")
 
 
 def where_(condition, x, y) -> Tensor:

@@ -555,6 +555,29 @@ class Tensor:
         self._write(full)
         return self
 
+    # -- random numbers (Philox; see compiler/ops/random_ops.py) ------------------------------
+    def uniform_(self, min=-1.0, max=1.0, seed=0):
+        """Fill with numbers uniform in [min, max) drawn from `seed` (a 0-d uint64 tensor, or
+        a Python int: a constant); in place, returns self. Paddle's signature."""
+        self._check_writable("uniform_")
+        u = random_tensor(self.shape, self.dtype, seed, "uniform", "uniform_")
+        return self._fill_with(u.scale(float(max) - float(min), float(min)))
+
+    def normal_(self, mean=0.0, std=1.0, seed=0):
+        """Fill with normal numbers of `mean` and `std` drawn from `seed`; in place."""
+        self._check_writable("normal_")
+        z = random_tensor(self.shape, self.dtype, seed, "normal", "normal_")
+        return self._fill_with(z.scale(float(std), float(mean)))
+
+    def _fill_with(self, value: "Tensor") -> "Tensor":
+        old = self._v()
+        v = value._v()
+        if v.dtype != old.dtype:
+            v = self._tracer.emit("cast", [v], {"dtype": old.dtype})
+        self._tracer.overwritten.add(old)
+        self._write(v)
+        return self
+
     def where_mask(self, mask):
         """`where(mask, self, 0)`."""
         return Tensor._fresh(self._tracer.emit(
@@ -1099,7 +1122,7 @@ _UFUNC_OPERATORS = {
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
-        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to"):
+        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to") or op.random:
             continue
         if not hasattr(Tensor, name):
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))
@@ -1161,6 +1184,37 @@ def _check_user_arguments():
 
 
 _check_user_arguments()
+
+
+def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
+    """A fresh tensor of Philox numbers ("uniform" in [0, 1) or "normal") of a float `dtype`
+    (an integer or bool target draws in float32 and is cast). Each call is a new call site
+    with its own stream."""
+    tracer = _tr.current()
+    dtype = np.dtype(dtype)
+    draw = dtype if dtype.kind == "f" else DEFAULT_FLOAT
+    uint64 = np.dtype(np.uint64)
+    if isinstance(seed, Tensor):
+        if seed.shape != [] or seed.dtype.kind not in "iu":
+            raise TraceError(f"{what}: the seed must be a 0-d integer tensor (uint64), not "
+                             f"{seed.dtype}{seed.shape}", _tr.user_loc())
+        s = seed if seed.dtype == uint64 else seed.cast(uint64)
+        s = s._v()
+    elif isinstance(seed, numbers.Integral) and not isinstance(seed, bool) \
+            and 0 <= int(seed) < 2 ** 64:
+        s = tracer.emit("full", [], {"shape": (), "value": np.uint64(seed), "dtype": uint64})
+    else:
+        raise TraceError(f"{what}: the seed must be a 0-d uint64 tensor or an int in "
+                         f"[0, 2**64), not {seed!r}", _tr.user_loc())
+    shape = tuple(int(d) for d in shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    index = tracer.emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": uint64})
+    index = tracer.emit("reshape", [index], {"shape": shape})
+    stream = tracer.random_streams
+    tracer.random_streams += 1
+    out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
+                                                            "dtype": draw}))
+    return out
 
 
 def check_dtype(dtype, loc=None):

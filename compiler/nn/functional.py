@@ -17,7 +17,7 @@ from ..layout import apply_view
 from ..ops.nn_ops import bad_label, label_range_message
 from ..ops.registry import normalize_axes
 from ..creation import arange as cc_arange
-from ..tensor import Tensor, to_tensor
+from ..tensor import Tensor, random_tensor, to_tensor
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
            "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d", "elu", "elu_",
@@ -306,17 +306,19 @@ def linear(x: Tensor, weight: Tensor, bias=None) -> Tensor:
     return out + bias if bias is not None else out
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int = 0) -> Tensor:
-    """Deterministic dropout: the mask comes from `numpy.random.default_rng(seed)` at trace
-    time, so every backend and every call sees the same mask."""
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed=0) -> Tensor:
+    """Dropout with Paddle's "upscale_in_train": kept elements are divided by 1 - p. The mask
+    comes from Philox numbers generated inside the graph from `seed` (a 0-d uint64 tensor
+    argument, or an int: a constant), so a compiled step is reproducible on every backend and
+    a new seed per step doesn't retrace. The backward pass reads only the boolean mask."""
     if not 0.0 <= p <= 1.0:
         raise TraceError(f"dropout probability {p} is not in [0, 1]", _tr.user_loc())
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = np.random.default_rng(seed).random(x.shape) >= p
-    return x * to_tensor(keep.astype(x.dtype) / (1.0 - p), dtype=x.dtype)
+    keep = random_tensor(x.shape, x.dtype, seed, "uniform", "F.dropout") >= p
+    return (x * (1.0 / (1.0 - p))).where_mask(keep)
 
 
 def _pair(v, what="value"):

@@ -403,6 +403,8 @@ def expr_for(op, attrs, in_dtypes, out_dtype):
     # `exp` on an integer. `where`'s condition stays bool.
     out_dtype = np.dtype(out_dtype)
     expr = op.expr(attrs) if callable(op.expr) else op.expr
+    if op.random:
+        return expr  # typed throughout: uint64 words, then its own float conversion
     if op.name == "pow" and out_dtype.kind in "iu":
         return _int_pow_expr()
     if out_dtype.kind != "f":

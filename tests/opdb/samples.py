@@ -1478,13 +1478,17 @@ def build_functional():
         def drop(x, p=p):
             if p == 1.0:
                 return np.zeros_like(x)
-            keep = np.random.default_rng(7).random(x.shape) >= p
-            return (x * (keep.astype(x.dtype) / np.asarray(1 - p, x.dtype))).astype(x.dtype)
+            keep = philox_uniform(x.shape, x.dtype, 7, 0) >= np.asarray(p, x.dtype)
+            return np.where(keep, x * np.asarray(1 / (1 - p), x.dtype), 0).astype(x.dtype)
         for dtype in FLOATS:
             add(Sample("F.dropout", lambda t, p=p: F.dropout(t, p=p, seed=7),
                        (rand((4, 5), dtype),), drop, ULP))
         add(Sample("F.dropout", lambda t, p=p: F.dropout(t, p, seed=7), (rand((3, 2), F64),),
                    drop, ULP, grad=True))
+    add(Sample("F.dropout", lambda t, s: F.dropout(t, 0.5, seed=s),
+               (rand((3, 4), F32), np.array(2 ** 40 + 3, np.uint64)),
+               lambda x, s: np.where(philox_uniform(x.shape, x.dtype, int(s), 0) >= 0.5,
+                                     x * np.float32(2), 0).astype(x.dtype), label="|seed-arg"))
     add(Sample("F.dropout", lambda t: F.dropout(t, 0.5, training=False), (rand((3,), F32),),
                lambda x: x))
     invalid("F.dropout", lambda t: F.dropout(t, 1.5), [np.ones(3)], cc.TraceError)
@@ -2187,3 +2191,89 @@ def build_model_ops():
 
 
 build_model_ops()
+
+
+# -- issue 10: random numbers ------------------------------------------------------------------
+# An independent Philox-4x32-10 (Salmon et al., SC 2011) on Python ints, one counter at a time.
+def philox_words(counter, key):
+    c, k = list(counter), list(key)
+    for r in range(10):
+        if r:
+            k = [(k[0] + 0x9E3779B9) % 2 ** 32, (k[1] + 0xBB67AE85) % 2 ** 32]
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 % 2 ** 32, (p0 >> 32) ^ c[3] ^ k[1], p0 % 2 ** 32]
+    return c
+
+
+def _words(shape, seed, stream):
+    n = int(np.prod(shape))
+    key = (seed % 2 ** 32, seed >> 32)
+    return [philox_words((i % 2 ** 32, i >> 32, stream % 2 ** 32, stream >> 32), key)
+            for i in range(n)]
+
+
+def philox_uniform(shape, dtype, seed, stream):
+    """The project's uniform numbers: float32 from the top 24 bits of word 0, float64 from 53
+    bits of words 0 and 1."""
+    if np.dtype(dtype) == F32:
+        vals = [w[0] >> 8 for w in _words(shape, seed, stream)]
+        return (np.array(vals, F64) / 2.0 ** 24).astype(F32).reshape(shape)
+    vals = [((w[0] >> 5) * 2 ** 26 + (w[1] >> 6)) for w in _words(shape, seed, stream)]
+    return (np.array(vals, F64) / 2.0 ** 53).reshape(shape)
+
+
+def philox_normal(shape, dtype, seed, stream):
+    out = []
+    for w in _words(shape, seed, stream):
+        u1 = 1.0 - ((w[0] >> 5) * 2 ** 26 + (w[1] >> 6)) / 2.0 ** 53
+        u2 = ((w[2] >> 5) * 2 ** 26 + (w[3] >> 6)) / 2.0 ** 53
+        out.append(math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2))
+    return np.array(out, F64).astype(dtype).reshape(shape)
+
+
+def build_random():
+    for dtype in FLOATS:
+        for shape, seed in [((3, 4), 0), ((), 5), ((0, 2), 1), ((7,), 2 ** 63 + 11)]:
+            add(Sample("cc.rand", lambda s=shape, d=dtype, k=seed: cc.rand(s, d, seed=k), (),
+                       lambda s=shape, d=dtype, k=seed: philox_uniform(s, d, k, 0)))
+            add(Sample("cc.randn", lambda s=shape, d=dtype, k=seed: cc.randn(s, d, seed=k), (),
+                       lambda s=shape, d=dtype, k=seed: philox_normal(s, d, k, 0), ULP))
+        seed = np.array(123456789, np.uint64)
+        # the seed as an argument; a second call site draws from the next stream
+        add(Sample("cc.rand", lambda k, d=dtype: (cc.rand([2, 3], d, seed=k),
+                                                  cc.rand([2, 3], d, seed=k)), (seed,),
+                   lambda k, d=dtype: (philox_uniform((2, 3), d, int(k), 0),
+                                       philox_uniform((2, 3), d, int(k), 1)), label="|streams"))
+        add(Sample("Tensor.uniform_", lambda t, k: t.uniform_(-2.0, 3.0, seed=k),
+                   (rand((3, 4), dtype), seed),
+                   lambda t, k: (philox_uniform(t.shape, t.dtype, int(k), 0) * t.dtype.type(5)
+                                 + t.dtype.type(-2)).astype(t.dtype), ULP, writes=0))
+        add(Sample("Tensor.normal_", lambda t: t.normal_(1.0, 0.5, seed=3), (rand((5,), dtype),),
+                   lambda t: (philox_normal(t.shape, t.dtype, 3, 0) * t.dtype.type(0.5)
+                              + t.dtype.type(1)).astype(t.dtype), ULP, writes=0))
+    add(Sample("cc.uniform_", lambda t: cc.uniform_(t, seed=4), (rand((2, 2), F64),),
+               lambda t: philox_uniform(t.shape, F64, 4, 0) * 2.0 - 1.0, ULP, writes=0))
+    add(Sample("cc.normal_", lambda t: cc.normal_(t), (rand((3,), F32),),
+               lambda t: philox_normal(t.shape, F32, 0, 0), ULP, writes=0))
+    add(Sample("Tensor.uniform_", lambda t: t.uniform_(0, 10, seed=1), (rand((4,), I32),),
+               lambda t: (philox_uniform((4,), F32, 1, 0) * np.float32(10)).astype(I32),
+               writes=0, label="|int"))
+    # the `_` forms through a view write the caller's region only
+    add(Sample("Tensor.normal_", lambda t: (t[1:, ::2].normal_(seed=9), t)[1],
+               (rand((3, 4), F64),), lambda t: _put(t, (slice(1, None), slice(None, None, 2)),
+                                                    philox_normal((2, 2), F64, 9, 0)),
+               ULP, writes=0, label="|view"))
+    invalid("cc.rand", lambda: cc.rand([2], seed=-1), [], cc.TraceError)
+    invalid("cc.randn", lambda: cc.randn([2], seed=1.5), [], cc.TraceError)
+    invalid("Tensor.uniform_", lambda t: t.uniform_(seed=t), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.normal_", lambda t: t.expand([2, 2]).normal_(), [np.ones(2)],
+            cc.InplaceError)
+
+
+def _put(a, idx, v):
+    out = a.copy()
+    out[idx] = v
+    return out
+
+
+build_random()

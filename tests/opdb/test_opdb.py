@@ -307,6 +307,7 @@ INTERNAL_OPS = {
     "slice_scatter": "Tensor.__setitem__ (and the gradient of __getitem__)",
     "constant": "cc.to_tensor",
     "full": "cc.full, cc.zeros, cc.ones, Python scalars",
+    "philox": "cc.rand, cc.randn, Tensor.uniform_, Tensor.normal_, F.dropout",
 }
 # Public names that are not ops: what they do is tested elsewhere (autodiff, api, errors).
 NOT_OPS = {
