@@ -16,6 +16,7 @@ from .tensor import Tensor, to_tensor
 from .tracer import no_grad
 
 from . import passes  # noqa: E402  (the pass-level API: compiler.passes)
+from . import optimizer  # noqa: E402  (cc.optimizer.SGD, cc.optimizer.AdamW)
 
 globals().update({k: v for k, v in _creation.module_functions().items() if k not in globals()})
 
@@ -24,5 +25,5 @@ __all__ = [
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
     "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
-    "passes", "DataError", "RetraceWarning",
+    "passes", "DataError", "RetraceWarning", "optimizer",
 ]
