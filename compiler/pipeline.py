@@ -41,6 +41,12 @@ def _dce(state):
     return state
 
 
+def _cse(state):
+    from passes.cse import cse
+    state.graph = cse(state.graph)
+    return state
+
+
 def _reinplace(state):
     from passes.reinplace import reinplace
     state.graph, state.decisions = reinplace(state.graph, state.inplace, state.donate)
@@ -66,6 +72,7 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
     return [
         ("verify_graph", _verify_graph),   # SSA and types, as traced
         ("dce", _dce),                     # drop what no output or mutation needs
+        ("cse", _cse),                     # one node for identical constants and pure nodes
         ("reinplace", _reinplace),         # which outputs take an input's buffer, and why
         ("plan_memory", _plan_memory),     # buffers, live intervals, arena offsets, accounting
         ("verify_plan", _verify_plan),     # independent re-check: no live buffers overlap

@@ -1,7 +1,10 @@
 """The seed experiments from PaddlePaddle's articles on Inplace, as traced programs.
 
-Each entry: (title, function, example arguments, numpy check of the result).
-Run them all with `python -m compiler demo`.
+Each entry of SEEDS: (title, function, example arguments, numpy check of the result: a
+function of the result and the arguments, true when the numbers are right). PLAN_CHECKS adds
+checks of the memory plan for the experiments that are about memory. Run them all with
+`python -m compiler demo`: it counts only the checks it ran, and names any experiment without
+one.
 """
 import numpy as np
 
@@ -94,6 +97,11 @@ def grad_add_after_sin(x):
 _r = np.random.default_rng(0)
 _a = _r.standard_normal((2, 3)).astype(np.float32)
 _a64 = _r.standard_normal((2, 3))
+# The [1,64,512,512] float32 tensor of Paddle's relu example (64 MiB): negative and positive
+# values, so that the check of relu's result means something.
+_big = np.empty((1, 64, 512, 512), np.float32)
+_big[..., 0::2] = -1.5
+_big[..., 1::2] = 2.5
 
 SEEDS = [
     ("y = x.scale_(2.0) returns x itself", inplace_returns_same_object,
@@ -111,10 +119,10 @@ SEEDS = [
      (np.full((2, 2), 2.0, np.float32), np.full((2, 2), 3.0, np.float32)),
      lambda out, x, y: np.array_equal(out[0], np.full((2, 2), 5.0))
      and np.array_equal(out[1], np.full((2, 2), -4.0))),
-    ("F.relu_ on [1,64,512,512] float32", relu_inplace,
-     (np.zeros((1, 64, 512, 512), np.float32),), None),
-    ("F.relu on [1,64,512,512] float32", relu_out_of_place,
-     (np.zeros((1, 64, 512, 512), np.float32),), None),
+    ("F.relu_ on [1,64,512,512] float32", relu_inplace, (_big,),
+     lambda out, x: np.array_equal(out, np.maximum(x, 0))),
+    ("F.relu on [1,64,512,512] float32", relu_out_of_place, (_big,),
+     lambda out, x: np.array_equal(out, np.maximum(x, 0))),
     ("100 x.add_(1.0)", hundred_adds_inplace, (np.zeros((256, 256), np.float32),),
      lambda out, x: np.array_equal(out, np.full((256, 256), 100.0))),
     ("100 x = x + 1.0", hundred_adds_out_of_place, (np.zeros((256, 256), np.float32),),
@@ -127,3 +135,10 @@ SEEDS = [
     ("y = sin(x); y += 1.0; (y**2).sum().backward()", grad_add_after_sin, (_a64,),
      lambda g, x: np.allclose(g, 2 * (np.sin(x) + 1) * np.cos(x))),
 ]
+
+# The seed check of DESIGN §6: relu_ on the 64 MiB tensor peaks at the input alone (it writes
+# into the caller's array); relu needs a second 64 MiB for its result.
+PLAN_CHECKS = {
+    relu_inplace: lambda plan: plan.peak_bytes == 67108864,
+    relu_out_of_place: lambda plan: plan.peak_bytes == 134217728,
+}

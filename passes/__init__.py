@@ -7,6 +7,7 @@ graph or an analysis object; `compiler.pipeline()` lists the default order.
     passes.verify_plan(graph, plan)
 """
 from .alias import AliasInfo, alias_analysis
+from .cse import cse
 from .liveness import Liveness, liveness
 from .memory_plan import Buffer, MemoryPlan, plan_memory
 from .reinplace import Decision, reinplace
@@ -14,5 +15,5 @@ from .simplify import dce
 from .verify import PlanError, verify_graph, verify_plan
 
 __all__ = ["alias_analysis", "AliasInfo", "liveness", "Liveness", "reinplace", "Decision",
-           "plan_memory", "MemoryPlan", "Buffer", "dce", "verify_graph", "verify_plan",
+           "plan_memory", "MemoryPlan", "Buffer", "dce", "cse", "verify_graph", "verify_plan",
            "PlanError"]

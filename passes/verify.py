@@ -10,7 +10,8 @@ sharing no code with the planner's liveness or reinplace logic:
      over program points, O(n log n));
   5. inside one buffer, successive values never live at once: the older one's last read is
      at the node that overwrites it (an op writing element-for-element over its operand), or
-     it is the write-back scatter that replaces exactly the region the newer value occupies.
+     it is the write-back scatter that replaces exactly the region the newer value occupies;
+     an output the plan lets write over an input (`plan.reuse`) is in that input's buffer.
 A failure raises `PlanError` with the IR around the offending node.
 """
 from __future__ import annotations
@@ -133,12 +134,18 @@ def verify_plan(graph: Graph, plan) -> None:
     for b in plan.buffers:
         versions = sorted((v for v in b.values if not _is_view(v)), key=lambda v: defined[id(v)])
         place = {}
-        for v in b.values:  # placement of each value inside the buffer, re-derived
+        # Placement of each value inside the buffer, re-derived in program order.
+        for v in sorted(b.values, key=lambda v: defined[id(v)]):
             if _is_view(v):
                 p = v.producer
                 place[id(v)] = apply_view(place[id(p.inputs[0])], p.op, p.attrs)
             elif v.producer is not None and v.producer in plan.reuse:
-                place[id(v)] = place[id(v.producer.inputs[plan.reuse[v.producer]])]
+                taken = v.producer.inputs[plan.reuse[v.producer]]
+                if id(taken) not in place:
+                    raise PlanError(f"{v.ref()} is planned to write over {taken.ref()}, which "
+                                    f"is not in its buffer #{b.id}\n"
+                                    f"{_context(graph, defined[id(v)])}")
+                place[id(v)] = place[id(taken)]
             else:
                 place[id(v)] = contiguous_probe(v.shape)
         for old, new in zip(versions, versions[1:]):

@@ -318,12 +318,24 @@ def _remainder_vjp(ctx, g):
 binary("floor_divide", np.floor_divide, S.call("floordiv", a, b), dtype=_numeric2)
 binary("remainder", np.remainder, S.call("mod", a, b), dtype=_numeric2,
        vjp={"input": _remainder_vjp})
+
+
+def _select_vjp(lose_x, lose_y):
+    """maximum/minimum: the gradient goes to the operand that was selected, and where the two
+    are equal each gets half (PyTorch's rule, which the central difference agrees with).
+    `lose_x(x, y)` is the mask where x was not selected."""
+    def vjp(ctx, g):
+        x, y = ctx.inputs
+        tie = (g * 0.5).where_mask(x == y)
+        return (g.where_mask(lose_x(x, y).logical_not()) - tie if ctx.needs_grad[0] else None,
+                g.where_mask(lose_y(x, y).logical_not()) - tie if ctx.needs_grad[1] else None)
+    return vjp
+
+
 binary("maximum", np.maximum, S.call("max", a, b),
-       vjp={"input": lambda ctx, g: (g.where_mask(ctx.inputs[0] >= ctx.inputs[1]),
-                                     g.where_mask(ctx.inputs[0] < ctx.inputs[1]))})
+       vjp={"input": _select_vjp(lambda x, y: x < y, lambda x, y: x > y)})
 binary("minimum", np.minimum, S.call("min", a, b),
-       vjp={"input": lambda ctx, g: (g.where_mask(ctx.inputs[0] <= ctx.inputs[1]),
-                                     g.where_mask(ctx.inputs[0] > ctx.inputs[1]))})
+       vjp={"input": _select_vjp(lambda x, y: x > y, lambda x, y: x < y)})
 
 # -- comparisons and logic (never differentiable; inplace forms keep the target's dtype) ---
 for _name, _ref, _expr in [

@@ -9,7 +9,9 @@ An entry holds everything any part of the compiler needs to know about the op:
   ("none", "input", "output", "input+output"); ops that can be written either way offer both
   and the autodiff pass picks the one that leaves a buffer free for an inplace op;
 - `expr`: for elementwise ops, the scalar expression both code emitters render;
-- `inplace`: the name of the Paddle-style `_` method, when the op has one.
+- `inplace`: the name of the Paddle-style `_` method, when the op has one;
+- `random`: each call draws fresh random numbers, so two identical calls are not one value
+  (common-subexpression elimination never merges them).
 """
 from __future__ import annotations
 

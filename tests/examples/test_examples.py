@@ -64,7 +64,7 @@ def test_cli_demo_and_plan():
     demo = subprocess.run([sys.executable, "-m", "compiler", "demo"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert demo.returncode == 0, demo.stderr
-    assert "15/15 checks passed" in demo.stdout
+    assert "17/17 checks passed" in demo.stdout and "every experiment was checked" in demo.stdout
     assert "sin_" in demo.stdout and "NOT in place" in demo.stdout
     plan = subprocess.run([sys.executable, "-m", "compiler", "plan", "examples/mlp.py"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -1649,10 +1649,13 @@ def build_ties_and_kinks():
     """Gradients where the function has a tie or a kink: the project's choices (CONVENTIONS)."""
     x = np.array([1.0, 2.0, -1.0, 0.0])
     y = np.array([1.0, 3.0, -1.0, 0.0])
+    # maximum/minimum: a tie gives each operand half (PyTorch's rule; CONVENTIONS).
     add(Sample("Tensor.maximum", lambda a, b: a.maximum(b), (x, y), np.maximum, grad=True,
-               grad_want=lambda a, b, w: (w * (a >= b), w * (a < b)), label="|ties"))
+               grad_want=lambda a, b, w: (w * ((a > b) + 0.5 * (a == b)),
+                                          w * ((a < b) + 0.5 * (a == b))), label="|ties"))
     add(Sample("Tensor.minimum", lambda a, b: a.minimum(b), (x, y), np.minimum, grad=True,
-               grad_want=lambda a, b, w: (w * (a <= b), w * (a > b)), label="|ties"))
+               grad_want=lambda a, b, w: (w * ((a < b) + 0.5 * (a == b)),
+                                          w * ((a > b) + 0.5 * (a == b))), label="|ties"))
     z = np.array([-1.0, 0.0, 2.0])
     add(Sample("Tensor.abs", lambda a: a.abs(), (z,), np.abs, grad=True,
                grad_want=lambda a, w: w * np.sign(a), label="|kink"))

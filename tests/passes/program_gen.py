@@ -17,7 +17,11 @@ variables and through views (`x[1:].add_(1)`, `x.transpose([1, 0]).scale_(2)`, `
 views (reshape, flatten, transpose, `t()`, slices with steps, unsqueeze/squeeze, expand,
 detach), set-item, reductions, matmul, concat; optionally leaves with `stop_gradient = False`,
 `loss.backward()`, more steps after it, and an SGD update under `cc.no_grad()` that mutates the
-leaves. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace
+leaves; reads of views (and of views of written bases) inside `cc.no_grad()` blocks, whose results
+are only returned (so they never change what the gradient is). Some programs take arguments that
+share memory (`ALIASES`: the same array twice, overlapping row slices, an array and a row of it,
+an array and its transpose), so writes through one argument are seen through another, as in eager
+NumPy. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace
 op on a leaf that needs a gradient, a write through an expanded view, or an inplace op whose
 result would be bigger than its target.
 
@@ -37,6 +41,15 @@ from hypothesis import strategies as st
 PROGRAM_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "random_program.py")
 
 INPUTS = {"a": (3, 4), "b": (4,), "c": (2, 3, 4), "d": (4, 3)}
+
+# Arguments that share memory: (shape of the storage `s`, {parameter: the view of `s` passed
+# for it}). `e` is a parameter that exists only in these layouts.
+ALIASES = {
+    "same": ((3, 4), {"a": "s", "e": "s"}),
+    "overlap": ((4, 4), {"a": "s[0:3]", "e": "s[1:4]"}),
+    "row": ((3, 4), {"a": "s", "b": "s[1]"}),
+    "transposed": ((4, 3), {"d": "s", "e": "s.T"}),
+}
 
 # Helpers the numpy twin calls: each writes its result into `t` (a numpy view or array) after
 # reading every operand, and returns `t` (Paddle: an inplace op returns the same Tensor).
@@ -71,6 +84,8 @@ class RandomProgram:
     expect_error: str | None = None   # "leaf" | "expand" | "broadcast"
     error_step: int | None = None     # index into lines of the refused step
     inplace_steps: set = field(default_factory=set)  # indices of lines with inplace writes
+    alias: str | None = None          # a key of ALIASES: some arguments share memory
+    nograd_reads: list = field(default_factory=list)  # values read under no_grad (returned)
 
     # -- rendering --------------------------------------------------------------------------
     HEADER_LINES = 3  # two imports and `def program(...)` precede body line 0
@@ -98,17 +113,64 @@ class RandomProgram:
         return (NUMPY_PRELUDE + f"def program({params}):\n"
                 + "".join("    " + line + "\n" for line in body))
 
-    def arrays(self) -> list[np.ndarray]:
+    def storages(self) -> list[np.ndarray]:
+        """The memory the arguments live in: the shared storage of an alias layout first, then
+        one array per other argument (`default_rng(seed).standard_normal`, in that order)."""
         rng = np.random.default_rng(self.seed)
-        return [rng.standard_normal(shape) for shape in self.inputs.values()]
+        out = [rng.standard_normal(ALIASES[self.alias][0])] if self.alias else []
+        shared = ALIASES[self.alias][1] if self.alias else {}
+        return out + [rng.standard_normal(shape) for name, shape in self.inputs.items()
+                      if name not in shared]
 
-    def build(self):
-        """The compiler-API function, compiled under PROGRAM_FILE (lines of `source()`)."""
-        src = self.source()
+    def arguments(self, storages) -> list[np.ndarray]:
+        """The call's arguments over `storages` (views of the shared one, as laid out)."""
+        rest = iter(storages)
+        views = {}
+        if self.alias:
+            s = next(rest)
+            views = {n: eval(expr, {"s": s}) for n, expr in ALIASES[self.alias][1].items()}
+        return [views[n] if n in views else next(rest) for n in self.inputs]
+
+    def storage_index(self, name) -> int:
+        """Which of `storages()` argument `name` lives in."""
+        shared = ALIASES[self.alias][1] if self.alias else {}
+        if name in shared:
+            return 0
+        own = [n for n in self.inputs if n not in shared]
+        return own.index(name) + bool(self.alias)
+
+    def arrays(self) -> list[np.ndarray]:
+        """Fresh arguments (a copy of them would lose the sharing of an alias layout)."""
+        return self.arguments(self.storages())
+
+    def build(self, src: str | None = None):
+        """The compiler-API function, compiled under PROGRAM_FILE (lines of `source()`, or of
+        `src`: one of `gradient_sources()`)."""
+        src = self.source() if src is None else src
         linecache.cache[PROGRAM_FILE] = (len(src), None, src.splitlines(True), PROGRAM_FILE)
         ns: dict = {}
         exec(compile(src, PROGRAM_FILE, "exec"), ns)  # noqa: S102
         return ns["program"]
+
+    def gradient_sources(self) -> tuple[str, str]:
+        """Two programs cut from a training program, for finite-difference checks: the loss
+        (`loss`, plus `loss2` when a second `backward()` accumulates into the same leaves) as a
+        function of the arguments, and the leaves' `.grad` after the backward calls. Both stop
+        before the update."""
+        assert self.has_backward
+        lines = list(self.lines)
+        calls = [i for i, line in enumerate(lines) if line.startswith(("loss.backward(",
+                                                                       "loss2.backward("))]
+        last = calls[-1]
+        forward = [line for i, line in enumerate(lines[:last]) if i not in calls]
+        total = "loss + loss2" if len(calls) == 2 else "loss"
+        grads = "".join(f"{w}.grad, " for w in self.leaves)
+        head = ("import compiler as cc\nimport compiler.nn.functional as F\n"
+                f"def program({', '.join(self.inputs)}):\n")
+        loss_src = head + "".join(f"    {line}\n" for line in forward + [f"return {total}"])
+        grad_src = head + "".join(f"    {line}\n" for line in lines[:last + 1]
+                                  + [f"return ({grads})"])
+        return loss_src, grad_src
 
     def build_numpy(self):
         src = self.numpy_source()
@@ -170,8 +232,9 @@ def _reshape_targets(shape) -> list:
 class _Gen:
     """One program being drawn; `ns` holds the numpy twin's live arrays."""
 
-    def __init__(self, draw, prog: RandomProgram):
+    def __init__(self, draw, prog: RandomProgram, detach: bool = True):
         self.draw, self.prog = draw, prog
+        self.allow_detach = detach
         arrays = prog.arrays()
         self.ns = {"np": np}
         exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
@@ -181,6 +244,7 @@ class _Gen:
             self.vars.append(name)
         self.count = 0
         self.detached: set[str] = set()  # variables that view a buffer through a detach()
+        self.side = prog.nograd_reads  # values read under no_grad: returned, never used again
 
     # -- state queries -------------------------------------------------------------------------
     def arr(self, name) -> np.ndarray:
@@ -258,7 +322,9 @@ class _Gen:
         """(compiler expr, numpy expr) of one view of `name`."""
         a = self.arr(name)
         shape = a.shape
-        kinds = ["slice", "reshape", "flatten", "unsqueeze", "detach", "expand"]
+        kinds = ["slice", "reshape", "flatten", "unsqueeze", "expand"]
+        if self.allow_detach:
+            kinds.append("detach")
         if len(shape) >= 2:
             kinds += ["transpose", "transpose"]
         if len(shape) == 2:
@@ -299,6 +365,8 @@ class _Gen:
                         f"{name}.reshape({_np_shape(target)})")
             return (f"{name}.expand({_fmt_shape(target)})",
                     f"np.broadcast_to({name}, {_np_shape(target)})")
+        if not self.allow_detach:  # what's left for a 0-d value (a slice kind, say)
+            return f"{name}.unsqueeze(0)", f"np.expand_dims({name}, 0)"
         return f"{name}.detach()", f"{name}.view()"
 
     # -- operand choices --------------------------------------------------------------------------
@@ -328,8 +396,46 @@ class _Gen:
     def step(self, grad_enabled=True):
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
-                            "setitem", "setitem", "reduce", "matmul", "concat"])
+                            "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read"])
         getattr(self, "step_" + kind)(grad_enabled)
+
+    def step_nograd_read(self, grad_enabled):
+        """`with cc.no_grad(): vN = <a view of x>.<read>`: a read never changes a tensor's
+        gradient history (issue 7), even of a view whose base was written. Views are picked
+        first, and read through a further view half of the time."""
+        targets = [v for v in self.vars if self.writable(v, grad_enabled)]
+        if targets and self.draw(st.booleans()):
+            # The case of issue 7: a view, a write to its base, then the view's first read
+            # (which re-derives it from the new base) under no_grad; later steps and the loss
+            # may still use the view with its gradient.
+            base = self.pick(targets)
+            view = self.draw_view(base)
+            x = self.fresh()
+            self.emit(f"{x} = {view[0]}", f"{x} = {view[1]}", define=x)
+            if base in self.detached or view[0].endswith(".detach()"):
+                self.detached.add(x)
+            pd, npx = self.inplace_op(base, base, self.arr(base).shape, _mag(self.arr(base)),
+                                      grad_enabled)
+            self.emit(pd, npx, inplace=True)
+            pd, npx = x, x
+        else:
+            views = [v for v in self.vars if self.arr(v).base is not None]
+            x = self.pick(views if views and self.draw(st.booleans()) else self.vars)
+            pd, npx = x, x
+            if self.draw(st.booleans()):
+                pd, npx = self.draw_view(x)
+        with np.errstate(all="ignore"):
+            a = eval(npx, self.ns)
+        reads = [("{x} * 2.0", "{x} * 2.0"), ("{x}.tanh()", "np.tanh({x})"),
+                 ("{x}.sum()", "np.sum({x})")]
+        if a.ndim:
+            reads.append(("{x}.sum(axis=0, keepdim=True)", "np.sum({x}, axis=0, keepdims=True)"))
+        read, np_read = self.choice(reads)
+        out = self.fresh()
+        self.emit("with cc.no_grad():", None)
+        self.emit(f"    {out} = " + read.format(x=pd), f"{out} = arr(" + np_read.format(x=npx)
+                  + ")")
+        self.side.append(out)
 
     def step_unary(self, grad_enabled):
         x = self.pick(self.vars)
@@ -570,18 +676,39 @@ class _Gen:
 
 @st.composite
 def programs(draw, max_steps: int = 10, backward: bool | None = None,
-             errors: bool = True) -> RandomProgram:
+             errors: bool = True, detach: bool = True, whole_loss: bool = False,
+             aliasing: bool = True) -> RandomProgram:
+    """`detach=False` leaves out `detach()` views: a write through one changes data without
+    history (PyTorch's semantics), which finite differences of the program can't follow.
+    `whole_loss=True` puts every value the program made into the loss (by default, up to 3
+    of them), so that every step is on the gradient's path. `aliasing=False` gives every
+    argument its own memory."""
     names = list(INPUTS)
-    k = draw(st.integers(2, len(names)))
-    inputs = {n: INPUTS[n] for n in names[:k]}
-    prog = RandomProgram(inputs, draw(st.integers(0, 2**16)))
-    g = _Gen(draw, prog)
+    alias = draw(st.sampled_from([None] * 4 + sorted(ALIASES))) if aliasing else None
+    if alias is None:
+        k = draw(st.integers(2, len(names)))
+        inputs = {n: INPUTS[n] for n in names[:k]}
+    else:
+        shape, views = ALIASES[alias]
+        s = np.empty(shape)
+        inputs = {n: eval(expr, {"s": s}).shape for n, expr in views.items()}
+        others = [n for n in names if n not in inputs]
+        inputs.update({n: INPUTS[n] for n in others[:draw(st.integers(1, len(others)))]})
+    names = list(inputs)
+    prog = RandomProgram(inputs, draw(st.integers(0, 2**16)), alias=alias)
+    g = _Gen(draw, prog, detach)
     if backward is None:
         backward = draw(st.booleans())
     mark = backward or draw(st.integers(0, 3)) == 0
     if mark:
-        prog.leaves = draw(st.lists(st.sampled_from(list(inputs)), min_size=1, max_size=k,
-                                    unique=True).map(lambda ls: sorted(ls, key=names.index)))
+        # An argument that shares memory with another is a leaf only when both are one array
+        # (one tensor: `fn(w, w)`); which of two overlapping views would own the gradient?
+        shared = set(ALIASES[alias][1]) - ({"a"} if alias == "same" else set()) \
+            if alias else set()
+        candidates = [n for n in names if n not in shared]
+        prog.leaves = draw(st.lists(st.sampled_from(candidates), min_size=1,
+                                    max_size=len(candidates), unique=True)
+                           .map(lambda ls: sorted(ls, key=names.index)))
         for leaf in prog.leaves:
             g.emit(f"{leaf}.stop_gradient = False", None)
     for _ in range(draw(st.integers(1, max_steps))):
@@ -592,7 +719,9 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
         prog.has_backward = True
         terms = [f"{w}.tanh().sum()" for w in prog.leaves]
         new = [v for v in g.vars if v not in inputs]
-        for v in draw(st.lists(st.sampled_from(new), max_size=3, unique=True)) if new else []:
+        chosen = new if whole_loss else \
+            draw(st.lists(st.sampled_from(new), max_size=3, unique=True)) if new else []
+        for v in chosen:
             terms.append(draw(st.sampled_from([f"{v}.sum()", f"({v} * {v}).mean()",
                                                f"{v}.sin().sum()"])))
         terms = draw(st.permutations(terms))
@@ -620,7 +749,7 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
     pool = [v for v in g.vars if v not in inputs] or list(g.vars)
     chosen = draw(st.lists(st.sampled_from(g.vars), min_size=0, max_size=3, unique=True))
     last = pool[-1]
-    rets = [(last, last)] + [(v, v) for v in chosen if v != last]
+    rets = [(last, last)] + [(v, v) for v in chosen if v != last] + [(v, v) for v in g.side]
     if backward:
         rets += [(f"{w}.grad", None) for w in prog.leaves]
         if draw(st.booleans()):

@@ -1,6 +1,9 @@
 """Property-based tests: random straight-line programs (tests/passes/program_gen.py) with views,
-user inplace ops (also through views), set-item, reductions, matmul, concat, detach, backward
-and an SGD update, compiled with every inplace mode and with donation, against two oracles.
+user inplace ops (also through views), set-item, reductions, matmul, concat, detach, reads of
+views under no_grad, backward and an SGD update, some called with arguments that share memory
+(the same array twice, overlapping slices, a row, a transpose), compiled with every inplace mode
+and with donation, against two oracles. Arguments that share memory are made fresh for every
+run (a copy would not share) and bound to the graph's inputs as a compiled call binds them.
 
 For each program and inputs:
   1. `backend="numpy"`, `sanitize=True`, `inplace="auto"` and `"off"`, with and without donating
@@ -23,6 +26,11 @@ For each program and inputs:
      the call; an output never aliases an undonated argument, except as that argument or a
      view of it (returned as NumPy would) or as that argument's own
      mutated value (`y = x.add_(1)`).
+Training programs also get their gradients checked against finite differences (the two oracles
+above run the same traced graph, so they can't see a wrong VJP): float64 inputs, the directional
+derivative of the loss along a random direction per leaf (five-point stencil, two step sizes that
+must agree: otherwise the loss has a kink or jump on that line and the example is discarded)
+against `<leaf.grad, direction>` from the compiled program.
 Programs whose last step the compiler must refuse (inplace on a leaf that needs a gradient,
 writes through an expanded view, inplace results bigger than their target) raise
 `cc.InplaceError` naming that step's line, in every mode, before touching any argument.
@@ -37,13 +45,15 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 from program_gen import PROGRAM_FILE, RandomProgram, programs
 
 import compiler as cc
 import compiler.nn.functional as F
 from compiler.api import _rebuild
+from compiler.arguments import bind
+from passes import dce, plan_memory
 from passes.verify import verify_plan
 from runtime.reference import evaluate
 
@@ -88,32 +98,45 @@ def _check_result(result, expected, what):
         _assert_close(g, w, f"{what}: output {i}")
 
 
+def _reference_run(graph, prog: RandomProgram, args):
+    """The reference interpreter on `graph` called with `args` (arguments that share memory
+    bind to one graph input, as in a compiled call): the outputs, and the arguments' values
+    after the call (the mutations written back through the arguments' memory)."""
+    _, inputs = bind(args, list(prog.inputs))
+    outs, muts = evaluate(graph, [a.copy() for a in inputs])
+    for k, value in muts.items():
+        np.copyto(inputs[k], value)
+    return outs, [a.copy() for a in args]
+
+
 class Expected:
-    """What the program must produce, from the reference interpreter (and the numpy twin)."""
+    """What the program must produce, from the reference interpreter (and the numpy twin).
+
+    `prog.arrays()` makes fresh arguments for each run: copies would lose the memory their
+    alias layout shares."""
 
     def __init__(self, prog: RandomProgram, fn):
+        self.prog = prog
         self.arrays = prog.arrays()
-        graph = cc.trace(fn, *[a.copy() for a in self.arrays])
-        outs, muts = evaluate(graph, [a.copy() for a in self.arrays])
+        self.graph = graph = cc.trace(fn, *prog.arrays())
+        outs, self.final = _reference_run(graph, prog, prog.arrays())
         self.outputs = _rebuild(graph.output_tree, outs)
-        self.mutated = set(muts)
-        self.final = [muts.get(k, a) for k, a in enumerate(self.arrays)]
         for i, v in enumerate(_flat(self.outputs) + self.final):
             if isinstance(v, np.ndarray):
                 assert np.all(np.isfinite(v)), f"generator made a non-finite value ({i})\n{prog}"
         twin = prog.build_numpy()
         if twin is not None:  # the independent oracle: numpy's own views and inplace writes
-            copies = [a.copy() for a in self.arrays]
+            args = prog.arrays()
             with np.errstate(all="ignore"):
-                twin_out = [None if t is None else np.asarray(t) for t in twin(*copies)]
+                twin_out = [None if t is None else np.asarray(t) for t in twin(*args)]
             _check_result(self.outputs, twin_out, "reference vs numpy twin")
-            for k, (ref, mine) in enumerate(zip(self.final, copies)):
+            for k, (ref, mine) in enumerate(zip(self.final, args)):
                 _assert_close(ref, mine, f"reference vs numpy twin: final value of argument {k}")
 
 
 def _run(fn, expected: Expected, inplace: str, donate=()):
     """Compile and call on fresh copies; check values, untouched arguments and the plan."""
-    args = [a.copy() for a in expected.arrays]
+    args = expected.prog.arrays()
     before = [a.copy() for a in args]
     cf = cc.compile(fn, backend="numpy", inplace=inplace, donate=donate, sanitize=True)
     program = cf.lower(*args)
@@ -124,19 +147,20 @@ def _run(fn, expected: Expected, inplace: str, donate=()):
     for k, (arr, old) in enumerate(zip(args, before)):
         if k in donate:
             continue  # unspecified after the call
-        if k in expected.mutated:
-            _assert_close(arr, expected.final[k], f"{what}: caller's argument {k} after the call")
-        else:
+        if expected.final[k].tobytes() == old.tobytes():
             assert arr.tobytes() == old.tobytes(), f"{what}: argument {k} was written"
+        else:
+            _assert_close(arr, expected.final[k], f"{what}: caller's argument {k} after the call")
     if not donate:  # a second call reuses the program and its arena
-        again = [a.copy() for a in expected.arrays]
+        again = expected.prog.arrays()
         _check_result(cf(*again), expected.outputs, what + " (second call)")
     for i, out in enumerate(_flat(result)):
         if isinstance(out, np.ndarray):
             for k, arr in enumerate(args):
                 # Only an argument itself, or a view of it, is handed back in its memory.
                 assert k in donate or not np.may_share_memory(out, arr) \
-                    or _within(out, arr), f"{what}: output {i} aliases undonated argument {k}"
+                    or any(_within(out, a) for a in args), \
+                    f"{what}: output {i} aliases undonated argument {k}"
     return program
 
 
@@ -182,23 +206,34 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
                 cc.compile(fn, inplace=mode, sanitize=True)(*args)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(args, before))
         return
+    event(f"arguments sharing memory: {prog.alias}" if prog.alias else "separate arguments")
+    if prog.nograd_reads:
+        event("values read under no_grad")
     expected = Expected(prog, fn)
     n = len(prog.inputs)
     # Donated arguments may also be ones the program mutates (the mutation wins: see
-    # test_donated_argument_that_is_also_mutated_does_not_clobber_an_output).
-    donate = tuple(k for k in range(n) if donate_mask >> k & 1)
+    # test_donated_argument_that_is_also_mutated_does_not_clobber_an_output). Arguments that
+    # share memory can't be donated (test_donation_errors).
+    donate = () if prog.alias else tuple(k for k in range(n) if donate_mask >> k & 1)
     auto = _run(fn, expected, "auto")
     off = _run(fn, expected, "off")
     assert auto.plan.lower_bound_bytes <= off.plan.lower_bound_bytes, \
         f"inplace raised the lower bound\n{auto.plan.summary()}\n{off.plan.summary()}"
     assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
     assert auto.plan.peak_bytes <= auto.plan.no_inplace_peak_bytes, auto.plan.summary()
+    # CSE merges only values whose lives overlap: it never raises the lower bound (planned
+    # here without the fallback of "auto" to the plan without reuse, on both graphs).
+    unmerged = dce(expected.graph)
+    for mode in ("auto", "off"):
+        before = plan_memory(unmerged, mode, baseline=False).lower_bound_bytes
+        after = plan_memory(auto.graph, mode, baseline=False).lower_bound_bytes
+        assert after <= before, f"CSE raised the lower bound ({mode}): {before} -> {after}"
     if donate:
         _run(fn, expected, "auto", donate)
         _run(fn, expected, "off", donate)
     # strict: the same values, or a refusal that names a line of the program
     try:
-        cc.compile(fn, inplace="strict").lower(*expected.arrays)
+        cc.compile(fn, inplace="strict").lower(*prog.arrays())
     except cc.InplaceError as e:
         event("inplace='strict' refused")
         line = _error_line(str(e))
@@ -218,6 +253,51 @@ def test_forward_programs_match_reference_and_numpy(prog, donate_mask):
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_match_reference(prog, donate_mask):
     check_program(prog, donate_mask)
+
+
+FD_STEP = 1e-4
+FD_RTOL = 1e-6
+
+
+def _five_point(phi, h):
+    return (-phi(2 * h) + 8 * phi(h) - 8 * phi(-h) + phi(-2 * h)) / (12 * h)
+
+
+def check_gradients(prog: RandomProgram):
+    """The compiled program's leaf gradients against finite differences of its loss."""
+    loss_src, grad_src = prog.gradient_sources()
+    note(f"loss program:\n{loss_src}\ngradient program:\n{grad_src}")
+    grads = cc.compile(prog.build(grad_src), sanitize=True)(*prog.arrays())
+    loss_graph = cc.trace(prog.build(loss_src), *prog.arrays())
+    storages = prog.storages()
+    rng = np.random.default_rng(prog.seed)
+    for leaf, grad in zip(prog.leaves, grads):
+        # The leaf's argument is its storage (one array; `fn(w, w)` passes one leaf twice).
+        k = prog.storage_index(leaf)
+        assert grad.shape == storages[k].shape
+        direction = rng.standard_normal(grad.shape)
+
+        def phi(t):
+            moved = [a.copy() for a in storages]
+            moved[k] += t * direction
+            outs, _ = _reference_run(loss_graph, prog, prog.arguments(moved))
+            return float(outs[0])
+
+        coarse, fine = _five_point(phi, FD_STEP), _five_point(phi, FD_STEP / 2)
+        scale = 1.0 + abs(coarse) + abs(phi(0.0))
+        smooth = abs(coarse - fine) <= 0.1 * FD_RTOL * scale
+        event("gradient checked" if smooth else "loss not smooth along the direction")
+        assume(smooth)
+        analytic = float(np.sum(grad * direction))
+        assert abs(analytic - coarse) <= FD_RTOL * scale, (
+            f"d loss / d {leaf} along a random direction: compiled {analytic!r}, finite "
+            f"differences {coarse!r}")
+
+
+@_settings(60)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
+def test_training_program_gradients_match_finite_differences(prog):
+    check_gradients(prog)
 
 
 # -- regressions: minimal programs found by the properties above ------------------------------

@@ -1,0 +1,96 @@
+"""The sanitizer (runtime/arena.py, `sanitize=True`) turns plan bugs that happen to give the right
+answer into wrong answers.
+
+The numpy executor computes every op into a temporary and copies it into its planned place, so a
+plan that lets a value's buffer be reused too early often still gives the right numbers: the old
+bytes are still there when they are read. Poisoning each buffer when the plan says it dies, and
+the whole arena when a call starts, makes such a plan fail every time.
+"""
+import numpy as np
+
+import compiler as cc
+from passes.verify import PlanError, verify_plan
+from runtime.arena import POISON, ArenaExecutable
+from runtime.reference import evaluate
+
+X = np.random.default_rng(0).standard_normal((3, 4))
+
+
+def program(x):
+    a = x.exp()          # %1, last read by the multiply at node 2
+    b = a.sin()          # %2
+    c = a * b            # %3
+    return c.sum()
+
+
+def _early_death_plan():
+    """A plan with a liveness bug: a's buffer is said to die at node 1 (its read by the multiply
+    at node 2 is forgotten), so the allocator packs c into a's space."""
+    prog = cc.compile(program, inplace="off", sanitize=False).lower(X)
+    buf = prog.plan.buffer_of
+    a, c = (next(v for v in prog.graph.all_values() if v.ref() == r) for r in ("%1", "%3"))
+    ba, bc = buf[a], buf[c]
+    assert (ba.start, ba.end, bc.start) == (0, 2, 2) and ba.offset != bc.offset
+    ba.end = 1
+    bc.offset = ba.offset
+    return prog
+
+
+def _run(prog, sanitize):
+    exe = ArenaExecutable(prog.graph, prog.plan, sanitize=sanitize)
+    # The arena as the allocator hands it out (the first call allocates it): here, zeros.
+    exe.arena = np.zeros(prog.plan.arena_bytes, np.uint8)
+    outs, _ = exe.run([X.copy()])
+    return outs[0]
+
+
+def test_a_buffer_that_dies_too_early_gives_the_right_answer_unsanitized_only():
+    prog = _early_death_plan()
+    want = evaluate(prog.graph, [X.copy()])[0][0]
+    # Unsanitized, a's bytes are still in place when the multiply reads them (c is written
+    # there only after): the bug is invisible.
+    assert _run(prog, sanitize=False) == want
+    # Sanitized, a's buffer is poisoned after node 1: the multiply reads NaN.
+    assert np.isnan(_run(prog, sanitize=True))
+    # The verifier, an independent check, rejects the plan too.
+    try:
+        verify_plan(prog.graph, prog.plan)
+    except PlanError as e:
+        assert "doesn't cover %1" in str(e)
+    else:
+        raise AssertionError("verify_plan accepted a buffer that dies before its last read")
+
+
+def test_the_compiled_program_in_sanitizer_mode_uses_the_same_executor():
+    prog = _early_death_plan()
+    prog._exec = ArenaExecutable(prog.graph, prog.plan, sanitize=True)
+    assert np.isnan(prog(X.copy()))
+    prog._exec = ArenaExecutable(prog.graph, prog.plan, sanitize=False)
+    assert prog(X.copy()) == evaluate(prog.graph, [X.copy()])[0][0]
+
+
+def test_a_sanitized_call_starts_from_an_all_poison_arena():
+    # Bytes no buffer of this call writes (alignment padding, space a smaller plan left) must
+    # not carry data from the allocator or from an earlier call into a sanitized run: a kernel
+    # that reads past its buffer (a vector loop's tail) then reads poison, not a plausible
+    # number. Here the arena holds an earlier unsanitized call's data, and padding.
+    prog = cc.compile(program, sanitize=False).lower(X)
+    exe = ArenaExecutable(prog.graph, prog.plan, sanitize=False)
+    exe.arena = np.full(prog.plan.arena_bytes, 0x3C, np.uint8)
+    first, _ = exe.run([X.copy()])
+    used = np.zeros(prog.plan.arena_bytes, bool)
+    for b in prog.plan.buffers:
+        if b.kind == "arena":
+            used[b.offset:b.offset + b.size] = True
+    assert not used.all(), "the test needs padding bytes in the arena"
+    assert np.any(exe.arena != POISON)
+    exe.sanitize = True
+    again, _ = exe.run([X.copy()])
+    assert again[0] == first[0]
+    assert np.all(exe.arena == POISON), "a byte of the arena was not poison after the call"
+
+
+def test_poison_is_nan_for_floats_and_minus_one_for_ints():
+    raw = np.full(16, POISON, np.uint8)
+    assert np.isnan(raw.view(np.float32)).all() and np.isnan(raw.view(np.float64)).all()
+    assert (raw.view(np.int32) == -1).all() and (raw.view(np.int64) == -1).all()
