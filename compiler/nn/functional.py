@@ -116,17 +116,15 @@ def embedding(x: Tensor, weight: Tensor, padding_idx=None, sparse=False) -> Tens
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
-                                 training: bool = True, name=None) -> Tensor:
+                                 training: bool = True, name=None, seed=0) -> Tensor:
     """Paddle's layout: [batch, seq_len, num_heads, head_dim]. softmax(q k^T / sqrt(d) + mask)
     v, composed of primitives. `attn_mask`: bool (True keeps) or additive, broadcasting to
-    [batch, num_heads, seq_q, seq_k]; `is_causal` keeps key j <= query i."""
+    [batch, num_heads, seq_q, seq_k]; `is_causal` keeps key j <= query i. `dropout_p` drops
+    attention probabilities while `training`, drawn from `seed` (see `dropout`)."""
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ShapeError("scaled_dot_product_attention expects [batch, seq_len, num_heads, "
                          f"head_dim] tensors, got {query.shape}, {key.shape}, {value.shape}",
                          _tr.user_loc())
-    if dropout_p and training:
-        raise TraceError("scaled_dot_product_attention: dropout_p > 0 needs the random-number "
-                         "generator, which is not implemented yet", _tr.user_loc())
     q = query.transpose([0, 2, 1, 3])
     k = key.transpose([0, 2, 3, 1])
     v = value.transpose([0, 2, 1, 3])
@@ -140,6 +138,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         else:
             scores = scores + mask
     probs = softmax(scores, axis=-1)
+    if dropout_p:
+        probs = dropout(probs, dropout_p, training=training, seed=seed)
     return probs.matmul(v).transpose([0, 2, 1, 3])
 
 

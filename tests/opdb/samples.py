@@ -2189,6 +2189,19 @@ def build_model_ops():
     add(Sample("F.scaled_dot_product_attention",
                lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True),
                qkv, sdpa_want(True), CLOSE, grad=True, label="|causal"))
+    def sdpa_dropout(q, k, v, s):
+        qh, kh, vh = (np.moveaxis(a, 2, 1) for a in (q, k, v))
+        sc = np.einsum("bhid,bhjd->bhij", qh, kh) / np.sqrt(q.shape[-1])
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        p = p / p.sum(-1, keepdims=True)
+        keep = philox_uniform(p.shape, p.dtype, int(s), 0) >= 0.25
+        p = np.where(keep, p / 0.75, 0)
+        return np.moveaxis(np.einsum("bhij,bhjd->bhid", p, vh), 1, 2)
+    add(Sample("F.scaled_dot_product_attention",
+               lambda a, b, c, s: F.scaled_dot_product_attention(a, b, c, dropout_p=0.25,
+                                                                 seed=s),
+               qkv + (np.array(11, np.uint64),), sdpa_dropout, CLOSE, grad=True,
+               wrt=(0, 1, 2), label="|dropout"))
     invalid("F.scaled_dot_product_attention",
             lambda a: F.scaled_dot_product_attention(a, a, a), [np.ones((2, 3))], cc.ShapeError)
 
