@@ -64,7 +64,13 @@ def test_cli_demo_and_plan():
     demo = subprocess.run([sys.executable, "-m", "compiler", "demo"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert demo.returncode == 0, demo.stderr
-    assert "17/17 checks passed" in demo.stdout and "every experiment was checked" in demo.stdout
+    assert "19/19 checks passed" in demo.stdout and "every experiment was checked" in demo.stdout
+    # one table: a row per seed and per example (issue 10)
+    table = demo.stdout[demo.stdout.index("program "):]
+    assert "lower bound B" in table and "ms/call" in table
+    for name in ("mlp", "transformer_block", "cnn", "gpt", "F.relu_ on [1,64,512,512]"):
+        assert f"\n{name}" in table, name
+    assert "... compiling and running example gpt" in demo.stderr
     assert "sin_" in demo.stdout and "NOT in place" in demo.stdout
     plan = subprocess.run([sys.executable, "-m", "compiler", "plan", "examples/mlp.py"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -101,3 +107,21 @@ def test_cnn_trains_with_sgd_momentum():
     requested = [d for d in plan.decisions if d.requested]
     assert all(d.inplace or "pack worse" in d.reason for d in requested)
     assert plan.peak_bytes <= 1.05 * plan.lower_bound_bytes
+
+
+def test_mlp_example_trains_on_separable_data():
+    mlp = load_example("mlp")
+    losses, acc = mlp.train(steps=20, log=None)
+    assert np.mean(losses[-5:]) < 0.5 * losses[0]
+    assert acc > 0.5
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
+def test_examples_run_as_scripts_with_a_plot(name, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plan.png"
+    run = subprocess.run([sys.executable, f"examples/{name}.py", "--steps", "3", "--plot",
+                          str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    assert "peak" in run.stdout and out.stat().st_size > 1000
