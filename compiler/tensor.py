@@ -288,6 +288,12 @@ class Tensor:
             return x._v()
         if _is_scalar(x):
             dtype = scalar_dtype(x, like if like is not None else self.dtype)
+            if isinstance(x, numbers.Integral) and dtype.kind in "iu" and not (
+                    np.iinfo(dtype).min <= int(x) <= np.iinfo(dtype).max):
+                raise TraceError(f"the Python int {int(x)} doesn't fit the {dtype} tensor it is "
+                                 f"used with (range {np.iinfo(dtype).min} to "
+                                 f"{np.iinfo(dtype).max}); cast the tensor to a wider dtype "
+                                 "first", _tr.user_loc())
             return self._tracer.emit("full", [], {"shape": (), "value": x, "dtype": dtype})
         if isinstance(x, (np.ndarray, list, tuple)):
             return to_tensor(x)._v()
@@ -455,12 +461,27 @@ class Tensor:
         return yt * int(alpha)
 
     def scale(self, scale=1.0, bias=0.0, bias_after_scale=True):
-        return self._op("scale", scale=float(scale), bias=float(bias),
-                        bias_after_scale=bool(bias_after_scale))
+        return self._op("scale", **self._scale_attrs(scale, bias, bias_after_scale))
 
     def scale_(self, scale=1.0, bias=0.0, bias_after_scale=True):
-        return self._inplace("scale", scale=float(scale), bias=float(bias),
-                             bias_after_scale=bool(bias_after_scale))
+        return self._inplace("scale", **self._scale_attrs(scale, bias, bias_after_scale))
+
+    def _scale_attrs(self, scale, bias, bias_after_scale) -> dict:
+        """Integer tensors keep their dtype (Paddle), so they are scaled in integer
+        arithmetic: `scale` and `bias` must be whole numbers there (Paddle would truncate them
+        silently; `add(alpha=)` refuses the same way)."""
+        if self.dtype.kind in "iu":
+            if not all(_is_scalar(v) and float(v).is_integer() for v in (scale, bias)):
+                raise TraceError(f"scale={scale!r}, bias={bias!r} on a {self.dtype} tensor: "
+                                 "use whole numbers, or cast to a float dtype first",
+                                 _tr.user_loc())
+            info = np.iinfo(self.dtype)
+            for name, v in (("scale", scale), ("bias", bias)):
+                if not info.min <= int(v) <= info.max:
+                    raise TraceError(f"{name}={int(v)} doesn't fit the tensor's dtype "
+                                     f"{self.dtype}", _tr.user_loc())
+            return dict(scale=int(scale), bias=int(bias), bias_after_scale=bool(bias_after_scale))
+        return dict(scale=float(scale), bias=float(bias), bias_after_scale=bool(bias_after_scale))
 
     def clip(self, min=None, max=None):
         return self._op("clip", *self._clip_bounds(min, max))

@@ -9,7 +9,9 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
   2. Group values into buffers: a view lives in its input's buffer; an output that a decision
      lets take an input's buffer lives there; every other value opens a buffer. A buffer holding
      a graph input is the caller's ("input"); one holding a returned value is allocated per call
-     ("output"); the rest live in the arena.
+     ("output"); the rest live in the arena. A node whose implementation needs scratch
+     memory (its registry entry's `scratch`) gets a workspace buffer in the arena, live only
+     at its own program point.
   3. Live interval of a buffer: from the first definition of any value in it to the last read of
      any of them or of their views (program end for returned values and input mutations).
   4. Place arena buffers (touching intervals conflict: a copy never shares with its source):
@@ -32,7 +34,7 @@ from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
 from compiler.ir import Graph, Node, Value
-from compiler.ops import REGISTRY, VIEW
+from compiler.ops import REGISTRY, VIEW, workspace_bytes
 
 from .alias import alias_analysis
 from .liveness import liveness
@@ -56,6 +58,16 @@ class Buffer:
     values: list[Value]
     offset: int | None = None  # arena offset (arena buffers only)
     name: str = ""
+    workspace_of: Node | None = None  # a workspace: the node whose scratch it holds
+
+    @property
+    def label(self) -> str:
+        """What the buffer holds, for tables: its values, or whose workspace it is."""
+        if self.workspace_of is not None:
+            n = self.workspace_of
+            return f"workspace of {n.out.ref()} ({n.op})"
+        values = " ".join(v.ref() for v in self.values[:6])
+        return values + (f" (+{len(self.values) - 6})" if len(self.values) > 6 else "")
 
     def live_at(self, t: int) -> bool:
         return self.start <= t <= self.end
@@ -64,13 +76,14 @@ class Buffer:
     def phase(self) -> str:
         """The phase of the node that opened the buffer (forward / backward / update), or
         "input" for a caller's array: the colour the plan's pictures give it."""
-        opener = self.values[0].producer if self.values else None
+        opener = self.workspace_of or (self.values[0].producer if self.values else None)
         return "input" if opener is None else opener.phase
 
     def to_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "size": self.size, "offset": self.offset,
                 "start": self.start, "end": self.end, "name": self.name,
-                "values": [v.ref() for v in self.values]}
+                "values": [v.ref() for v in self.values],
+                "workspace_of": self.workspace_of.out.ref() if self.workspace_of else None}
 
 
 @dataclass(eq=False)
@@ -91,6 +104,7 @@ class MemoryPlan:
     buffer_of: dict = field(default_factory=dict, repr=False)  # Value -> Buffer
     defined: dict = field(default_factory=dict, repr=False)    # Value -> its program point
     reuse: dict = field(default_factory=dict, repr=False)      # Node -> input index taken
+    workspace: dict = field(default_factory=dict, repr=False)  # Node -> its workspace Buffer
     graph: Graph | None = field(default=None, repr=False)      # the graph planned
     # Live bytes at each point (index t + 1 for point t) of the order the user wrote, set by a
     # pass that reorders nodes (a scheduler), so that pictures can draw it beside this plan's
@@ -174,11 +188,8 @@ class MemoryPlan:
         lines += ["", "buffers:"]
         rows = [("buf", "kind", "offset", "size", "live", "values")]
         for b in sorted(self.buffers, key=lambda b: (b.kind != "input", b.start, b.id)):
-            values = " ".join(v.ref() for v in b.values[:6])
-            if len(b.values) > 6:
-                values += f" (+{len(b.values) - 6})"
             rows.append((f"#{b.id}", b.kind, "-" if b.offset is None else str(b.offset),
-                         str(b.size), f"[{b.start}, {b.end}]", values))
+                         str(b.size), f"[{b.start}, {b.end}]", b.label))
         lines += _table(rows)
         return "\n".join(lines)
 
@@ -264,7 +275,13 @@ def _build_buffers(graph: Graph, reuse: dict[Node, int]):
     for b in buffers:
         if b.kind == "arena" and any(id(v) in returned for v in b.values):
             b.kind = "output"
-    return buffers, buffer_of, live
+    workspace = {}
+    for t, node in enumerate(graph.nodes):
+        size = workspace_bytes(node)
+        if size:
+            workspace[node] = Buffer(len(buffers), "arena", size, t, t, [], workspace_of=node)
+            buffers.append(workspace[node])
+    return buffers, buffer_of, live, workspace
 
 
 # Orders in which buffers are offered to the best-fit allocator; the smallest arena wins.
@@ -390,10 +407,11 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     if decisions is None:  # Step 1
         _, decisions = reinplace(graph, inplace, donate)
     reuse = {d.node: d.input_index for d in decisions if d.inplace}
-    buffers, buffer_of, live = _build_buffers(graph, reuse)
+    buffers, buffer_of, live, workspace = _build_buffers(graph, reuse)
     arena = _place(buffers, alignment)
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
-                      buffer_of=buffer_of, reuse=reuse, defined=live.defined, graph=graph)
+                      buffer_of=buffer_of, reuse=reuse, defined=live.defined, graph=graph,
+                      workspace=workspace)
     # Step 5
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
@@ -405,7 +423,8 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     returned = {id(v) for v in graph.outputs}
     plan.naive_bytes = plan.input_bytes + sum(
         n.out.nbytes if id(n.out) in returned else align(n.out.nbytes, alignment)
-        for n in graph.nodes if REGISTRY[n.op].kind != VIEW)
+        for n in graph.nodes if REGISTRY[n.op].kind != VIEW) + sum(
+        align(b.size, alignment) for b in workspace.values())
     if inplace == "off" or not baseline:
         plan.no_inplace_peak_bytes = plan.peak_bytes if inplace == "off" else 0
         return plan

@@ -68,8 +68,9 @@ def byte_ticks(top: float, count: int = 5) -> tuple[list[float], str, int]:
 
 
 def buffer_source(b, comment: bool = True) -> str:
-    """Where a buffer's first value comes from: `model.py:12: h = x @ w` or `argument 'x'`."""
-    v = b.values[0]
+    """Where a buffer's first value comes from: `model.py:12: h = x @ w` or `argument 'x'`
+    (a workspace: its node's line)."""
+    v = b.values[0] if b.values else b.workspace_of.out
     p = v.producer
     if p is None:
         return f"argument '{v.name}'"
@@ -81,6 +82,8 @@ def buffer_source(b, comment: bool = True) -> str:
 
 def first_value(b) -> str:
     """The value that opened a buffer, as the listing writes it: `%83 = matmul`."""
+    if not b.values:
+        return b.label
     v = b.values[0]
     return v.ref() if v.producer is None else f"{v.ref()} = {v.producer.op}"
 
@@ -240,6 +243,8 @@ class _Page:
     def tooltip(self, b) -> str:
         lines = [f"buffer #{b.id} ({b.kind}{'' if b.offset is None else f' @ {b.offset}'}): "
                  f"{human_bytes(b.size)}, live [{b.start}, {b.end}], {b.phase}"]
+        if b.workspace_of is not None:
+            lines.append(b.label)
         for v in b.values[:6]:
             lines.append(f"{v.ref()}:{v.type} {self.value_origin(v)}")
         if len(b.values) > 6:

@@ -83,7 +83,8 @@ def plan_figure(plan):
         tx = peak + (0.06 if right else -0.06) * (plan.num_points + 2)
         text = buffer_source(b, comment=False)
         text = text if len(text) <= 60 else text[:57] + "..."
-        op = b.values[0].producer.op if b.values[0].producer is not None else "input"
+        opener = b.workspace_of or b.values[0].producer
+        op = opener.op if opener is not None else "input"
         ax.annotate(f"#{b.id} {human_bytes(b.size)} {op}  {text}", xy=(peak, mid(b)),
                     xytext=(tx, ty), fontsize=7.5, ha="left" if right else "right",
                     va="center", zorder=4,

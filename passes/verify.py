@@ -12,6 +12,8 @@ sharing no code with the planner's liveness or reinplace logic:
      at the node that overwrites it (an op writing element-for-element over its operand), or
      it is the write-back scatter that replaces exactly the region the newer value occupies;
      an output the plan lets write over an input (`plan.reuse`) is in that input's buffer.
+  6. every node that needs scratch memory has a workspace buffer in the arena, big enough,
+     live at its point (and, by 4, overlapping nothing live there).
 A failure raises `PlanError` with the IR around the offending node.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from bisect import bisect_left
 
 from compiler.ir import Graph, format_node
 from compiler.layout import apply_view, contiguous_probe, region
-from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, workspace_bytes
 
 
 class PlanError(AssertionError):
@@ -169,3 +171,14 @@ def verify_plan(graph: Graph, plan) -> None:
             if not ok:
                 raise PlanError(f"{new.ref()} overwrites {old.ref()} in buffer #{b.id}, but "
                                 f"{old.ref()} is read later\n{_context(graph, t)}")
+    # 6. workspaces
+    workspace = getattr(plan, "workspace", {})
+    for i, n in enumerate(graph.nodes):
+        need = workspace_bytes(n)
+        if not need:
+            continue
+        b = workspace.get(n)
+        if b is None or b.kind != "arena" or b.workspace_of is not n or b.size < need \
+                or not b.start <= i <= b.end or b not in plan.buffers:
+            raise PlanError(f"{n.out.ref()} ({n.op}) needs a workspace of {need} B live at "
+                            f"point {i}; the plan has {b and f'#{b.id}'}\n{_context(graph, i)}")

@@ -2,9 +2,16 @@
 
 Every value is an ndarray view of its buffer: arena buffers at their planned offsets, caller's
 arrays for inputs (written only where the plan lets an op write into them: the program's own
-mutations, and donated arguments), fresh arrays for returned buffers. Each inplace decision is
-honoured: the op's result lands in its input's memory, and a scatter into a dead base writes
-only the touched region. With `sanitize=True` the arena starts as garbage and every buffer is
+mutations, and donated arguments), fresh arrays for returned buffers. Each op writes its result
+straight into its planned place (its registry entry's `into`: `out=` for ufuncs, reductions,
+matmul, ...; scratch memory in the workspace the plan placed for it), so the plan's bytes are
+what a call uses: beyond the returned buffers it allocates only small objects. An elementwise
+op without an `into` runs its reference in bounded chunks; an op of another kind without one
+(conv2d, max_pool2d and their gradients, arange, mixed-dtype matmul) computes a temporary and
+copies it, the one place a call allocates more than its plan. Each inplace decision is
+honoured: the op's result lands in its input's memory (an elementwise op over an operand of
+the identical layout, which NumPy allows), and a scatter into a dead base writes only the
+touched region. With `sanitize=True` the arena starts as garbage and every buffer is
 poisoned (all bytes 0xFF: NaN for floats, -1 for ints) right after its last use, so a plan that
 lets two live values share memory produces a wrong answer instead of a lucky right one.
 """
@@ -12,14 +19,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.errors import InsufficientMemoryError
+from compiler.errors import CompilerError, InsufficientMemoryError
 from compiler.layout import apply_view
-from compiler.ops import REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, scratch_offsets, scratch_specs
 from compiler.ops.shape_ops import numpy_index
 
 from .reference import run_node
 
 POISON = 0xFF
+# The generic elementwise path evaluates an op's reference on chunks of this many elements,
+# so its temporaries stay a few of these whatever the array's size (4 KiB for float64; erf's
+# reference, a Python function, makes object arrays of Python floats: ~33 KiB).
+CHUNK = 512
+# NumPy's ufuncs cast and gather awkwardly strided operands through buffers of this many
+# elements per operand (8192 by default: ~100 KB for three float32 operands); 1024 keeps
+# them small at no measurable cost.
+UFUNC_BUFSIZE = 1024
 
 
 def available_memory() -> int | None:
@@ -56,17 +71,36 @@ class ArenaExecutable:
         self.graph, self.plan, self.sanitize = graph, plan, sanitize
         self.source = ""
         self.arena = None  # allocated once per program, at its first call
-        index = {id(n): i for i, n in enumerate(graph.nodes)}
+        self._ops = [REGISTRY[n.op] for n in graph.nodes]
         # Buffers to poison after each node (sanitizer): arena buffers whose life ends there.
         self._dies_after: dict[int, list] = {}
         for b in plan.buffers:
             if b.kind == "arena" and b.size:
                 self._dies_after.setdefault(b.end, []).append(b)
-        self._index = index
+        self._slot: dict[int, np.ndarray] = {}
+        self._scratch: dict[int, list[np.ndarray]] = {}
+
+    def _allocate(self):
+        """The arena, and the arrays that view it (made once: a call creates none)."""
+        plan = self.plan
+        self.arena = arena = np.empty(plan.arena_bytes, np.uint8)
+        for t, node in enumerate(self.graph.nodes):
+            if self._ops[t].kind == VIEW or node in plan.reuse:
+                continue
+            b = plan.buffer_of[node.out]
+            if b.kind == "arena":
+                self._slot[t] = np.ndarray(node.out.shape, node.out.dtype, buffer=arena,
+                                           offset=b.offset)
+            if self._ops[t].scratch is not None:
+                ws = plan.workspace.get(node)  # (none when every scratch array is empty)
+                specs = scratch_specs(node)
+                offsets, _ = scratch_offsets(specs)
+                self._scratch[t] = [
+                    np.empty(shape, dtype) if ws is None else
+                    np.ndarray(shape, dtype, buffer=arena, offset=ws.offset + o)
+                    for (shape, dtype), o in zip(specs, offsets)]
 
     def _fresh(self, value, buffer, outputs_storage):
-        if buffer.kind == "arena":
-            return np.ndarray(value.shape, value.dtype, buffer=self.arena, offset=buffer.offset)
         # A returned buffer: allocated per call, shared by the values that live in it.
         storage = outputs_storage.get(id(buffer))
         if storage is None:
@@ -77,29 +111,41 @@ class ArenaExecutable:
         check_memory(self.plan, self.arena is not None, loc)
 
     def run(self, inputs):
-        graph, plan = self.graph, self.plan
+        graph = self.graph
         if self.arena is None:
-            self.arena = np.empty(plan.arena_bytes, np.uint8)
+            self._allocate()
         if self.sanitize:
             self.arena.fill(POISON)
         arrays: dict[int, np.ndarray] = {}
         for v, arr in zip(graph.inputs, inputs):
             arrays[id(v)] = arr
         outputs_storage: dict[int, np.ndarray] = {}
+        bufsize = np.setbufsize(UFUNC_BUFSIZE)
+        try:
+            self._run_nodes(arrays, outputs_storage)
+        finally:
+            np.setbufsize(bufsize)
+        outs = [arrays[id(v)] for v in graph.outputs]
+        muts = {k: arrays[id(v)] for k, v in graph.mutations.items()}
+        return outs, muts
+
+    def _run_nodes(self, arrays, outputs_storage):
+        graph, plan, slot = self.graph, self.plan, self._slot
         with np.errstate(all="ignore"):
             for t, node in enumerate(graph.nodes):
-                kind = REGISTRY[node.op].kind
+                op = self._ops[t]
                 args = [arrays[id(v)] for v in node.inputs]
-                if kind == VIEW:
+                if op.kind == VIEW:
                     view = apply_view(args[0], node.op, node.attrs)
                     assert view is not None, f"plan bug: {node} is not a view of its input"
                     arrays[id(node.out)] = view
                     continue
                 taken = plan.reuse.get(node)
                 if taken is None:
-                    dest = self._fresh(node.out, plan.buffer_of[node.out], outputs_storage)
-                    np.copyto(dest, run_node(node, args))
-                elif kind == SCATTER:
+                    dest = slot[t] if t in slot else \
+                        self._fresh(node.out, plan.buffer_of[node.out], outputs_storage)
+                    compute(node, dest, args, self._scratch.get(t))
+                elif op.kind == SCATTER:
                     dest = args[0]  # in place: write only the touched region
                     region = dest[numpy_index(node.attrs["index"])]
                     src = args[1]
@@ -108,11 +154,41 @@ class ArenaExecutable:
                         region[...] = src  # (skipped when the op already wrote it there)
                 else:
                     dest = args[taken]
-                    np.copyto(dest, run_node(node, args))
+                    compute(node, dest, args, self._scratch.get(t))
                 arrays[id(node.out)] = dest
                 if self.sanitize:
                     for b in self._dies_after.get(t, ()):
                         self.arena[b.offset:b.offset + b.size] = POISON
-        outs = [arrays[id(v)] for v in graph.outputs]
-        muts = {k: arrays[id(v)] for k, v in graph.mutations.items()}
-        return outs, muts
+
+
+def compute(node, dest: np.ndarray, args: list[np.ndarray], scratch=None) -> None:
+    """Write `node`'s result into `dest` (its planned place: an array of the node's shape and
+    dtype, or for an inplace decision the operand it takes), bit-identical to the reference
+    interpreter. `scratch`: the arrays of the node's workspace, when its op declares one."""
+    op = REGISTRY[node.op]
+    try:
+        if op.into is not None:
+            kw = node.attrs if scratch is None else {**node.attrs, "scratch": scratch}
+            if op.into(dest, *args, **kw) is not NotImplemented:
+                return
+        if op.kind == ELEMENTWISE:
+            if dest.size:
+                _chunked(op.ref, dest, args, node.attrs)
+            return
+    except CompilerError as e:  # a data check (a label out of range): name the user's line
+        if e.loc is not None:
+            raise
+        raise type(e)(e.bare_message, node.loc) from None
+    np.copyto(dest, run_node(node, args))  # no `into`: a temporary, then a copy
+
+
+def _chunked(ref, dest, args, attrs):
+    """An elementwise op's reference evaluated chunk by chunk into `dest`: the operands,
+    broadcast to `dest`'s shape, in pieces of at most CHUNK elements (an operand that overlaps
+    `dest` does so element for element, so each piece is read before it is written)."""
+    it = np.nditer(args + [dest], flags=["external_loop", "buffered", "zerosize_ok"],
+                   op_flags=[["readonly"]] * len(args) + [["writeonly"]],
+                   buffersize=CHUNK, order="K")
+    with it:
+        for pieces in it:
+            pieces[-1][...] = ref(*pieces[:-1], **attrs)

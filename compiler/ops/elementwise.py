@@ -48,15 +48,30 @@ def _in_float(ref):
     return ref_in_float
 
 
-def unary(name, ref, expr, *, vjp=None, dtype=_same, inplace=True, doc="", infer=None):
+def _ufunc_into(ufunc):
+    """`into` for an op whose reference is `ufunc` over operands converted to the output's
+    dtype (or, for a bool result, numpy's own loop): NumPy casts each operand in small
+    buffers and writes `out` directly; an operand with `out`'s exact layout is safe."""
+    def into(out, *args):
+        if out.dtype == BOOL:
+            ufunc(*args, out=out)
+        else:
+            ufunc(*args, out=out, dtype=out.dtype, casting="unsafe")
+    return into
+
+
+def unary(name, ref, expr, *, vjp=None, dtype=_same, inplace=True, doc="", infer=None,
+          into=None):
     def infer_same_shape(types, **attrs):
         return types[0][0], dtype(types[0])
     infer = infer or infer_same_shape
+    if into is None and isinstance(ref, np.ufunc):
+        into = _ufunc_into(ref)
     if dtype is _float:
         # Compute in the output's float: numpy would evaluate `exp(bool)` in float16.
         ref = _in_float(ref)
     return defop(name, ELEMENTWISE, infer, ref, vjp=vjp, expr=expr,
-                 inplace=(name + "_") if inplace else None, doc=doc)
+                 inplace=(name + "_") if inplace else None, doc=doc, into=into)
 
 
 def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
@@ -73,7 +88,8 @@ def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
             x, y = x.astype(out, copy=False), y.astype(out, copy=False)
         return ref(x, y)
     return defop(name, ELEMENTWISE, infer, ref_in_out_dtype, vjp=vjp, expr=expr,
-                 inplace=(name + "_") if inplace else None)
+                 inplace=(name + "_") if inplace else None,
+                 into=_ufunc_into(ref) if isinstance(ref, np.ufunc) else None)
 
 
 a, b, c = S.arg(0), S.arg(1), S.arg(2)
@@ -123,6 +139,7 @@ unary("sqrt", np.sqrt, S.call("sqrt", a), dtype=_float,
 unary("square", np.square, a * a, dtype=_numeric,
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0] * 2.0,)})
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), S.call("max", a, 0),
+      into=lambda out, x: np.maximum(x, 0, out=out, dtype=out.dtype, casting="unsafe"),
       vjp={"output": lambda ctx, g: (g.where_positive(ctx.out),),
            "input": lambda ctx, g: (g.where_positive(ctx.inputs[0]),)})
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -133,12 +150,29 @@ unary("erf", lambda x: np.asarray(_erf(x)).astype(float_of(x.dtype)), S.call("er
           g * (-ctx.inputs[0].square()).exp() * (2.0 / math.sqrt(math.pi)),)})
 
 
+def _scale_dtype(t):
+    """Paddle: the input's dtype (integers scale in integer arithmetic, by whole numbers);
+    bool, which Paddle doesn't scale, gives float32."""
+    return float_of(t[1]) if t[1] == BOOL else t[1]
+
+
 def _scale_ref(x, scale, bias, bias_after_scale):
+    x = np.asarray(x).astype(_scale_dtype(((), x.dtype)), copy=False)
+    # Python scalars are weak (NEP 50): an int32 tensor stays int32 and wraps, as in C.
     out = x * scale + bias if bias_after_scale else (x + bias) * scale
-    return np.asarray(out).astype(float_of(x.dtype) if x.dtype.kind != "f" else x.dtype)
+    return np.asarray(out).astype(x.dtype, copy=False)
 
 
-unary("scale", _scale_ref, None, dtype=_float,
+def _scale_into(out, x, scale, bias, bias_after_scale):
+    # The reference's two steps in the output's dtype (NEP 50: the scalars adopt it).
+    kw = dict(out=out, dtype=out.dtype, casting="unsafe")
+    if bias_after_scale:
+        np.add(np.multiply(x, scale, **kw), bias, **kw)
+    else:
+        np.multiply(np.add(x, bias, **kw), scale, **kw)
+
+
+unary("scale", _scale_ref, None, dtype=_scale_dtype, into=_scale_into,
       vjp={"none": lambda ctx, g: (g * ctx.attrs["scale"],)},
       doc="scale * x + bias (bias_after_scale) or scale * (x + bias)")
 
@@ -243,16 +277,25 @@ def _clip_vjp(ctx, g):
     return (g.where_mask((x >= lo).logical_and(x <= hi)), None, None)
 
 
+def _clip_into(out, x, lo, hi):
+    if not x.dtype == lo.dtype == hi.dtype:
+        return NotImplemented  # the reference rounds once, after both steps
+    np.minimum(np.maximum(x, lo, out=out), hi, out=out)
+
+
 # max/min propagate NaN from x, as np.clip does; lo > hi gives hi everywhere (np.clip, torch).
 defop("clip", ELEMENTWISE, _clip_infer,
       lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi).astype(x.dtype),
-      expr=S.call("min", S.call("max", a, b), c), vjp={"input": _clip_vjp}, inplace="clip_")
+      expr=S.call("min", S.call("max", a, b), c), vjp={"input": _clip_vjp}, inplace="clip_",
+      into=_clip_into)
 unary("logical_not", np.logical_not, S.call("not", a), dtype=_bool)
 unary("cast", lambda x, dtype: x.astype(dtype), None, inplace=False,
+      into=lambda out, x, dtype: np.copyto(out, x, casting="unsafe"),
       infer=lambda types, dtype: (types[0][0], np.dtype(dtype)),
       vjp={"none": lambda ctx, g: (g.cast(ctx.inputs[0].dtype),)})
 # np.array, not np.ascontiguousarray: that one turns a 0-d array into shape (1,).
 unary("contiguous", lambda x: np.array(x, order="C", copy=True), a, inplace=False,
+      into=lambda out, x: np.copyto(out, x),
       vjp={"none": lambda ctx, g: (g,)}, doc="a copy in a fresh buffer")
 
 # -- binary arithmetic ---------------------------------------------------------------------
@@ -380,11 +423,24 @@ defop("lerp", ELEMENTWISE, _lerp_infer, _lerp_ref, expr=a + c * (b - a),
 
 def _where_infer(types, **attrs):
     (sc, dc), (sx, dx), (sy, dy) = types
+    if dc != BOOL:  # Paddle and PyTorch: no truthiness of numbers here
+        raise TraceError(f"the condition must be a bool tensor, got {dc}: compare first "
+                         "(`x > 0`) or cast it to bool")
     return broadcast_shapes(sc, sx, sy), promote(dx, dy)
 
 
+def _where_into(out, cond, x, y):
+    # Two masked copies; when `out` is `x`'s (or the condition's) memory the first copy would
+    # destroy what the second reads, and mixed dtypes round differently: fall back.
+    if not x.dtype == y.dtype == out.dtype or np.may_share_memory(out, x) \
+            or np.may_share_memory(out, cond):
+        return NotImplemented
+    np.copyto(out, y)
+    np.copyto(out, x, where=cond)
+
+
 defop("where", ELEMENTWISE, _where_infer, lambda cond, x, y: np.where(cond, x, y),
-      expr=S.call("where", a, b, c),
+      expr=S.call("where", a, b, c), into=_where_into,
       vjp={"input": lambda ctx, g: (None, g.where_mask(ctx.inputs[0]),
                                     g.where_mask(ctx.inputs[0].logical_not()))})
 
@@ -398,6 +454,7 @@ def _broadcast_to_infer(types, shape):
 
 defop("broadcast_to", ELEMENTWISE, _broadcast_to_infer,
       lambda x, shape: np.broadcast_to(x, shape).copy(), expr=a,
+      into=lambda out, x, shape: np.copyto(out, x),
       vjp={"none": lambda ctx, g: (g,)},
       doc="a materialized (copied) broadcast; the view form is `expand`")
 

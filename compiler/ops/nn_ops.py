@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import DataError, ShapeError
 from .registry import OTHER, defop, normalize_axes
+from .shape_ops import reduced_shape
 
 # -- softmax / log_softmax along one axis ---------------------------------------------------
 
@@ -47,11 +48,38 @@ def _log_softmax_vjp(ctx, g):
     return (g - y.exp() * g.sum(axis=axis, keepdim=True),)
 
 
+def _row_scratch(count):
+    """Scratch of a row-wise op: `count` arrays of one value per row (the max, the sum)."""
+    def scratch(types, out, axis):
+        shape, dtype = types[0]
+        return [(reduced_shape(shape, axis, True), dtype)] * count
+    return scratch
+
+
+# The references' steps in the same order, into `out` (bit-identical), with the row max and
+# sum in scratch. log_softmax computes `x - max` twice instead of keeping a full-size copy.
+def _softmax_into(out, x, axis, scratch):
+    (m,) = scratch
+    if x.size:
+        np.max(x, axis=axis, keepdims=True, out=m)
+        np.exp(np.subtract(x, m, out=out), out=out)
+        np.divide(out, np.sum(out, axis=axis, keepdims=True, out=m), out=out)
+
+
+def _log_softmax_into(out, x, axis, scratch):
+    m, s = scratch
+    if x.size:
+        np.max(x, axis=axis, keepdims=True, out=m)
+        np.exp(np.subtract(x, m, out=out), out=out)
+        np.log(np.sum(out, axis=axis, keepdims=True, out=s), out=s)
+        np.subtract(np.subtract(x, m, out=out), s, out=out)
+
+
 # softmax_ overwrites its input: its VJP reads only the output.
 defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp},
-      inplace="softmax_")
+      into=_softmax_into, scratch=_row_scratch(1), inplace="softmax_")
 defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
-      vjp={"output": _log_softmax_vjp})
+      vjp={"output": _log_softmax_vjp}, into=_log_softmax_into, scratch=_row_scratch(2))
 
 
 def _one_hot_infer(types, num_classes, dtype, ignore_index=None):
@@ -94,7 +122,19 @@ def _one_hot_ref(labels, num_classes, dtype, ignore_index=None):
     return hot.astype(dtype)
 
 
-defop("one_hot", OTHER, _one_hot_infer, _one_hot_ref,
+def _one_hot_into(out, labels, num_classes, dtype, ignore_index=None, scratch=()):
+    (classes,) = scratch
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        found = bad_label(labels, num_classes, ignore_index)  # (the error path may allocate)
+        if found is not None:
+            raise DataError(label_range_message(*found, num_classes, ignore_index))
+    np.equal(labels[..., None], _iota(classes), out=out, casting="unsafe")
+    if ignore_index is not None and 0 <= ignore_index < num_classes:
+        out[..., ignore_index] = 0  # its rows had their one there
+
+
+defop("one_hot", OTHER, _one_hot_infer, _one_hot_ref, into=_one_hot_into,
+      scratch=lambda types, out, num_classes, **kw: [((num_classes,), np.int64)],
       doc="one_hot(labels) [..., num_classes]; checks each label's range (DataError)")
 
 # -- conv2d (NCHW, weights OIHW, groups=1; padding (top, bottom, left, right)) -------------
@@ -177,11 +217,105 @@ def _conv2d_vjp(ctx, g):
     return gx, gw
 
 
-defop("conv2d", OTHER, _conv2d_infer, _conv2d_ref, vjp={"input": _conv2d_vjp})
+# -- the conv ops into planned memory: the references' steps (np.pad, the copies tensordot
+# makes, one np.dot) with every temporary in the node's workspace, so results are identical.
+
+
+def _padded_shape(shape, padding):
+    n, c, h, w = shape
+    return (n, c, h + padding[0] + padding[1], w + padding[2] + padding[3])
+
+
+def _pad_into(xp, x, padding, value=0):
+    """`_pad(x, padding, value)` into the scratch array `xp`."""
+    top, _, left, _ = padding
+    xp.fill(value)
+    xp[:, :, top:top + x.shape[2], left:left + x.shape[3]] = x
+
+
+def _conv2d_scratch(types, out, stride, padding, dilation):
+    (sx, dx), (sw, _) = types
+    n, o, oh, ow = out[0]
+    rows, k = n * oh * ow, sw[1] * sw[2] * sw[3]
+    pad = [(_padded_shape(sx, padding), dx)] if any(padding) else []
+    return pad + [((rows, k), dx), ((k, o), dx), ((rows, o), dx)]
+
+
+def _conv2d_into(out, x, w, stride, padding, dilation, scratch):
+    if not x.dtype == w.dtype == out.dtype:
+        return NotImplemented
+    *pad, cols, wt, res = scratch
+    n, o, oh, ow = out.shape
+    c, kh, kw = w.shape[1:]
+    if pad:
+        _pad_into(pad[0], x, padding)
+    win = _windows(pad[0] if pad else x, kh, kw, stride, dilation, oh, ow)
+    np.copyto(cols.reshape(n, oh, ow, c, kh, kw), win.transpose(0, 2, 3, 1, 4, 5))
+    np.copyto(wt.reshape(c, kh, kw, o), w.transpose(1, 2, 3, 0))
+    np.dot(cols, wt, out=res)
+    np.copyto(out, res.reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
+
+
+def _conv2d_grad_input_scratch(types, out, x_shape, stride, padding, dilation):
+    (sg, dg), (sw, _) = types
+    n, o, oh, ow = sg
+    rows, c = n * oh * ow, sw[1]
+    pad = [(_padded_shape(x_shape, padding), dg)] if any(padding) else []
+    return pad + [((rows, o), dg), ((o, c), dg), ((rows, c), dg)]
+
+
+def _conv2d_grad_input_into(out, g, w, x_shape, stride, padding, dilation, scratch):
+    if not g.dtype == w.dtype == out.dtype:
+        return NotImplemented
+    *pad, gt, wij, contrib = scratch
+    n, o, oh, ow = g.shape
+    c = w.shape[1]
+    gx = pad[0] if pad else out
+    gx.fill(0)
+    np.copyto(gt.reshape(n, oh, ow, o), g.transpose(0, 2, 3, 1))
+    part = contrib.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            r0, c0 = i * dilation[0], j * dilation[1]
+            np.copyto(wij, w[:, :, i, j])
+            np.dot(gt, wij, out=contrib)
+            region = gx[:, :, r0:r0 + stride[0] * oh:stride[0], c0:c0 + stride[1] * ow:stride[1]]
+            np.add(region, part, out=region)
+    if pad:
+        np.copyto(out, gx[:, :, padding[0]:padding[0] + x_shape[2],
+                          padding[2]:padding[2] + x_shape[3]])
+
+
+def _conv2d_grad_weight_scratch(types, out, w_shape, stride, padding, dilation):
+    (sx, dx), (sg, _) = types
+    n, o, oh, ow = sg
+    rows, k = n * oh * ow, w_shape[1] * w_shape[2] * w_shape[3]
+    pad = [(_padded_shape(sx, padding), dx)] if any(padding) else []
+    return pad + [((o, rows), dx), ((rows, k), dx)]
+
+
+def _conv2d_grad_weight_into(out, x, g, w_shape, stride, padding, dilation, scratch):
+    if not x.dtype == g.dtype == out.dtype:
+        return NotImplemented
+    *pad, gt, cols = scratch
+    n, o, oh, ow = g.shape
+    c, kh, kw = w_shape[1:]
+    if pad:
+        _pad_into(pad[0], x, padding)
+    win = _windows(pad[0] if pad else x, kh, kw, stride, dilation, oh, ow)
+    np.copyto(gt.reshape(o, n, oh, ow), g.transpose(1, 0, 2, 3))
+    np.copyto(cols.reshape(n, oh, ow, c, kh, kw), win.transpose(0, 2, 3, 1, 4, 5))
+    np.dot(gt, cols, out=out.reshape(o, c * kh * kw))
+
+
+defop("conv2d", OTHER, _conv2d_infer, _conv2d_ref, vjp={"input": _conv2d_vjp},
+      into=_conv2d_into, scratch=_conv2d_scratch)
 defop("conv2d_grad_input", OTHER,
-      lambda types, x_shape, **kw: (tuple(x_shape), types[0][1]), _conv2d_grad_input_ref)
+      lambda types, x_shape, **kw: (tuple(x_shape), types[0][1]), _conv2d_grad_input_ref,
+      into=_conv2d_grad_input_into, scratch=_conv2d_grad_input_scratch)
 defop("conv2d_grad_weight", OTHER,
-      lambda types, w_shape, **kw: (tuple(w_shape), types[0][1]), _conv2d_grad_weight_ref)
+      lambda types, w_shape, **kw: (tuple(w_shape), types[0][1]), _conv2d_grad_weight_ref,
+      into=_conv2d_grad_weight_into, scratch=_conv2d_grad_weight_scratch)
 
 # -- max_pool2d (padding (top, bottom, left, right)) ----------------------------------------
 
@@ -203,9 +337,7 @@ def _pool_infer(types, kernel, stride, padding):
 def _pool_windows(x, kernel, stride, padding):
     (_, _, oh, ow), _ = _pool_infer([(x.shape, x.dtype)], kernel, stride, padding)
     # Padding never wins a window: -inf for floats, the dtype's minimum for integers.
-    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min if x.dtype.kind in "iu" \
-        else False
-    xp = _pad(x, padding, low) if any(padding) else x
+    xp = _pad(x, padding, _pool_low(x.dtype)) if any(padding) else x
     return _windows(xp, kernel[0], kernel[1], stride, (1, 1), oh, ow)
 
 
@@ -230,5 +362,70 @@ def _max_pool2d_vjp(ctx, g):
     return (ctx.inputs[0].primitive("max_pool2d_grad", g, **ctx.attrs),)
 
 
-defop("max_pool2d", OTHER, _pool_infer, _max_pool2d_ref, vjp={"input": _max_pool2d_vjp})
-defop("max_pool2d_grad", OTHER, lambda types, **kw: types[0], _max_pool2d_grad_ref)
+def _pool_low(dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min if dtype.kind in "iu" \
+        else False
+
+
+def _max_pool2d_into(out, x, kernel, stride, padding, scratch):
+    if any(padding):
+        _pad_into(scratch[0], x, padding, _pool_low(x.dtype))
+    xp = scratch[0] if any(padding) else x
+    win = _windows(xp, kernel[0], kernel[1], stride, (1, 1), out.shape[2], out.shape[3])
+    np.max(win, axis=(4, 5), out=out)
+
+
+defop("max_pool2d", OTHER, _pool_infer, _max_pool2d_ref, vjp={"input": _max_pool2d_vjp},
+      into=_max_pool2d_into,
+      scratch=lambda types, out, kernel, stride, padding: (
+          [(_padded_shape(types[0][0], padding), types[0][1])] if any(padding) else []))
+def _iota(a):
+    """Fill the int64 array `a` (any shape, contiguous) with 0, 1, 2, ... without a temporary."""
+    flat = a.reshape(-1)
+    flat.fill(1)
+    flat[:1] = 0
+    np.cumsum(flat, out=flat)
+    return a
+
+
+def _max_pool2d_grad_scratch(types, out, kernel, stride, padding):
+    (sx, dx), (sg, _) = types
+    n, c, oh, ow = sg
+    i64 = np.dtype(np.int64)
+    pad = [(_padded_shape(sx, padding), dx)] if any(padding) else []
+    return pad + [((n, c, oh, ow, kernel[0] * kernel[1]), dx)] + [((n, c, oh, ow), i64)] * 3 \
+        + [((n, 1, 1, 1), i64), ((1, c, 1, 1), i64), ((oh, 1), i64), ((ow,), i64)]
+
+
+def _max_pool2d_grad_into(out, x, g, kernel, stride, padding, scratch):
+    if not x.dtype == g.dtype == out.dtype:
+        return NotImplemented
+    *pad, win, arg, rows, cols, ni, ci, oh_i, ow_i = scratch
+    if pad:
+        _pad_into(pad[0], x, padding, _pool_low(x.dtype))
+    n, c, oh, ow = g.shape
+    kh, kw = kernel
+    np.copyto(win.reshape(n, c, oh, ow, kh, kw),
+              _windows(pad[0] if pad else x, kh, kw, stride, (1, 1), oh, ow))
+    np.argmax(win, axis=-1, out=arg)
+    # rows = arange(oh)[:, None] * stride[0] + arg // kw - padding[0]; cols likewise
+    np.floor_divide(arg, kw, out=rows)
+    np.add(rows, np.multiply(_iota(oh_i), stride[0], out=oh_i), out=rows)
+    np.subtract(rows, padding[0], out=rows)
+    np.remainder(arg, kw, out=cols)
+    np.add(cols, np.multiply(_iota(ow_i), stride[1], out=ow_i), out=cols)
+    np.subtract(cols, padding[2], out=cols)
+    h, w = x.shape[2:]
+    if rows.min() < 0 or cols.min() < 0 or rows.max() >= h or cols.max() >= w:
+        return NotImplemented  # a window of -inf picked padding: the reference's index wraps
+    # One flat index instead of four broadcast ones, which np.add.at would copy in full;
+    # the same positions in the same order, so the same sums.
+    np.add(np.multiply(rows, w, out=rows), cols, out=rows)
+    np.add(rows, np.multiply(_iota(ni), c * h * w, out=ni), out=rows)
+    np.add(rows, np.multiply(_iota(ci), h * w, out=ci), out=rows)
+    out.fill(0)
+    np.add.at(out.reshape(-1), rows, g)
+
+
+defop("max_pool2d_grad", OTHER, lambda types, **kw: types[0], _max_pool2d_grad_ref,
+      into=_max_pool2d_grad_into, scratch=_max_pool2d_grad_scratch)

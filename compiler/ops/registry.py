@@ -11,7 +11,16 @@ An entry holds everything any part of the compiler needs to know about the op:
 - `expr`: for elementwise ops, the scalar expression both code emitters render;
 - `inplace`: the name of the Paddle-style `_` method, when the op has one;
 - `random`: each call draws fresh random numbers, so two identical calls are not one value
-  (common-subexpression elimination never merges them).
+  (common-subexpression elimination never merges them);
+- `into(out, *arrays, **attrs)`: optional, the result written straight into `out` (an array of
+  the node's shape and dtype, possibly an input itself when the op runs in place over it with
+  the identical layout), bit-identical to `ref`; it returns NotImplemented for argument types
+  it doesn't handle (the executor then falls back). Executors use it so that a call touches
+  only the memory its plan placed;
+- `scratch(in_types, out_type, **attrs) -> [(shape, dtype), ...]`: the temporaries `into`
+  needs (a composite computed in several NumPy steps), passed to it as `scratch=[arrays]`.
+  The memory planner places them as one workspace buffer live only at the node's point
+  (`workspace_bytes`), as XLA and TVM do, so the plan stays the truth.
 """
 from __future__ import annotations
 
@@ -63,6 +72,8 @@ class OpDef:
     # A random op: two calls with the same inputs are different draws, so common-subexpression
     # elimination must never merge them (each call site also gets its own stream attribute).
     random: bool = False
+    into: Callable | None = None
+    scratch: Callable | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -73,14 +84,44 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="",
-          random=False) -> OpDef:
+          random=False, into=None, scratch=None) -> OpDef:
     assert kind in KINDS, kind
     assert name not in REGISTRY, f"op {name} defined twice"
+    assert scratch is None or into is not None, f"{name}: scratch is for an `into`"
     for need in (vjp or {}):
         assert need in VJP_NEEDS, (name, need)
-    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, random)
+    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, random, into,
+               scratch)
     REGISTRY[name] = op
     return op
+
+
+SCRATCH_ALIGN = 64  # each scratch array of a workspace starts on a cache line
+
+
+def scratch_specs(node) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """The (shape, dtype) of each temporary the node's `into` needs (none for most ops)."""
+    op = REGISTRY[node.op]
+    if op.scratch is None:
+        return []
+    return [(tuple(int(d) for d in shape), np.dtype(dtype)) for shape, dtype in op.scratch(
+        [(v.shape, v.dtype) for v in node.inputs], (node.out.shape, node.out.dtype),
+        **node.attrs)]
+
+
+def scratch_offsets(specs) -> tuple[list[int], int]:
+    """Byte offsets of the scratch arrays inside the workspace, and its size."""
+    offsets, size = [], 0
+    for shape, dtype in specs:
+        offsets.append(size)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return offsets, size
+
+
+def workspace_bytes(node) -> int:
+    """Bytes of scratch memory the node needs while it runs (0 for most ops)."""
+    return scratch_offsets(scratch_specs(node))[1]
 
 
 def get(name: str) -> OpDef:

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
-from ..errors import DataError, ShapeError
+from ..errors import DataError, ShapeError, TraceError
 from .registry import (CREATION, MATMUL, OTHER, REDUCTION, SCATTER, VIEW, broadcast_shapes,
                        defop, normalize_axes, promote)
 
@@ -63,13 +64,28 @@ def _axes(axis):
     return None if axis is None else tuple(axis)
 
 
-defop("sum", REDUCTION, _reduce_infer(_sum_dtype),
-      lambda x, axis=None, keepdim=False: np.sum(x, axis=_axes(axis), keepdims=keepdim,
-                                                 dtype=_sum_dtype(x.dtype)),
+def _reduction(fn, dtype_rule=None):
+    """(ref, into) of a NumPy reduction: the same call, once with `out=`."""
+    def kwargs(x, axis, keepdim):
+        kw = dict(axis=_axes(axis), keepdims=keepdim)
+        if dtype_rule is not None:
+            kw["dtype"] = dtype_rule(x.dtype)
+        return kw
+
+    def ref(x, axis=None, keepdim=False):
+        return fn(x, **kwargs(x, axis, keepdim))
+
+    def into(out, x, axis=None, keepdim=False):
+        fn(x, out=out, **kwargs(x, axis, keepdim))
+    return ref, into
+
+
+_sum_ref, _sum_into = _reduction(np.sum, _sum_dtype)
+_mean_ref, _mean_into = _reduction(np.mean, _mean_dtype)
+_max_ref, _max_into = _reduction(np.max)
+defop("sum", REDUCTION, _reduce_infer(_sum_dtype), _sum_ref, into=_sum_into,
       vjp={"none": _sum_vjp})
-defop("mean", REDUCTION, _reduce_infer(_mean_dtype),
-      lambda x, axis=None, keepdim=False: np.mean(x, axis=_axes(axis), keepdims=keepdim,
-                                                  dtype=_mean_dtype(x.dtype)),
+defop("mean", REDUCTION, _reduce_infer(_mean_dtype), _mean_ref, into=_mean_into,
       vjp={"none": _mean_vjp})
 def _max_infer(types, axis=None, keepdim=False):
     shape, dtype = types[0]
@@ -79,8 +95,7 @@ def _max_infer(types, axis=None, keepdim=False):
     return reduced_shape(shape, axis, keepdim), dtype
 
 
-defop("max", REDUCTION, _max_infer,
-      lambda x, axis=None, keepdim=False: np.max(x, axis=_axes(axis), keepdims=keepdim),
+defop("max", REDUCTION, _max_infer, _max_ref, into=_max_into,
       vjp={"input+output": _max_vjp})
 
 # -- matmul (operands of rank >= 2; the tracer lifts rank-1 operands) ----------------------
@@ -108,7 +123,14 @@ def _matmul_vjp(ctx, g):
             _swap_last(x).matmul(g) if ctx.needs_grad[1] else None)
 
 
-defop("matmul", MATMUL, _matmul_infer, np.matmul, vjp={"input": _matmul_vjp})
+def _matmul_into(out, x, y):
+    if not x.dtype == y.dtype == out.dtype:
+        return NotImplemented  # the reference multiplies in NumPy's promoted dtype
+    np.matmul(x, y, out=out)
+
+
+defop("matmul", MATMUL, _matmul_infer, np.matmul, vjp={"input": _matmul_vjp},
+      into=_matmul_into)
 
 # -- views: the output shares the input's storage ------------------------------------------
 
@@ -211,7 +233,14 @@ def _slice_scatter_vjp(ctx, g):
     return g_base, g_src
 
 
+def _slice_scatter_into(out, base, src, index):
+    if out is not base:  # (in place over its base, only the region is written)
+        np.copyto(out, base)
+    out[numpy_index(index)] = src
+
+
 defop("slice_scatter", SCATTER, _slice_scatter_infer, _slice_scatter_ref,
+      into=_slice_scatter_into,
       vjp={"none": _slice_scatter_vjp}, doc="base with base[index] = src")
 
 # -- concat -------------------------------------------------------------------------------
@@ -243,19 +272,33 @@ def _concat_vjp(ctx, g):
     return tuple(grads)
 
 
+def _concat_into(out, *xs, axis):
+    if any(x.dtype != out.dtype for x in xs):
+        return NotImplemented  # the reference joins in NumPy's promoted dtype
+    np.concatenate(xs, axis=axis, out=out)
+
+
 defop("concat", OTHER, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis),
-      vjp={"none": _concat_vjp})
+      vjp={"none": _concat_vjp}, into=_concat_into)
 
 # -- creation ------------------------------------------------------------------------------
 def _full_infer(types, shape, value, dtype):
     if any(int(d) < 0 for d in shape):
         raise ShapeError(f"negative dimension in {list(shape)}")
+    dtype = np.dtype(dtype)
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) \
+            and dtype.kind in "iu" and not np.iinfo(dtype).min <= int(value) <= np.iinfo(dtype).max:
+        # `int32_tensor + 2**40`: NumPy would raise OverflowError mid-run, C would wrap.
+        raise TraceError(f"the Python int {int(value)} doesn't fit the tensor's dtype {dtype} "
+                         f"(range {np.iinfo(dtype).min} to {np.iinfo(dtype).max}); cast the "
+                         "tensor to a wider dtype first")
     with np.errstate(all="ignore"):
         np.asarray(value).astype(dtype)  # a value the dtype can't hold raises here, not mid-run
     return tuple(shape), np.dtype(dtype)
 
 
-defop("full", CREATION, _full_infer, lambda shape, value, dtype: np.full(shape, value, dtype=dtype))
+defop("full", CREATION, _full_infer, lambda shape, value, dtype: np.full(shape, value, dtype=dtype),
+      into=lambda out, shape, value, dtype: np.copyto(out, value, casting="unsafe"))
 def _arange_len(start, stop, step):
     return max(0, math.ceil((stop - start) / step))
 
@@ -263,16 +306,38 @@ def _arange_len(start, stop, step):
 # Element i is start + i * step computed in float64 (exact for integer bounds), then cast to
 # the dtype (PyTorch's rule): numpy's arange with float bounds and an integer dtype steps by
 # int(start + step) - int(start) instead.
+def _arange_exact(start, stop, step) -> bool:
+    return all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+
+
+def _arange_into(out, start, stop, step, dtype, scratch):
+    # The reference's int64 or float64 steps in scratch, then one cast; 0, 1, 2, ... made
+    # by a cumulative sum of ones (exact in both).
+    (acc,) = scratch
+    acc.fill(1)
+    acc[:1] = 0
+    np.cumsum(acc, out=acc)
+    if _arange_exact(start, stop, step):
+        np.add(np.multiply(acc, step, out=acc), start, out=acc)
+    else:
+        np.add(np.multiply(acc, float(step), out=acc), float(start), out=acc)
+    np.copyto(out, acc, casting="unsafe")
+
+
 defop("arange", CREATION,
       lambda types, start, stop, step, dtype: ((_arange_len(start, stop, step),),
                                                np.dtype(dtype)),
       lambda start, stop, step, dtype: (
           np.arange(_arange_len(start, stop, step), dtype=np.int64) * step + start
-          if all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+          if _arange_exact(start, stop, step)
           else np.arange(_arange_len(start, stop, step)) * float(step) + float(start)
-      ).astype(dtype))
+      ).astype(dtype),
+      into=_arange_into,
+      scratch=lambda types, out, start, stop, step, dtype: [
+          (out[0], np.int64 if _arange_exact(start, stop, step) else np.float64)])
 defop("constant", CREATION, lambda types, value: (value.shape, value.dtype),
-      lambda value: value.copy(), doc="data captured at trace time (to_tensor)")
+      lambda value: value.copy(), doc="data captured at trace time (to_tensor)",
+      into=lambda out, value: np.copyto(out, value))
 
 
 # -- issue 10: more reductions --------------------------------------------------------------

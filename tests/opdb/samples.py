@@ -385,6 +385,9 @@ def build_activations():
 def build_scale():
     def want_for(s, b, after):
         def want(x):
+            if x.dtype.kind in "iu":  # Paddle: integers keep their dtype (and wrap)
+                v = x.astype(I64)
+                return ((v * int(s) + int(b)) if after else (v + int(b)) * int(s)).astype(x.dtype)
             out = float_of(x.dtype)
             v = f64(x.astype(out))
             return ((v * s + b) if after else (v + b) * s).astype(out)
@@ -393,6 +396,8 @@ def build_scale():
                                        (1.0, 0.0, True)]):
         want = want_for(s, b, after)
         for dtype in ALL:
+            if dtype in INTS and not (s.is_integer() and b.is_integer()):
+                continue
             x = rand((2, 3), dtype, seed=k)
             add(Sample("Tensor.scale", lambda t, s=s, b=b, a=after: t.scale(s, b, a), (x,),
                        want, ULP))
@@ -408,7 +413,21 @@ def build_scale():
                    (rand((2, 3), F64, seed=k),), want, ULP, grad=True))
         add(Sample("Tensor.scale_", lambda t, s=s, b=b, a=after: t.scale_(s, b, a),
                    (rand((3,), F64, seed=k),), want, ULP, grad=True, writes=0))
-    invalid("Tensor.scale_", lambda t: t.scale_(2.0), [np.arange(3)], cc.InplaceError)
+    # Integers (issue 16): int64 beyond 2**53 keeps every digit; int32 wraps as in C.
+    big = np.array([2**53 + 1, -(2**53) - 1, 7], I64)
+    add(Sample("Tensor.scale", lambda t: t.scale(2), (big,), want_for(2, 0, True),
+               label="|int-exact"))
+    add(Sample("Tensor.scale", lambda t: t.scale(3, 5), (specials(I32),), want_for(3, 5, True),
+               label="|int-wraps"))
+    for dtype in INTS:
+        add(Sample("Tensor.scale_", lambda t: t.scale_(-3, 2, False), (rand((2, 3), dtype),),
+                   want_for(-3, 2, False), writes=0, label="|int"))
+        add(Sample("cc.scale_", lambda t: cc.scale_(t, 2, 1), (rand((3,), dtype)[::-1],),
+                   want_for(2, 1, True), writes=0, label="|int"))
+    invalid("Tensor.scale", lambda t: t.scale(2.5), [np.arange(3)], cc.TraceError)
+    invalid("Tensor.scale_", lambda t: t.scale_(2.0, 0.5), [np.arange(3)], cc.TraceError)
+    invalid("Tensor.scale", lambda t: t.scale(2**40), [np.arange(3, dtype=I32)], cc.TraceError)
+    invalid("Tensor.scale_", lambda t: t.scale_(2.0), [np.ones(3, B)], cc.InplaceError)
 
 
 def build_clip():
@@ -853,6 +872,10 @@ def build_where():
                (rand((2, 3), B), rand((2, 3), F64), rand((3,), F64, seed=9)), want, grad=True))
     invalid("cc.where", lambda a, b, d: cc.where(a, b, d),
             [np.ones(3, bool), np.ones(2), np.ones(3)], cc.ShapeError)
+    # Paddle and PyTorch require a bool condition (issue 16).
+    for dtype in NUMERIC:
+        invalid("cc.where", lambda a, b, d: cc.where(a, b, d),
+                [np.ones(3, dtype), np.ones(3), np.zeros(3)], cc.TraceError)
 
 
 def build_logical_not():
@@ -1641,6 +1664,11 @@ def build_alpha():
                        (a.copy(), b), want, writes=0, label="|alpha"))
             add(Sample(f"cc.{name}", lambda x, y, n=name: getattr(cc, n)(x, y, alpha=2),
                        (a, b), want, label="|alpha"))
+    # A Python int the tensor's dtype can't hold (issue 16): NumPy would overflow mid-run.
+    invalid("Tensor.__add__", lambda x: x + 2**40, [np.arange(3, dtype=I32)], cc.TraceError)
+    invalid("Tensor.multiply_", lambda x: x.multiply_(-(2**63) - 1), [np.arange(3)],
+            cc.TraceError)
+    invalid("cc.full", lambda: cc.full([2], 2**31, dtype="int32"), [], cc.TraceError)
     invalid("Tensor.add", lambda x, y: x.add(y, alpha=0.5), [np.arange(3), np.arange(3)],
             cc.TraceError)
 

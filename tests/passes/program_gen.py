@@ -69,7 +69,35 @@ def inplace(t, value):
 
 arr = np.asarray  # numpy ops on 0-d arrays give scalars; the compiler's give 0-d tensors
 
+def cross_entropy(x, labels, weight=None, ignore_index=-100, reduction="mean",
+                  label_smoothing=0.0):
+    """Paddle's hard-label softmax cross entropy over the last axis (compiler.nn.functional's
+    docstring): rows labelled ignore_index drop out, each row's loss is scaled by the weight of
+    its (smoothed) target, "mean" divides by the sum of those weights (0 counts as 1)."""
+    labels = np.asarray(labels)
+    c = x.shape[-1]
+    m = x.max(axis=-1, keepdims=True)
+    logp = x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    valid = labels != ignore_index
+    hot = np.eye(c)[np.where(valid, labels, 0)] * valid[..., None]
+    target = hot * (1.0 - label_smoothing) + valid[..., None] * (label_smoothing / c)
+    loss = -(target * logp).sum(-1)
+    denominator = valid.astype(x.dtype)
+    if weight is not None:
+        denominator = (target * np.asarray(weight)).sum(-1)  # weight[label], smoothed
+        loss = loss * denominator
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    total = denominator.sum()
+    return loss.sum() / (total if total != 0 else 1.0)
+
 '''
+
+
+# The compiler-API program's first two lines (RandomProgram.HEADER_LINES counts them).
+HEADER = "import numpy as np; import compiler as cc\nimport compiler.nn.functional as F\n"
 
 
 @dataclass
@@ -81,7 +109,7 @@ class RandomProgram:
     returns: list = field(default_factory=list)    # (compiler expr, numpy expr or None)
     leaves: list = field(default_factory=list)
     has_backward: bool = False
-    expect_error: str | None = None   # "leaf" | "expand" | "broadcast"
+    expect_error: str | None = None   # "leaf" | "expand" | "broadcast" | "numpy" | "label"
     error_step: int | None = None     # index into lines of the refused step
     inplace_steps: set = field(default_factory=set)  # indices of lines with inplace writes
     alias: str | None = None          # a key of ALIASES: some arguments share memory
@@ -101,8 +129,8 @@ class RandomProgram:
             body.append("return (" + "".join(r[0] + ", " for r in self.returns) + ")")
         else:
             body.append("return None")
-        return ("import compiler as cc\nimport compiler.nn.functional as F\n"
-                f"def program({params}):\n" + "".join("    " + line + "\n" for line in body))
+        return (HEADER + f"def program({params}):\n"
+                + "".join("    " + line + "\n" for line in body))
 
     def numpy_source(self) -> str | None:
         if self.has_backward or self.expect_error is not None:
@@ -165,8 +193,7 @@ class RandomProgram:
         forward = [line for i, line in enumerate(lines[:last]) if i not in calls]
         total = "loss + loss2" if len(calls) == 2 else "loss"
         grads = "".join(f"{w}.grad, " for w in self.leaves)
-        head = ("import compiler as cc\nimport compiler.nn.functional as F\n"
-                f"def program({', '.join(self.inputs)}):\n")
+        head = (HEADER + f"def program({', '.join(self.inputs)}):\n")
         loss_src = head + "".join(f"    {line}\n" for line in forward + [f"return {total}"])
         grad_src = head + "".join(f"    {line}\n" for line in lines[:last + 1]
                                   + [f"return ({grads})"])
@@ -396,7 +423,8 @@ class _Gen:
     def step(self, grad_enabled=True):
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
-                            "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read"])
+                            "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
+                            "xent"])
         getattr(self, "step_" + kind)(grad_enabled)
 
     def step_nograd_read(self, grad_enabled):
@@ -437,6 +465,38 @@ class _Gen:
                   + ")")
         self.side.append(out)
 
+    def _labels(self, rows_shape, classes, bad=False):
+        """A nested list of class indices for rows of `rows_shape`: sometimes the ignored
+        label; with `bad`, one out of range (issue 13: raised, never silently used)."""
+        n = int(np.prod(rows_shape))
+        flat = [self.draw(st.integers(0, classes - 1)) for _ in range(n)]
+        if n and self.draw(st.booleans()):
+            flat[self.draw(st.integers(0, n - 1))] = -100
+        if bad:
+            flat[self.draw(st.integers(0, n - 1))] = self.choice([classes, classes + 3, -1])
+        return np.array(flat, dtype=np.int64).reshape(rows_shape).tolist()
+
+    def step_xent(self, grad_enabled):
+        """`F.cross_entropy` with Paddle's options against a numpy formula (issue 13)."""
+        xs = [v for v in self.vars if self.arr(v).ndim >= 2 and self.arr(v).size]
+        if not xs:
+            return self.step_unary(grad_enabled)
+        x = self.pick(xs)
+        shape = self.arr(x).shape
+        labels = self._labels(shape[:-1], shape[-1])
+        opts = []
+        if self.draw(st.booleans()):
+            w = [round(0.5 + 0.25 * i, 2) for i in range(shape[-1])]
+            opts.append(f"weight={w}")
+        red = self.choice(["mean", "mean", "sum", "none"])
+        opts.append(f"reduction={red!r}")
+        if self.draw(st.booleans()):
+            opts.append("label_smoothing=0.1")
+        extra = "".join(", " + o for o in opts)
+        out = self.fresh()
+        self.emit(f"{out} = F.cross_entropy({x}, {labels}{extra})",
+                  f"{out} = arr(cross_entropy({x}, {labels}{extra}))", define=out)
+
     def step_unary(self, grad_enabled):
         x = self.pick(self.vars)
         m = _mag(self.arr(x))
@@ -472,6 +532,13 @@ class _Gen:
         if y is not None and sx and self.draw(st.integers(0, 4)) == 3:
             # Operands that overlap: `x + x[::-1]` can't be computed over x element by element.
             y, ny, my = f"{x}[::-1]", f"{x}[::-1]", mx
+        if y is None and sx and self.draw(st.integers(0, 3)) == 0:
+            # A numpy array on the left: numpy hands the operator to the tensor (issue 13).
+            const = f"np.linspace(-1.0, 1.0, {int(np.prod(sx))}).reshape({_fmt_shape(sx)})"
+            op = self.choice(["+", "-", "*"])
+            out = self.fresh()
+            self.emit(f"{out} = {const} {op} {x}", f"{out} = arr({const} {op} {x})", define=out)
+            return
         if y is None:
             s = self.scalar()
             ops = [("{x} + {s}", "{x} + {s}"), ("{s} - {x}", "{s} - {x}"),
@@ -637,9 +704,21 @@ class _Gen:
 
     # -- refused steps ----------------------------------------------------------------------------
     def error_step(self) -> bool:
-        kinds = ["expand", "broadcast"] + (["leaf"] if self.prog.leaves else [])
+        kinds = ["expand", "broadcast", "numpy", "label"] + (["leaf"] if self.prog.leaves else [])
         kind = self.choice(kinds)
-        if kind == "leaf":
+        if kind == "numpy":  # any conversion of a traced tensor to numpy (issue 13)
+            x = self.pick(self.vars)
+            pd = self.choice([f"np.exp({x})", f"np.sum({x})", f"np.asarray({x})",
+                              f"float({x}.sum())", f"{x}.numpy()", f"np.add.reduce({x})",
+                              f"np.concatenate([{x}, {x}])"])
+        elif kind == "label":  # an out-of-range class index (issue 13)
+            xs = [v for v in self.vars if self.arr(v).ndim >= 2 and self.arr(v).size]
+            if not xs:
+                return False
+            x = self.pick(xs)
+            shape = self.arr(x).shape
+            pd = f"F.cross_entropy({x}, {self._labels(shape[:-1], shape[-1], bad=True)})"
+        elif kind == "leaf":
             x = self.pick([v for v in self.vars if self.on_leaf(v)])
             pd, _ = self.inplace_op(x, x, self.arr(x).shape, 0.0, True)
             if self.draw(st.booleans()) and self.arr(x).ndim:

@@ -1,9 +1,8 @@
 """The sanitizer (runtime/arena.py, `sanitize=True`) turns plan bugs that happen to give the right
 answer into wrong answers.
 
-The numpy executor computes every op into a temporary and copies it into its planned place, so a
-plan that lets a value's buffer be reused too early often still gives the right numbers: the old
-bytes are still there when they are read. Poisoning each buffer when the plan says it dies, and
+A plan that lets a value's buffer be reused too early often still gives the right numbers: the
+old bytes are still there when they are read. Poisoning each buffer when the plan says it dies, and
 the whole arena when a call starts, makes such a plan fail every time.
 """
 import numpy as np
@@ -39,7 +38,8 @@ def _early_death_plan():
 def _run(prog, sanitize):
     exe = ArenaExecutable(prog.graph, prog.plan, sanitize=sanitize)
     # The arena as the allocator hands it out (the first call allocates it): here, zeros.
-    exe.arena = np.zeros(prog.plan.arena_bytes, np.uint8)
+    exe._allocate()
+    exe.arena[...] = 0
     outs, _ = exe.run([X.copy()])
     return outs[0]
 
@@ -76,7 +76,8 @@ def test_a_sanitized_call_starts_from_an_all_poison_arena():
     # number. Here the arena holds an earlier unsanitized call's data, and padding.
     prog = cc.compile(program, sanitize=False).lower(X)
     exe = ArenaExecutable(prog.graph, prog.plan, sanitize=False)
-    exe.arena = np.full(prog.plan.arena_bytes, 0x3C, np.uint8)
+    exe._allocate()
+    exe.arena[...] = 0x3C
     first, _ = exe.run([X.copy()])
     used = np.zeros(prog.plan.arena_bytes, bool)
     for b in prog.plan.buffers:
