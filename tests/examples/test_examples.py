@@ -71,6 +71,15 @@ def test_cli_demo_and_plan():
     for name in ("mlp", "transformer_block", "cnn", "gpt", "F.relu_ on [1,64,512,512]"):
         assert f"\n{name}" in table, name
     assert "... compiling and running example gpt" in demo.stderr
+    # the README's copy of the table (examples/update_readme.py) lists the same programs
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    pasted = readme.split("<!-- demo table: examples/update_readme.py -->")[1] \
+        .split("<!-- end of demo table -->")[0]
+
+    def names(text):
+        rows = text[text.index("program "):].split("\n\n")[0].splitlines()[2:]
+        return [r[:40].rstrip() for r in rows]
+    assert names(pasted) == names(table)
     assert "sin_" in demo.stdout and "NOT in place" in demo.stdout
     plan = subprocess.run([sys.executable, "-m", "compiler", "plan", "examples/mlp.py"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
