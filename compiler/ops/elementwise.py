@@ -130,7 +130,11 @@ def _sigmoid_vjp_input(ctx, g):
     return (g * s * (1.0 - s),)
 
 
-unary("sigmoid", _sigmoid_ref, 1.0 / (1.0 + S.call("exp", -a)), dtype=_float,
+# As the reference: exp of a non-positive argument only, so that a large |x| neither overflows
+# nor loses the tiny (subnormal) results on the negative side.
+_e = S.call("exp", -S.call("abs", a))
+unary("sigmoid", _sigmoid_ref, S.call("where", a >= 0, 1.0 / (1.0 + _e), _e / (1.0 + _e)),
+      dtype=_float,
       vjp={"output": lambda ctx, g: (g * ctx.out * (1.0 - ctx.out),),
            "input": _sigmoid_vjp_input})
 unary("sqrt", np.sqrt, S.call("sqrt", a), dtype=_float,
@@ -235,8 +239,8 @@ def _elu_ref(x, alpha):
 
 
 # The input form only: with alpha < 0 the output no longer tells which branch ran.
-unary("elu", _elu_ref, lambda at: S.call(
-          "where", a > 0, a, (S.call("exp", a) - 1.0) * at["alpha"]), dtype=_float,
+unary("elu", _elu_ref, lambda at: S.call(  # expm1, as the reference: exp(a) - 1 cancels near 0
+          "where", a > 0, a, S.call("expm1", S.call("min", a, 0)) * at["alpha"]), dtype=_float,
       vjp={"input": lambda ctx, g: (g.where_mask(ctx.inputs[0] > 0) + g.where_mask(
           ctx.inputs[0] <= 0) * ctx.inputs[0].exp() * ctx.attrs["alpha"],)})
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope)

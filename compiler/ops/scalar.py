@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 # Function names an emitter must know. Arithmetic and comparisons are spelled as operators.
-FUNCTIONS = ("neg", "abs", "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
+FUNCTIONS = ("neg", "abs", "exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
              "asinh", "acosh", "atanh", "max", "min", "pow", "where", "not", "and", "or", "cast",
-             "floordiv", "mod", "floor", "ceil", "rint", "trunc", "expm1", "log1p", "log2",
+             "floordiv", "mod", "floor", "ceil", "rint", "trunc", "log1p", "log2",
              "log10", "sinh", "cosh", "asin", "acos", "atan", "bitand", "bitxor", "shr")
 # `bitand`, `bitxor` and `shr` (logical shift right) work on unsigned integers: the random
 # number generator (Philox, `compiler/ops/random_ops.py`) is written with them.
@@ -91,12 +91,13 @@ def substitute(e: Expr, args: dict) -> Expr:
 
 # -- numpy evaluation (for testing expressions against reference implementations) ---------
 _NP_FUNCS = {
-    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sin": np.sin,
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "expm1": np.expm1, "log": np.log,
+    "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt,
     "erf": np.frompyfunc(math.erf, 1, 1), "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "floordiv": np.floor_divide, "mod": np.remainder,
     "max": np.maximum, "min": np.minimum, "floor": np.floor, "ceil": np.ceil, "rint": np.rint,
-    "trunc": np.trunc, "expm1": np.expm1, "log1p": np.log1p, "log2": np.log2,
+    "trunc": np.trunc, "log1p": np.log1p, "log2": np.log2,
     "log10": np.log10, "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin,
     "acos": np.arccos, "atan": np.arctan, "bitand": np.bitwise_and, "bitxor": np.bitwise_xor,
     "shr": np.right_shift,

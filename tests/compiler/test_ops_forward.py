@@ -1,4 +1,4 @@
-"""Forward values of every op, compiled with the numpy backend, against plain numpy.
+"""Forward values of every op, compiled with each backend (numpy and cpu), against plain numpy.
 
 The oracles are independent numpy formulas (conv2d and max_pool2d as explicit loops), never
 the registry's own reference functions. The last section checks each elementwise op's scalar
@@ -19,8 +19,24 @@ FLOATS = [np.float32, np.float64]
 INTS = [np.int32, np.int64]
 
 
+BACKEND = "numpy"
+
+
+@pytest.fixture(autouse=True, params=["numpy", "cpu"])
+def backend(request):
+    """Every test here runs on each backend; `run` and `compile_` use the current one."""
+    global BACKEND
+    BACKEND = request.param
+    yield request.param
+    BACKEND = "numpy"
+
+
+def compile_(fn):
+    return cc.compile(fn, backend=BACKEND)
+
+
 def run(fn, *args):
-    return cc.compile(fn, backend="numpy")(*args)
+    return compile_(fn)(*args)
 
 
 def tol(dtype):
@@ -474,7 +490,7 @@ def test_to_tensor():
     check(run(lambda: cc.to_tensor(arr)), arr)  # numpy arrays keep their dtype
     check(run(lambda: cc.to_tensor(arr, dtype=np.int32)), arr.astype(np.int32))
     # the data is captured (copied) at trace time
-    fn = cc.compile(lambda: cc.to_tensor(arr) + 0.0)
+    fn = compile_(lambda: cc.to_tensor(arr) + 0.0)
     first, prog = fn(), fn.lower()
     arr[0] = 100.0
     np.testing.assert_array_equal(prog(), first)  # a Program keeps the trace-time copy
@@ -662,10 +678,10 @@ def test_linear(xshape, dtype):
 @pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0])
 def test_dropout(p):
     x = data((20, 30), np.float32, 0.5, 2.0)  # no zeros: a zero in the output means dropped
-    fn = cc.compile(lambda t: F.dropout(t, p=p, seed=7))
+    fn = compile_(lambda t: F.dropout(t, p=p, seed=7))
     out = fn(x)
     np.testing.assert_array_equal(fn(x), out)        # the same mask every call
-    np.testing.assert_array_equal(cc.compile(lambda t: F.dropout(t, p=p, seed=7))(x), out)
+    np.testing.assert_array_equal(compile_(lambda t: F.dropout(t, p=p, seed=7))(x), out)
     assert out.dtype == np.float32 and out.shape == x.shape
     kept = out != 0
     if p < 1.0:
@@ -674,7 +690,7 @@ def test_dropout(p):
         assert not kept.any()
     if 0.0 < p < 1.0:
         assert abs((~kept).mean() - p) < 0.1  # 600 elements: the drop rate is near p
-        other = cc.compile(lambda t: F.dropout(t, p=p, seed=8))(x)
+        other = compile_(lambda t: F.dropout(t, p=p, seed=8))(x)
         assert not np.array_equal(other != 0, kept)  # another seed, another mask
     if p == 0.0:
         np.testing.assert_array_equal(out, x)

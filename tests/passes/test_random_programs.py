@@ -136,11 +136,11 @@ class Expected:
                 _assert_close(ref, mine, f"reference vs numpy twin: final value of argument {k}")
 
 
-def _run(fn, expected: Expected, inplace: str, donate=()):
+def _run(fn, expected: Expected, inplace: str, donate=(), backend="numpy"):
     """Compile and call on fresh copies; check values, untouched arguments and the plan."""
     args = expected.prog.arrays()
     before = [a.copy() for a in args]
-    cf = cc.compile(fn, backend="numpy", inplace=inplace, donate=donate, sanitize=True)
+    cf = cc.compile(fn, backend=backend, inplace=inplace, donate=donate, sanitize=True)
     program = cf.lower(*args)
     check_plan(program)
     what = f"inplace={inplace!r} donate={donate}"
@@ -195,7 +195,7 @@ def _error_line(message: str) -> int | None:
 REFUSALS = {"numpy": cc.TraceError, "label": cc.DataError}
 
 
-def check_program(prog: RandomProgram, donate_mask: int = 0):
+def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "numpy"):
     fn = prog.build()
     note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
     event(f"refused step: {prog.expect_error}" if prog.expect_error else
@@ -222,8 +222,8 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
     # test_donated_argument_that_is_also_mutated_does_not_clobber_an_output). Arguments that
     # share memory can't be donated (test_donation_errors).
     donate = () if prog.alias else tuple(k for k in range(n) if donate_mask >> k & 1)
-    auto = _run(fn, expected, "auto")
-    off = _run(fn, expected, "off")
+    auto = _run(fn, expected, "auto", backend=backend)
+    off = _run(fn, expected, "off", backend=backend)
     assert auto.plan.lower_bound_bytes <= off.plan.lower_bound_bytes, \
         f"inplace raised the lower bound\n{auto.plan.summary()}\n{off.plan.summary()}"
     assert auto.plan.no_inplace_peak_bytes == off.plan.peak_bytes
@@ -236,8 +236,8 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
         after = plan_memory(auto.graph, mode, baseline=False).lower_bound_bytes
         assert after <= before, f"CSE raised the lower bound ({mode}): {before} -> {after}"
     if donate:
-        _run(fn, expected, "auto", donate)
-        _run(fn, expected, "off", donate)
+        _run(fn, expected, "auto", donate, backend)
+        _run(fn, expected, "off", donate, backend)
     # strict: the same values, or a refusal that names a line of the program
     try:
         cc.compile(fn, inplace="strict").lower(*prog.arrays())
@@ -246,7 +246,7 @@ def check_program(prog: RandomProgram, donate_mask: int = 0):
         line = _error_line(str(e))
         assert line in {prog.line_number(i) for i in prog.inplace_steps}, (str(e), line)
     else:
-        _run(fn, expected, "strict")
+        _run(fn, expected, "strict", backend=backend)
 
 
 # -- the properties ---------------------------------------------------------------------------
@@ -305,6 +305,19 @@ def check_gradients(prog: RandomProgram):
 @given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
 def test_training_program_gradients_match_finite_differences(prog):
     check_gradients(prog)
+
+
+# The cpu (llvmlite) backend on fewer examples: each compiles several native modules.
+@_settings(25)
+@given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
+def test_forward_programs_on_cpu_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask, backend="cpu")
+
+
+@_settings(20)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_training_programs_on_cpu_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask, backend="cpu")
 
 
 # -- regressions: minimal programs found by the properties above ------------------------------

@@ -1,0 +1,10 @@
+"""The "cpu" backend: planned graphs lowered through llvmlite to one native entry function.
+
+`emitter.py` builds the LLVM module (kernels + the `run` entry), `scalar.py` renders scalar
+expressions, `places.py` says where every value lives, `jit.py` optimises and links through
+ORC, `executable.py` runs it. `FALLBACK_OPS` lists the ops that still call back into numpy.
+"""
+from .emitter import FALLBACK_OPS, native_ops
+from .executable import CpuExecutable
+
+__all__ = ["CpuExecutable", "FALLBACK_OPS", "native_ops"]

@@ -1,0 +1,882 @@
+"""Lowering a planned graph to one LLVM module with one entry function.
+
+    void run(i8* arena, i8** inputs, i8** outputs, void (*fallback)(i64 node, i8** ptrs))
+
+`run` executes the whole schedule: for each node, in the plan's order, it calls that node's
+kernel with one pointer per distinct buffer the node touches (the arena at the buffer's
+planned offset, a caller's input, a per-call output buffer, or a module constant). So:
+
+  - a call crosses from Python to native code once;
+  - an in-place kernel (the plan's reuse: output and input in one buffer) takes that buffer
+    as ONE pointer and reads and writes it through the same layout; distinct buffers are
+    distinct parameters marked `noalias`, which the plan proves: this is what lets LLVM
+    vectorise without runtime overlap checks (TOOLCHAIN.md's in-place pitfall);
+  - shapes, strides and offsets are compile-time constants (the program is specialised for
+    one signature), so every index is affine in the loop counters;
+  - views emit no code: they are places (`places.py`).
+
+Kernels by kind (`native_ops()`; `FALLBACK_OPS` is the explicit list of ops that call back
+into the numpy reference through `fallback`: empty today, the mechanism stays so that an op
+added to the registry before its kernel works on cpu, visibly, instead of failing):
+
+  - elementwise: the registry's scalar expression (`expr_for`) rendered per element
+    (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions
+    that are contiguous in every operand are merged first, so a contiguous op is one loop;
+  - reductions (sum, mean, max over any axes, keepdim): when a reduced dim is innermost in
+    memory, a loop nest over the kept dims and a register accumulator over the reduced ones:
+    float64 for float32 sums (one rounding at the end, well inside the 1e-5 tolerance) with
+    `reassoc` so the accumulation vectorises; when the kept dims are innermost (a bias
+    gradient), the output accumulates row by row (numpy's own order), contiguous and
+    vectorised;
+  - matmul: numpy's OpenBLAS `cblas_?gemm` (64-bit ints), transposed operands as BLAS flags,
+    batch loops over broadcast batch dims, and a batch that is contiguous with the rows of a
+    2-D right operand folded into one GEMM; integer or non-BLAS layouts get a generated loop;
+  - concat, slice_scatter (in place: only the region is written), one_hot, softmax,
+    log_softmax, max_pool2d and its gradient, conv2d and both its gradients: direct loops;
+  - creation: `full` is a fill loop; `constant` and `arange` (known at compile time) are module
+    globals copied into their buffer (each call: a later op may write over them in place).
+
+Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
+stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
+same program points as the numpy arena executor: a wrong plan gives a wrong (NaN) answer.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+from llvmlite import ir
+
+from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
+from compiler.ops.registry import normalize_axes
+from compiler.ops import scalar as S
+from compiler.ops.elementwise import expr_for
+
+from . import jit
+from .places import Place, buffer_slots, compute_places, contiguous_strides
+from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
+                     ll_type, load, mem_type, select_max, store)
+
+PTR = ir.PointerType()
+POISON = 0xFF
+
+# Ops that run through the numpy reference via the fallback callback: a temporary gap, listed
+# here so that it is explicit (a test pins this set; empty today). Everything else is native.
+FALLBACK_OPS = frozenset()
+# Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
+# for every op of that kind).
+NATIVE_OTHER = frozenset({"matmul", "slice_scatter", "concat", "softmax", "log_softmax",
+                          "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange",
+                          "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
+
+
+def native_ops() -> set[str]:
+    return {name for name, op in REGISTRY.items()
+            if op.kind in (ELEMENTWISE, REDUCTION, VIEW) or name in NATIVE_OTHER}
+
+
+# -- IR helpers ---------------------------------------------------------------------------
+def i64(n: int):
+    return ir.Constant(I64, int(n))
+
+
+@contextmanager
+def for_range(b: ir.IRBuilder, n, name="i"):
+    """`for (i = 0; i < n; i++)`: yields the counter; the body may open nested blocks."""
+    n = i64(n) if isinstance(n, int) else n
+    fn = b.function
+    pre = b.block
+    head = fn.append_basic_block(f"{name}.head")
+    body = fn.append_basic_block(f"{name}.body")
+    done = fn.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    i.add_incoming(i64(0), pre)
+    b.cbranch(b.icmp_signed("<", i, n), body, done)
+    b.position_at_end(body)
+    yield i
+    i.add_incoming(b.add(i, i64(1), flags=["nuw", "nsw"]), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def loop_nest(b: ir.IRBuilder, shape, body, prefix="d"):
+    """Nested loops over `shape` (outermost first; ints or i64 values); `body(idxs)` emits
+    one iteration."""
+    def rec(d, idxs):
+        if d == len(shape):
+            body(idxs)
+            return
+        n = shape[d] if isinstance(shape[d], ir.Value) else int(shape[d])
+        with for_range(b, n, f"{prefix}{d}") as i:
+            rec(d + 1, idxs + [i])
+    rec(0, [])
+
+
+def index(b: ir.IRBuilder, offset: int, strides, idxs):
+    """offset + sum(idx * stride) as an i64 (zero strides skipped)."""
+    acc = i64(offset)
+    for i, s in zip(idxs, strides):
+        if s == 0:
+            continue
+        term = i if s == 1 else b.mul(i, i64(s), flags=["nsw"])
+        acc = b.add(acc, term, flags=["nsw"])
+    return acc
+
+
+def elem_ptr(b: ir.IRBuilder, base, dtype, idx):
+    return b.gep(base, [idx], inbounds=True, source_etype=mem_type(dtype))
+
+
+def broadcast_strides(place: Place, shape) -> tuple:
+    """`place`'s strides over the broadcast `shape` (0 where it is broadcast)."""
+    lead = len(shape) - len(place.shape)
+    out = [0] * lead
+    for d, s in zip(place.shape, place.strides):
+        out.append(s if d != 1 else 0)
+    for k, d in enumerate(shape):
+        if d == 1:
+            out[k] = 0
+    return tuple(out)
+
+
+def collapse(shape, stride_lists):
+    """Merge adjacent dims that are contiguous in every operand and drop size-1 dims, so a
+    contiguous op becomes one loop (what the vectoriser wants)."""
+    dims = [(d, [s[k] for s in stride_lists]) for k, d in enumerate(shape) if d != 1]
+    merged = []
+    for d, ss in dims:
+        if merged:
+            pd, pss = merged[-1]
+            if all(ps == s * d for ps, s in zip(pss, ss)):
+                merged[-1] = (pd * d, ss)
+                continue
+        merged.append((d, ss))
+    new_shape = tuple(d for d, _ in merged)
+    return new_shape, [tuple(ss[k] for _, ss in merged) for k in range(len(stride_lists))]
+
+
+# -- the module ---------------------------------------------------------------------------
+class ModuleEmitter:
+    """Builds the module for one planned graph. `ir_text` is the result."""
+
+    def __init__(self, graph, plan, sanitize: bool = False, name: str = "program",
+                 profile: bool = False):
+        self.graph, self.plan, self.sanitize = graph, plan, sanitize
+        self.profile = profile  # tick the fallback callback with -1 - t after each node
+        self.places = compute_places(graph, plan)
+        self.slots, self.output_buffers = buffer_slots(graph, plan)
+        self.arena_offset = {b.id: b.offset for b in plan.buffers if b.kind == "arena"}
+        self.fallback_nodes: dict[int, object] = {}
+        self.checked_while_running = {c.node for c in getattr(graph, "data_checks", ())
+                                      if c.input_index is None}
+        self.module = ir.Module(name=name)
+        self.module.triple = jit.host_triple()
+        self.module.data_layout = jit.target_data()
+        self.blas_ok = jit.has_blas()
+        self._consts = 0
+        self._emit_entry()
+        self.ir_text = str(self.module)
+
+    # -- entry ------------------------------------------------------------------------------
+    def _emit_entry(self):
+        cb_type = ir.FunctionType(ir.VoidType(), [I64, PTR])
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR]),
+                         "run")
+        arena, ins, outs, cb = fn.args
+        for a, n in zip(fn.args, ("arena", "inputs", "outputs", "fallback")):
+            a.name = n
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.entry_builder = b
+        self._slot_ptr: dict = {}
+
+        def slot_ptr(slot):
+            if slot not in self._slot_ptr:
+                kind, k = slot
+                if kind == "arena":
+                    p = b.gep(arena, [i64(self.arena_offset[k])], inbounds=True,
+                              source_etype=I8)
+                elif kind == "const":
+                    p = self._const_globals[k]
+                else:
+                    table = ins if kind == "input" else outs
+                    p = b.load(b.gep(table, [i64(k)], source_etype=PTR), typ=PTR,
+                               name=f"{kind}{k}")
+                self._slot_ptr[slot] = p
+            return self._slot_ptr[slot]
+        self.slot_ptr = slot_ptr
+        self._const_globals = {}
+
+        if self.sanitize and self.plan.arena_bytes:
+            self._memset(b, arena, self.plan.arena_bytes)
+        dies_after: dict[int, list] = {}
+        for buf in self.plan.buffers:
+            if buf.kind == "arena" and buf.size:
+                dies_after.setdefault(buf.end, []).append(buf)
+        for t, node in enumerate(self.graph.nodes):
+            kind = REGISTRY[node.op].kind
+            if kind != VIEW and node.out.size > 0:
+                self._emit_node(t, node, cb, cb_type)
+                if self.profile:
+                    b.call(_Callee(cb, cb_type), [i64(-1 - t), ir.Constant(PTR, None)])
+            if self.sanitize:
+                for buf in dies_after.get(t, ()):
+                    self._memset(b, slot_ptr(("arena", buf.id)), buf.size)
+        b.ret_void()
+
+    def _memset(self, b, ptr, size):
+        fn = self.module.globals.get("llvm.memset.p0.i64") or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [PTR, I8, I64, I1]),
+            "llvm.memset.p0.i64")
+        b.call(fn, [ptr, ir.Constant(I8, POISON), i64(size), ir.Constant(I1, 0)])
+
+    def _emit_node(self, t, node, cb, cb_type):
+        op = node.op
+        opdef = REGISTRY[op]
+        if node in self.plan.reuse and opdef.kind not in (ELEMENTWISE, SCATTER):
+            raise NotImplementedError(f"the plan runs {op} in place; the cpu backend only "
+                                      "writes elementwise ops and scatters over an input")
+        if op in FALLBACK_OPS or node in self.checked_while_running:
+            # (a label check on computed data raises from the reference implementation: the
+            # driver keeps the caller's arrays untouched until the run has finished)
+            self._emit_fallback(t, node, cb, cb_type)
+            return
+        out = self.places[id(node.out)]
+        ins = [self.places[id(v)] for v in node.inputs]
+        if op in ("constant", "arange"):
+            value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
+            src = self._const_place(value)
+            self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src))
+            return
+        if opdef.kind == ELEMENTWISE or op == "full":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node,
+                                                                             out, ins))
+        elif opdef.kind == REDUCTION:
+            self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out,
+                                                                        ins[0]))
+        elif opdef.kind == MATMUL:
+            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
+        elif op == "slice_scatter":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._scatter(b, p, node, out,
+                                                                         *ins))
+        elif op == "concat":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._concat(b, p, node, out,
+                                                                        ins))
+        elif op in ("softmax", "log_softmax"):
+            self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out,
+                                                                         ins[0]))
+        elif op == "one_hot":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
+                b, p, out, ins[0], node.attrs.get("ignore_index")))
+        elif op == "max_pool2d":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
+                                                                          ins[0]))
+        elif op in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
+            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
+        elif op == "max_pool2d_grad":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
+                b, p, node, out, *ins))
+        else:
+            raise NotImplementedError(f"no cpu kernel for {op} ({opdef.kind})")
+
+    def _const_place(self, value: np.ndarray) -> Place:
+        k = self._consts
+        self._consts += 1
+        data = bytearray(value.tobytes()) or bytearray(1)
+        arr_t = ir.ArrayType(I8, len(data))
+        g = ir.GlobalVariable(self.module, arr_t, f"const{k}")
+        g.global_constant = True
+        g.linkage = "internal"
+        g.align = 64
+        g.initializer = ir.Constant(arr_t, data)
+        self._const_globals[k] = g
+        return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
+
+    def _kernel(self, t, node, places, emit):
+        """A function `k<t>_<op>` with one noalias pointer per distinct slot, called from the
+        entry; `emit(builder, {slot: ptr})` fills its body."""
+        slots = list(dict.fromkeys(p.slot for p in places))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR] * len(slots)),
+                         f"k{t}_{node.op}")
+        fn.linkage = "internal"
+        # Kept out of line: a kernel is a loop nest that gains nothing from being inlined into
+        # `run`, and one giant function costs the optimiser far more than many small ones.
+        fn.attributes.add("noinline")
+        ptrs = {}
+        for a, slot in zip(fn.args, slots):
+            a.add_attribute("noalias")
+            a.name = f"{slot[0]}{slot[1]}"
+            ptrs[slot] = a
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        emit(b, ptrs)
+        b.ret_void()
+        self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
+
+    def _emit_fallback(self, t, node, cb, cb_type):
+        """Hand the node to the numpy reference: an array of (operand..., output) buffer
+        pointers and the node's index; Python builds the views from `places`."""
+        b = self.entry_builder
+        places = [self.places[id(v)] for v in node.inputs] + [self.places[id(node.out)]]
+        arr = b.alloca(PTR, size=len(places))
+        for k, p in enumerate(places):
+            b.store(self.slot_ptr(p.slot), b.gep(arr, [i64(k)], source_etype=PTR))
+        b.call(_Callee(cb, cb_type), [i64(t), arr])
+        self.fallback_nodes[t] = node
+
+    # -- kernels ---------------------------------------------------------------------------
+    def _copy(self, b, ptrs, dst: Place, src: Place):
+        """dst = src (with a cast when dtypes differ), src broadcast to dst's shape."""
+        shape, (so, si) = collapse(dst.shape, [dst.strides, broadcast_strides(src, dst.shape)])
+
+        def body(idxs):
+            v = load(b, elem_ptr(b, ptrs[src.slot], src.dtype, index(b, src.offset, si, idxs)),
+                     src.dtype)
+            v = convert(b, v, src.dtype, dst.dtype)
+            store(b, v, elem_ptr(b, ptrs[dst.slot], dst.dtype, index(b, dst.offset, so, idxs)),
+                  dst.dtype)
+        loop_nest(b, shape, body)
+
+    def _elementwise(self, b, ptrs, node, out: Place, ins):
+        if node.op == "full":
+            expr = S.const(node.attrs["value"])
+        else:
+            expr = expr_for(REGISTRY[node.op], node.attrs, [p.dtype for p in ins], out.dtype)
+        strides = [out.strides] + [broadcast_strides(p, out.shape) for p in ins]
+        shape, strides = collapse(out.shape, strides)
+
+        def body(idxs):
+            def loader(k):
+                p = ins[k]
+                return lambda: (load(b, elem_ptr(b, ptrs[p.slot], p.dtype,
+                                                 index(b, p.offset, strides[k + 1], idxs)),
+                                     p.dtype), p.dtype)
+            r = Renderer(b, [loader(k) for k in range(len(ins))])
+            v, d = r.render(expr, out.dtype)
+            v = convert(b, v, d, out.dtype)
+            store(b, v, elem_ptr(b, ptrs[out.slot], out.dtype, index(b, out.offset, strides[0],
+                                                                      idxs)), out.dtype)
+        loop_nest(b, shape, body)
+
+    def _reduce(self, b, ptrs, node, out: Place, x: Place):
+        axes = normalize_axes(node.attrs.get("axis"), len(x.shape))
+        keepdim = node.attrs.get("keepdim", False)
+        # Output strides per input dim (0 on reduced dims).
+        ostr, k = [], 0
+        for d in range(len(x.shape)):
+            if d in axes:
+                ostr.append(0)
+                k += keepdim
+            else:
+                ostr.append(out.strides[k])
+                k += 1
+        kept = [d for d in range(len(x.shape)) if d not in axes]
+        red = list(axes)
+        kshape, (kx, ko) = collapse([x.shape[d] for d in kept],
+                                    [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
+        rshape, (rx,) = collapse([x.shape[d] for d in red], [[x.strides[d] for d in red]])
+        op = node.op
+        xd, od = x.dtype, out.dtype
+        if op == "max":
+            acc_d = xd
+        elif xd.kind == "f":
+            acc_d = np.dtype(np.float64)  # one rounding at the end (see module docstring)
+        elif op == "mean":
+            acc_d = np.dtype(np.float64)
+        else:
+            acc_d = np.dtype(np.int64)
+        acc_t = ll_type(acc_d)
+        count = int(np.prod(rshape, dtype=np.int64)) if rshape else 1
+        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
+            self._reduce_outer(b, ptrs, op, out, x, kshape, kx, ko, rshape, rx, count)
+            return
+        slot = b.alloca(acc_t, name="acc")
+
+        def outer(oidx):
+            if op == "max":
+                init = constant(-np.inf, acc_d) if acc_d.kind == "f" else \
+                    constant(np.iinfo(acc_d).min if acc_d.kind == "i" else 0, acc_d)
+            else:
+                init = constant(0, acc_d)
+            b.store(init, slot)
+            xoff = index(b, x.offset, kx, oidx)
+
+            def inner(ridx):
+                v = load(b, elem_ptr(b, ptrs[x.slot], xd, b.add(xoff, index(b, 0, rx, ridx))),
+                         xd)
+                v = convert(b, v, xd, acc_d)
+                a = b.load(slot, typ=acc_t)
+                if op == "max":
+                    r = select_max(b, a, v, acc_d)
+                elif acc_d.kind == "f":
+                    r = b.fadd(a, v, flags=["reassoc"])
+                else:
+                    r = b.add(a, v)
+                b.store(r, slot)
+            loop_nest(b, rshape, inner, "r")
+            a = b.load(slot, typ=acc_t)
+            if op == "mean":
+                a = convert(b, a, acc_d, od)
+                a = b.fdiv(a, constant(float(count), od))
+            else:
+                a = convert(b, a, acc_d, od)
+            store(b, a, elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, oidx)), od)
+        loop_nest(b, kshape, outer, "o")
+
+    def _reduce_outer(self, b, ptrs, op, out, x, kshape, kx, ko, rshape, rx, count):
+        """A reduction over axes that are outer in memory (a bias gradient: [B, N] -> [N]):
+        accumulate into the output row by row, the kept dims innermost, so each pass is a
+        contiguous, vectorisable loop. Same order as numpy's own outer-axis reductions
+        (out = x[0]; out += x[1]; ...), in the output dtype as numpy does."""
+        xd, od = x.dtype, out.dtype
+
+        def at_out(kidx):
+            return elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, kidx))
+        if op == "max":
+            init = constant(-np.inf, od) if od.kind == "f" else \
+                constant(np.iinfo(od).min if od.kind == "i" else 0, od)
+        else:
+            init = constant(0, od)
+        loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")
+
+        def row(ridx):
+            roff = index(b, x.offset, rx, ridx)
+
+            def inner(kidx):
+                v = load(b, elem_ptr(b, ptrs[x.slot], xd, b.add(roff, index(b, 0, kx, kidx))),
+                         xd)
+                v = convert(b, v, xd, od)
+                p = at_out(kidx)
+                a = load(b, p, od)
+                if op == "max":
+                    r = select_max(b, a, v, od)
+                elif od.kind == "f":
+                    r = b.fadd(a, v)
+                elif od.kind == "b":
+                    r = b.or_(a, v)
+                else:
+                    r = b.add(a, v)
+                store(b, r, p, od)
+            loop_nest(b, kshape, inner, "k")
+        loop_nest(b, rshape, row, "r")
+        if op == "mean":
+            loop_nest(b, kshape, lambda kidx: store(
+                b, b.fdiv(load(b, at_out(kidx), od), constant(float(count), od)), at_out(kidx),
+                od), "m")
+
+    # -- matmul ----------------------------------------------------------------------------
+    def _matmul(self, b, ptrs, out: Place, x: Place, y: Place):
+        bshape = out.shape[:-2]
+        m, kk, n = x.shape[-2], x.shape[-1], y.shape[-1]
+        xb = broadcast_strides(Place(x.slot, 0, x.shape[:-2], x.strides[:-2], x.dtype),
+                               bshape)
+        yb = broadcast_strides(Place(y.slot, 0, y.shape[:-2], y.strides[:-2], y.dtype),
+                               bshape)
+        ob = out.strides[:-2]
+        xm, xk = x.strides[-2:]
+        yk, yn = y.strides[-2:]
+        om, on = out.strides[-2:]
+        dt = out.dtype
+        if kk == 0:  # an empty sum: zeros (never hand BLAS k = 0)
+            self._fill(b, ptrs, out)
+            return
+        use_blas = (self.blas_ok and dt.kind == "f" and x.dtype == dt and y.dtype == dt
+                    and (blas_layout(m, n, om, on) or ("T",))[0] == "N"
+                    and blas_layout(m, kk, xm, xk) and blas_layout(kk, n, yk, yn))
+        if not use_blas:
+            self._matmul_loops(b, ptrs, out, x, y, bshape, xb, yb, ob)
+            return
+        # Fold a batch that runs contiguously into the rows when the right operand is shared:
+        # [B, M, K] @ [K, N] is one [B*M, K] @ [K, N] GEMM.
+        if bshape and all(s == 0 for s in yb):
+            fshape, (fx, fo) = collapse(tuple(bshape) + (m,),
+                                        [tuple(xb) + (xm,), tuple(ob) + (om,)])
+            if len(fshape) == 1 and (blas_layout(fshape[0], kk, fx[0], xk) or "T")[0] == "N" \
+                    and (blas_layout(fshape[0], n, fo[0], on) or "T")[0] == "N":
+                bshape, xb, yb, ob = (), (), (), ()
+                m, xm, om = fshape[0], fx[0], fo[0]
+        ldc = blas_layout(m, n, om, on)[1]
+        bshape_c, (cxb, cyb, cob) = collapse(bshape, [xb, yb, ob]) if bshape else ((), ((),) * 3)
+
+        def one(idxs):
+            xo = index(b, x.offset, cxb, idxs)
+            yo = index(b, y.offset, cyb, idxs)
+            oo = index(b, out.offset, cob, idxs)
+            self.gemm(b, dt, m, n, kk,
+                      elem_ptr(b, ptrs[x.slot], dt, xo), (xm, xk),
+                      elem_ptr(b, ptrs[y.slot], dt, yo), (yk, yn),
+                      elem_ptr(b, ptrs[out.slot], dt, oo), ldc)
+        loop_nest(b, bshape_c, one, "b")
+
+    def gemm(self, b, dtype, m, n, k, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc,
+             alpha=1.0, beta=0.0):
+        """C = alpha * A @ B + beta * C through cblas_?gemm (row-major; 64-bit sizes, C-int
+        enums). A and B are given by their (row, column) element strides: whichever of them
+        is 1 decides the transpose flag; no operand is ever copied."""
+        ta, lda = blas_layout(m, k, *a_strides)
+        tb, ldb = blas_layout(k, n, *b_strides)
+        ft = F32 if np.dtype(dtype) == np.float32 else F64
+        name = jit.BLAS_GEMM[np.dtype(dtype).name]
+        fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [I32, I32, I32, I64, I64, I64, ft, PTR, I64, PTR, I64, ft, PTR,
+                            I64]), name)
+        flag = {"N": 111, "T": 112}
+        b.call(fn, [ir.Constant(I32, 101), ir.Constant(I32, flag[ta]),
+                    ir.Constant(I32, flag[tb]), i64(m), i64(n), i64(k),
+                    ir.Constant(ft, alpha), a_ptr, i64(lda), b_ptr, i64(ldb),
+                    ir.Constant(ft, beta), c_ptr, i64(ldc)])
+
+    def _matmul_loops(self, b, ptrs, out, x, y, bshape, xb, yb, ob):
+        """A generated loop for what BLAS can't take (ints, odd layouts): out[.., i, j] =
+        sum_k x[.., i, k] * y[.., k, j], accumulated in the output dtype."""
+        dt = out.dtype
+        xm, xk = x.strides[-2:]
+        yk, yn = y.strides[-2:]
+        shape = tuple(bshape) + (out.shape[-2], out.shape[-1])
+        acc = b.alloca(ll_type(dt))
+
+        def body(idxs):
+            bi, i, j = idxs[:-2], idxs[-2], idxs[-1]
+            xo = b.add(index(b, x.offset, xb, bi), b.mul(i, i64(xm)))
+            yo = b.add(index(b, y.offset, yb, bi), b.mul(j, i64(yn)))
+            b.store(constant(0, dt), acc)
+            with for_range(b, x.shape[-1], "k") as kv:
+                xv = convert(b, load(b, elem_ptr(b, ptrs[x.slot], x.dtype,
+                                                 b.add(xo, b.mul(kv, i64(xk)))), x.dtype),
+                             x.dtype, dt)
+                yv = convert(b, load(b, elem_ptr(b, ptrs[y.slot], y.dtype,
+                                                 b.add(yo, b.mul(kv, i64(yk)))), y.dtype),
+                             y.dtype, dt)
+                a = b.load(acc, typ=ll_type(dt))
+                if dt.kind == "f":
+                    a = b.fadd(a, b.fmul(xv, yv))
+                elif dt.kind == "b":
+                    a = b.or_(a, b.and_(xv, yv))
+                else:
+                    a = b.add(a, b.mul(xv, yv))
+                b.store(a, acc)
+            store(b, b.load(acc, typ=ll_type(dt)),
+                  elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, tuple(ob) + out.strides[
+                      -2:], idxs)), dt)
+        loop_nest(b, shape, body)
+
+    def _fill(self, b, ptrs, dst: Place):
+        """dst = 0."""
+        shape, (so,) = collapse(dst.shape, [dst.strides])
+        loop_nest(b, shape, lambda idxs: store(
+            b, constant(0, dst.dtype), elem_ptr(b, ptrs[dst.slot], dst.dtype,
+                                                index(b, dst.offset, so, idxs)), dst.dtype))
+
+    # -- regions ---------------------------------------------------------------------------
+    def _scatter(self, b, ptrs, node, out: Place, base: Place, src: Place):
+        region = out.region("slice", node.attrs)
+        if node not in self.plan.reuse:
+            self._copy(b, ptrs, out, base)
+        elif (src.slot, src.offset, src.strides) == (region.slot, region.offset, region.strides):
+            return  # the producer already wrote the region where it belongs (DESIGN §8.3)
+        if region.shape and 0 in region.shape:
+            return
+        self._copy(b, ptrs, region, src)
+
+    def _concat(self, b, ptrs, node, out: Place, ins):
+        ax = normalize_axes(node.attrs["axis"], len(out.shape))[0]
+        start = 0
+        for p in ins:
+            stop = start + p.shape[ax]
+            idx = tuple(("s", start, stop, 1) if d == ax else ("s", None, None, None)
+                        for d in range(len(out.shape)))
+            if stop > start:
+                self._copy(b, ptrs, out.region("slice", {"index": idx}), p)
+            start = stop
+
+    def _one_hot(self, b, ptrs, out: Place, labels: Place, ignore_index=None):
+        """out[..., k] = (labels[...] == k), and a row of `ignore_index` all zeros. Labels out
+        of range give a zero row here: the driver checked them before the run (a check on
+        computed labels runs the reference instead, see `checked_while_running`)."""
+        ls = broadcast_strides(Place(labels.slot, labels.offset, labels.shape + (1,),
+                                     labels.strides + (0,), labels.dtype), out.shape)
+
+        def body(idxs):
+            lab = load(b, elem_ptr(b, ptrs[labels.slot], labels.dtype,
+                                   index(b, labels.offset, ls, idxs)), labels.dtype)
+            lab = convert(b, lab, labels.dtype, np.int64)
+            hit = b.icmp_signed("==", lab, idxs[-1])
+            if ignore_index is not None:
+                hit = b.and_(hit, b.icmp_signed("!=", lab, i64(ignore_index)))
+            v = convert(b, hit, np.bool_, out.dtype)
+            store(b, v, elem_ptr(b, ptrs[out.slot], out.dtype,
+                                 index(b, out.offset, out.strides, idxs)), out.dtype)
+        loop_nest(b, out.shape, body)
+
+    # -- row-wise ----------------------------------------------------------------------------
+    def _softmax(self, b, ptrs, node, out: Place, x: Place):
+        """Three passes per row, as the reference: max, sum of exp(x - max), normalise.
+        The sum accumulates in float64 and is rounded to the dtype once."""
+        if not x.shape:  # a 0-d input is one row of one element
+            x = Place(x.slot, x.offset, (1,), (1,), x.dtype)
+            out = Place(out.slot, out.offset, (1,), (1,), out.dtype)
+        ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
+        dt = x.dtype
+        t = ll_type(dt)
+        others = [d for d in range(len(x.shape)) if d != ax]
+        n, sx, so = x.shape[ax], x.strides[ax], out.strides[ax]
+        mx, sm = b.alloca(t, name="max"), b.alloca(F64, name="sum")
+        log = node.op == "log_softmax"
+
+        def row(idxs):
+            xo = index(b, x.offset, [x.strides[d] for d in others], idxs)
+            oo = index(b, out.offset, [out.strides[d] for d in others], idxs)
+
+            def xat(j):
+                return load(b, elem_ptr(b, ptrs[x.slot], dt, b.add(xo, b.mul(j, i64(sx)))), dt)
+
+            def oat(j):
+                return elem_ptr(b, ptrs[out.slot], dt, b.add(oo, b.mul(j, i64(so))))
+            b.store(constant(-np.inf, dt), mx)
+            with for_range(b, n, "j") as j:
+                b.store(select_max(b, b.load(mx, typ=t), xat(j), dt), mx)
+            m = b.load(mx, typ=t)
+            b.store(constant(0.0, np.float64), sm)
+            with for_range(b, n, "j") as j:
+                e = fast_exp(b, b.fsub(xat(j), m))
+                if not log:
+                    store(b, e, oat(j), dt)
+                b.store(b.fadd(b.load(sm, typ=F64), convert(b, e, dt, np.float64),
+                               flags=["reassoc"]), sm)
+            s = convert(b, b.load(sm, typ=F64), np.float64, dt)
+            if log:
+                lse = libm(b, "log", s)
+                with for_range(b, n, "j") as j:
+                    store(b, b.fsub(b.fsub(xat(j), m), lse), oat(j), dt)
+            else:
+                with for_range(b, n, "j") as j:
+                    store(b, b.fdiv(b.load(oat(j), typ=t), s), oat(j), dt)
+        loop_nest(b, [x.shape[d] for d in others], row, "o")
+
+    # -- convolution -------------------------------------------------------------------------
+    def _conv(self, b, ptrs, node, out: Place, p0: Place, p1: Place):
+        """conv2d (NCHW, OIHW) and its two gradients as direct loops over each kernel offset
+        (u, v), with the range of output positions valid for that offset computed once per
+        offset (no bounds tests inside), so the innermost loop runs along an output (or
+        input-gradient) row and vectorises for stride 1:
+
+          conv2d:       out[n,o,i,j]  += x[n,c,r,q] * w[o,c,u,v]
+          grad_input:   gx[n,c,r,q]   += g[n,o,i,j] * w[o,c,u,v]
+          grad_weight:  gw[o,c,u,v]    = sum_{n,i,j} g[n,o,i,j] * x[n,c,r,q]
+        with r = i*sh + u*dh - ph, q = j*sw + v*dw - pw. Sums are reassociated (within the
+        reduction tolerance); grad_weight accumulates float32 in float64. (u, v) are loops, not
+        unrolled: code size, hence compile time, does not grow with the kernel's area."""
+        op = node.op
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        ph, pw = leading_padding(node.attrs["padding"])
+        dt = out.dtype
+        if op == "conv2d":
+            x, w, g = p0, p1, out
+        elif op == "conv2d_grad_input":
+            g, w, x = p0, p1, out
+        else:
+            x, g, w = p0, p1, out
+        nb, cin, h, wd = x.shape
+        co, _, kh, kw = w.shape
+        oh, ow = g.shape[2], g.shape[3]
+        t = ll_type(dt)
+
+        def at(p, idx):
+            return elem_ptr(b, ptrs[p.slot], p.dtype, index(b, p.offset, p.strides, idx))
+
+        def val(p, idx):
+            return convert(b, load(b, at(p, idx), p.dtype), p.dtype, dt)
+
+        def floor_div(a, k):  # k > 0
+            q, r = b.sdiv(a, i64(k)), b.srem(a, i64(k))
+            return b.sub(q, b.zext(b.icmp_signed("<", r, i64(0)), I64))
+
+        def smax(a, c):
+            return b.select(b.icmp_signed(">", a, c), a, c)
+
+        def smin(a, c):
+            return b.select(b.icmp_signed("<", a, c), a, c)
+
+        def valid(k, stride, pad, dil, size, osize):
+            """[lo, lo + count): output positions i with 0 <= i*stride + k*dil - pad < size."""
+            base = b.sub(i64(pad), b.mul(k, i64(dil)))        # pad - k*dil
+            lo = smax(floor_div(b.add(base, i64(stride - 1)), stride), i64(0))
+            hi = smin(b.add(floor_div(b.add(base, i64(size - 1)), stride), i64(1)),
+                      i64(osize))
+            return lo, smax(b.sub(hi, lo), i64(0))
+
+        def pos(i, lo, stride, k, dil, pad):
+            i = b.add(i, lo)
+            return i, b.add(b.mul(i, i64(stride)), b.sub(b.mul(k, i64(dil)), i64(pad)))
+        if op != "conv2d_grad_weight":
+            self._fill(b, ptrs, out)
+        acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
+        acc = b.alloca(ll_type(acc_d))
+        with for_range(b, kh, "u") as u:
+            ilo, ni = valid(u, sh, ph, dh, h, oh)
+            with for_range(b, kw, "v") as v:
+                jlo, nj = valid(v, sw, pw, dw, wd, ow)
+                if op == "conv2d_grad_weight":
+                    def wbody(idx):
+                        o, c = idx
+                        b.store(constant(0, acc_d), acc)
+
+                        def inner(nij):
+                            n, i, j = nij
+                            i, r = pos(i, ilo, sh, u, dh, ph)
+                            j, q = pos(j, jlo, sw, v, dw, pw)
+                            prod = convert(b, self._mul(b, val(g, [n, o, i, j]),
+                                                        val(x, [n, c, r, q]), dt), dt, acc_d)
+                            a = b.load(acc, typ=ll_type(acc_d))
+                            b.store(self._add(b, a, prod, acc_d), acc)
+                        loop_nest(b, (nb, ni, nj), inner, "r")
+                        res = convert(b, b.load(acc, typ=ll_type(acc_d)), acc_d, dt)
+                        store(b, res, at(w, [o, c, u, v]), dt)
+                    loop_nest(b, (co, cin), wbody, "w")
+                else:
+                    def body(idx):
+                        n, a1, a2, i, j = idx
+                        o, c = (a1, a2) if op == "conv2d" else (a2, a1)
+                        i, r = pos(i, ilo, sh, u, dh, ph)
+                        j, q = pos(j, jlo, sw, v, dw, pw)
+                        wv = val(w, [o, c, u, v])
+                        if op == "conv2d":
+                            dst, src = at(out, [n, o, i, j]), val(x, [n, c, r, q])
+                        else:
+                            dst, src = at(out, [n, c, r, q]), val(g, [n, o, i, j])
+                        cur = b.load(dst, typ=t)
+                        b.store(self._add(b, cur, self._mul(b, src, wv, dt), dt), dst)
+                    outer = (co, cin) if op == "conv2d" else (cin, co)
+                    loop_nest(b, (nb,) + outer + (ni, nj), body, "c")
+
+    @staticmethod
+    def _mul(b, x, y, dt):
+        return b.fmul(x, y) if dt.kind == "f" else b.mul(x, y)
+
+    @staticmethod
+    def _add(b, x, y, dt):
+        return b.fadd(x, y, flags=["reassoc"]) if dt.kind == "f" else b.add(x, y)
+
+    # -- pooling -----------------------------------------------------------------------------
+    def _pool_window(self, b, node, x: Place, idxs, visit):
+        """Visit each in-bounds input position of output (n, c, oh, ow)'s window, in the
+        reference's order; `visit(flat_index_into_x)`. Padded positions hold -inf in the
+        reference, which never wins a max, so they are skipped."""
+        kh, kw = node.attrs["kernel"]
+        sh, sw = node.attrs["stride"]
+        ph, pw = leading_padding(node.attrs["padding"])
+        n, c, oh, ow = idxs
+        h, w = x.shape[2], x.shape[3]
+        base = index(b, x.offset, x.strides[:2], [n, c])
+        for i in range(kh):
+            r = b.sub(b.add(b.mul(oh, i64(sh)), i64(i)), i64(ph))
+            for j in range(kw):
+                col = b.sub(b.add(b.mul(ow, i64(sw)), i64(j)), i64(pw))
+                inside = b.and_(b.and_(b.icmp_signed(">=", r, i64(0)),
+                                       b.icmp_signed("<", r, i64(h))),
+                                b.and_(b.icmp_signed(">=", col, i64(0)),
+                                       b.icmp_signed("<", col, i64(w))))
+                with b.if_then(inside):
+                    visit(b.add(base, b.add(b.mul(r, i64(x.strides[2])),
+                                            b.mul(col, i64(x.strides[3])))))
+
+    def _max_pool(self, b, ptrs, node, out: Place, x: Place):
+        dt = x.dtype
+        t = ll_type(dt)
+        acc = b.alloca(t)
+
+        def body(idxs):
+            b.store(constant(-np.inf, dt) if dt.kind == "f" else
+                    constant(np.iinfo(dt).min, dt), acc)
+            self._pool_window(b, node, x, idxs, lambda k: b.store(
+                select_max(b, b.load(acc, typ=t), load(b, elem_ptr(b, ptrs[x.slot], dt, k), dt),
+                           dt), acc))
+            store(b, b.load(acc, typ=t), elem_ptr(b, ptrs[out.slot], dt,
+                                                  index(b, out.offset, out.strides, idxs)), dt)
+        loop_nest(b, out.shape, body)
+
+    def _max_pool_grad(self, b, ptrs, node, out: Place, x: Place, g: Place):
+        """gx = 0; each output gradient goes to the first maximum of its window (numpy's
+        argmax: the first NaN, else the first largest)."""
+        dt = out.dtype
+        t = ll_type(dt)
+        self._fill(b, ptrs, out)
+        best, where = b.alloca(ll_type(x.dtype)), b.alloca(I64)
+        fl = x.dtype.kind == "f"
+
+        def body(idxs):
+            b.store(i64(-1), where)
+            b.store(constant(-np.inf, x.dtype) if fl else constant(np.iinfo(x.dtype).min,
+                                                                      x.dtype), best)
+
+            def visit(k):
+                v = load(b, elem_ptr(b, ptrs[x.slot], x.dtype, k), x.dtype)
+                cur = b.load(best, typ=ll_type(x.dtype))
+                first = b.icmp_signed("<", b.load(where, typ=I64), i64(0))
+                if fl:
+                    better = b.or_(b.fcmp_ordered(">", v, cur),
+                                   b.and_(b.fcmp_unordered("uno", v, v),
+                                          b.fcmp_ordered("ord", cur, cur)))
+                else:
+                    better = b.icmp_signed(">", v, cur)
+                take = b.or_(first, better)
+                b.store(b.select(take, v, cur), best)
+                b.store(b.select(take, k, b.load(where, typ=I64)), where)
+            self._pool_window(b, node, x, idxs, visit)
+            k = b.load(where, typ=I64)
+            with b.if_then(b.icmp_signed(">=", k, i64(0))):
+                # x and out share shape [N, C, H, W]: map x's element to out's.
+                gv = load(b, elem_ptr(b, ptrs[g.slot], g.dtype,
+                                      index(b, g.offset, g.strides, idxs)), g.dtype)
+                gv = convert(b, gv, g.dtype, dt)
+                optr = elem_ptr(b, ptrs[out.slot], dt, self._remap(b, k, x, out))
+                b.store(b.fadd(b.load(optr, typ=t), gv), optr)
+        loop_nest(b, g.shape, body)
+
+    def _remap(self, b, k, src: Place, dst: Place):
+        """The element of `dst` at the same logical index as element `k` of `src` (same
+        shape); the identity when their layouts agree."""
+        if src.strides == dst.strides and src.offset == dst.offset:
+            return k
+        rem = b.sub(k, i64(src.offset))
+        # Decompose by src strides (descending positive strides: a contiguous-like layout).
+        order = sorted(range(len(src.shape)), key=lambda d: -src.strides[d])
+        acc = i64(dst.offset)
+        for d in order:
+            q = b.sdiv(rem, i64(src.strides[d]))
+            rem = b.srem(rem, i64(src.strides[d]))
+            acc = b.add(acc, b.mul(q, i64(dst.strides[d])))
+        return acc
+
+
+def leading_padding(padding):
+    """(top, left) of a (top, bottom, left, right) or (h, w) padding: output position i reads
+    row i*stride + k*dilation - top; the trailing padding only sets the output size."""
+    return (padding[0], padding[2]) if len(padding) == 4 else (padding[0], padding[1])
+
+
+class _Callee:
+    """An opaque `ptr` value called as a function of type `ftype` (llvmlite's builder wants a
+    typed callee; printing uses only the pointer's name)."""
+
+    def __init__(self, value, ftype):
+        self.value, self.function_type, self.type = value, ftype, value.type
+
+    def get_reference(self):
+        return self.value.get_reference()
+
+
+def blas_layout(rows, cols, rs, cs):
+    """(flag, leading dimension) for a row-major CBLAS operand of `rows x cols` with element
+    strides (rs, cs), or None when the layout needs a copy. Size-1 dims take any stride."""
+    if cols == 1:
+        cs = 1
+        if rows == 1:
+            rs = 1
+    if rows == 1:
+        rs = max(cols, 1)
+    if cs == 1 and rs >= max(cols, 1):
+        return ("N", rs)
+    if rs == 1 and cs >= max(rows, 1):
+        return ("T", cs)
+    return None

@@ -1,0 +1,180 @@
+"""The "cpu" backend's runnable program: the JIT'd entry, the arena, and per-call outputs.
+
+`run(inputs)` passes the caller's (C-contiguous) arrays, a freshly allocated buffer for each
+returned buffer of the plan and the arena to the native `run` in ONE ctypes call, then wraps
+the results as numpy views of those buffers (the layouts come from `places.py`). The arena is
+allocated at the first call and reused (64-byte aligned, the plan's alignment), so lowering a
+program bigger than the machine works, and a call that can't get its memory raises
+`InsufficientMemoryError` before anything runs (`check_memory`, as the numpy executor).
+A Program is not re-entrant, like the numpy arena executor.
+
+Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebuilds the
+operands as numpy views from the buffer pointers it gets, runs the op's reference and writes
+the result into the planned place. An exception there is kept and re-raised after the native
+call returns (ctypes would otherwise print and swallow it).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import numpy as np
+
+from compiler.errors import InsufficientMemoryError
+from runtime.arena import check_memory
+from runtime.reference import run_node
+
+from . import jit
+from .emitter import ModuleEmitter
+
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_void_p)
+_FALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
+ALIGN = 64
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + nbytes]
+
+
+def _view(storage: np.ndarray, place) -> np.ndarray:
+    """The ndarray for `place` over a uint8 buffer."""
+    item = place.dtype.itemsize
+    return np.ndarray(place.shape, place.dtype, buffer=storage, offset=place.offset * item,
+                      strides=tuple(s * item for s in place.strides))
+
+
+def _buffer_at(address: int, nbytes: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(address))
+
+
+class CpuExecutable:
+    """A planned graph compiled to native code through llvmlite."""
+
+    def __init__(self, graph, plan, sanitize: bool = False, opt: int = 3,
+                 profile: bool = False):
+        self.graph, self.plan, self.sanitize = graph, plan, sanitize
+        emitter = ModuleEmitter(graph, plan, sanitize, name=graph.name, profile=profile)
+        self._ticks = [] if profile else None
+        self.source = emitter.ir_text          # the LLVM IR as emitted (readable)
+        self.places = emitter.places
+        self.fallback_nodes = emitter.fallback_nodes
+        self._output_buffers = emitter.output_buffers
+        self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
+        self.optimized_ir = self._compiled.optimized_ir
+        self._entry = _ENTRY(self._compiled.address("run"))
+        self._cb = _FALLBACK(self._fallback)
+        self.arena = None  # allocated at the first call, then reused
+        self._sizes = self._buffer_sizes()
+        self._error = None
+        if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
+            print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
+
+    def check_memory(self, loc=None):
+        """Raise `InsufficientMemoryError` before a call that can't get its memory (the
+        driver calls this before anything is allocated or written)."""
+        check_memory(self.plan, self.arena is not None, loc)
+
+    def _allocate_arena(self):
+        try:
+            self.arena = _aligned(self.plan.arena_bytes)
+        except MemoryError:
+            raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
+                                          f"{self.plan.arena_bytes} bytes") from None
+
+    def _buffer_sizes(self) -> dict:
+        sizes = {}
+        for b in self.plan.buffers:
+            if b.kind == "arena":
+                sizes[("arena", b.id)] = b.size
+        for j, b in enumerate(self._output_buffers):
+            sizes[("output", j)] = b.size
+        return sizes
+
+    # -- the fallback callback (temporary gap: see emitter.FALLBACK_OPS) ----------------------
+    def _fallback(self, t, ptrs):
+        if t < 0:  # a profiling tick after node -1 - t
+            self._ticks.append((-1 - t, time.perf_counter_ns()))
+            return
+        try:
+            node = self.fallback_nodes[t]
+            values = list(node.inputs) + [node.out]
+            arrays = []
+            for k, v in enumerate(values):
+                place = self.places[id(v)]
+                arrays.append(_view(self._storage_at(place.slot, ptrs[k]), place))
+            np.copyto(arrays[-1], run_node(node, arrays[:-1]))
+        except BaseException as e:  # re-raised by run()
+            if self._error is None:
+                self._error = e
+
+    def _storage_at(self, slot, address):
+        kind, k = slot
+        if kind == "input":
+            return self._run_inputs[k]
+        if kind == "arena":
+            return self.arena[self._arena_offset(k):]
+        return _buffer_at(address, self._sizes[slot])
+
+    def _arena_offset(self, buffer_id):
+        return self.plan.buffers[buffer_id].offset
+
+    def profile(self, inputs, repeat: int = 5) -> list[tuple[object, float]]:
+        """(node, median seconds) per node that runs code, measured between the ticks a
+        `profile=True` build makes after each node (a callback costs ~1 us: fine for spotting
+        the expensive kernels, not for timing tiny ones)."""
+        assert self._ticks is not None, "build with profile=True"
+        runs = []
+        for _ in range(repeat):
+            self._ticks = []
+            start = time.perf_counter_ns()
+            self.run(inputs)
+            prev, times = start, {}
+            for t, ns in self._ticks:
+                times[t] = (ns - prev) * 1e-9
+                prev = ns
+            runs.append(times)
+        return [(self.graph.nodes[t], float(np.median([r[t] for r in runs])))
+                for t in sorted(runs[0])]
+
+    # -- a call --------------------------------------------------------------------------------
+    def run(self, inputs):
+        graph = self.graph
+        flat = []
+        for v, a in zip(graph.inputs, inputs):
+            assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape
+            flat.append(a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8))
+        self._run_inputs = flat
+        if self.arena is None:
+            self._allocate_arena()
+        arena = self.arena
+        try:
+            outputs = [_aligned(max(b.size, 1)) for b in self._output_buffers]
+        except MemoryError:
+            raise InsufficientMemoryError(f"{graph.name}: can't allocate its outputs "
+                                          f"({self.plan.output_bytes} bytes)") from None
+        in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
+        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
+        self._error = None
+        self._entry(arena.ctypes.data, ctypes.addressof(in_ptrs),
+                    ctypes.addressof(out_ptrs), ctypes.cast(self._cb, ctypes.c_void_p).value)
+        self._run_inputs = None
+        if self._error is not None:
+            raise self._error
+
+        def array_of(v):
+            place = self.places[id(v)]
+            kind, k = place.slot
+            if kind == "input":
+                storage = flat[k]
+            elif kind == "output":
+                storage = outputs[k]
+            else:
+                storage = self.arena[self._arena_offset(k):]
+            return _view(storage, place)
+        outs = [array_of(v) for v in graph.outputs]
+        muts = {k: array_of(v) for k, v in graph.mutations.items()}
+        return outs, muts
