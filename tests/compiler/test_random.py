@@ -110,3 +110,18 @@ def test_dropout_backward_keeps_only_the_mask():
 def test_seed_must_be_integer():
     with pytest.raises(cc.TraceError, match="seed"):
         cc.compile(lambda s: cc.rand([2], seed=s))(np.array(1.5))
+
+
+def test_cpu_draws_the_same_bits_as_numpy():
+    """The native code renders the same expression: uniform numbers bit for bit, normal ones
+    within the transcendental tolerance, for a seed above 2**32 and counters past 2**16."""
+    def draw(s):
+        return (cc.rand([300, 257], seed=s), cc.rand([5], "float64", seed=s),
+                cc.randn([1000], seed=s), F.dropout(cc.ones([64, 64]), 0.3, seed=s))
+    seed = np.array(2 ** 40 + 77, np.uint64)
+    want = cc.compile(draw, backend="numpy")(seed)
+    got = cc.compile(draw, backend="cpu")(seed)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[2], want[2], rtol=4e-7, atol=1e-6)
+    np.testing.assert_array_equal(got[3], want[3])
