@@ -16,7 +16,8 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
      any of them or of their views (program end for returned values and input mutations).
   4. Place arena buffers (touching intervals conflict: a copy never shares with its source):
      once in program order by a linear-time best-fit allocator, and, unless the graph has
-     more than CONFLICT_PAIR_BUDGET pairs of buffers live together, one by one in a few orders
+     more than CONFLICT_PAIR_BUDGET pairs of buffers live together (or more than
+     BEST_FIT_MAX_BUFFERS buffers), one by one in a few orders
      (largest first, earliest first, longest-lived first, ...), each at the best-fitting gap
      among the already placed buffers whose intervals intersect its own; keep the smallest
      arena.
@@ -296,6 +297,9 @@ PLACEMENT_ORDERS = {
 # The best-fit orders look at every pair of buffers whose lifetimes intersect. Past this many
 # pairs (graphs with tens of thousands of long-lived values) only the linear-time allocator runs.
 CONFLICT_PAIR_BUDGET = 300_000
+# ...and past this many arena buffers (each order costs ~10 us a buffer in Python: 100k buffers,
+# four orders, two plans took 17 s), where the program-order allocator is within a few percent.
+BEST_FIT_MAX_BUFFERS = 20_000
 
 
 def _conflicts(arena_buffers: list[Buffer]) -> dict[int, list[Buffer]] | None:
@@ -303,6 +307,8 @@ def _conflicts(arena_buffers: list[Buffer]) -> dict[int, list[Buffer]] | None:
     None when there are more than CONFLICT_PAIR_BUDGET such pairs. O(n log n + pairs)."""
     starts = sorted(b.start for b in arena_buffers)
     ends = sorted(b.end for b in arena_buffers)
+    if len(arena_buffers) > BEST_FIT_MAX_BUFFERS:
+        return None
     pairs = sum(bisect_right(starts, b.end) - bisect_left(ends, b.start) - 1
                 for b in arena_buffers) // 2
     if pairs > CONFLICT_PAIR_BUDGET:
@@ -335,18 +341,43 @@ def _place_in_order(arena_buffers: list[Buffer], conflicts, alignment: int) -> t
     return arena, offsets
 
 
+class _FreeGaps:
+    """The free gaps below an arena's top, indexed by offset (to merge neighbours) and by
+    (size, offset) (best fit by bisection): O(log n) searches, list inserts in C."""
+
+    def __init__(self):
+        self.starts: list[int] = []             # sorted offsets
+        self.size: dict[int, int] = {}
+        self.by_size: list[tuple[int, int]] = []  # sorted (size, offset)
+
+    def add(self, o: int, size: int):
+        insort(self.starts, o)
+        self.size[o] = size
+        insort(self.by_size, (size, o))
+
+    def remove(self, o: int) -> int:
+        size = self.size.pop(o)
+        del self.starts[bisect_left(self.starts, o)]
+        del self.by_size[bisect_left(self.by_size, (size, o))]
+        return size
+
+    def best_fit(self, need: int) -> int | None:
+        """The smallest gap that holds `need` bytes (the lowest such offset on ties)."""
+        i = bisect_left(self.by_size, (need, -1))
+        return self.by_size[i][1] if i < len(self.by_size) else None
+
+
 def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, dict]:
-    """Linear-time allocation in program order, as a best-fit `malloc` would do it: at each
-    point, the buffers born there take the smallest free gap that holds them (largest first),
-    then the buffers that die there give their space back (after: touching lifetimes never
-    share). Gaps are kept sorted and merged with their neighbours."""
+    """Allocation in program order, as a best-fit `malloc` would do it: at each point, the
+    buffers born there take the smallest free gap that holds them (largest first), then the
+    buffers that die there give their space back (after: touching lifetimes never share).
+    Gaps merge with their neighbours. O(n log n) searches."""
     born: dict[int, list[Buffer]] = {}
     dies: dict[int, list[Buffer]] = {}
     for b in arena_buffers:
         born.setdefault(b.start, []).append(b)
         dies.setdefault(b.end, []).append(b)
-    gap_starts: list[int] = []       # sorted offsets of free gaps below `top`
-    gap_size: dict[int, int] = {}
+    gaps = _FreeGaps()
     offsets, top = {}, 0
     for t in sorted(set(born) | set(dies)):
         for b in sorted(born.get(t, ()), key=lambda b: (-b.size, b.id)):
@@ -354,18 +385,15 @@ def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, 
             if need == 0:  # a zero-size buffer holds no bytes: no gap to take or give back
                 offsets[b.id] = 0
                 continue
-            fits = [o for o in gap_starts if gap_size[o] >= need]
-            if fits:
-                o = min(fits, key=lambda o: (gap_size[o], o))
-                size = gap_size.pop(o)
-                gap_starts.remove(o)
+            o = gaps.best_fit(need)
+            if o is not None:
+                size = gaps.remove(o)
                 if size > need:
-                    insort(gap_starts, o + need)
-                    gap_size[o + need] = size - need
-            elif gap_starts and gap_starts[-1] + gap_size[gap_starts[-1]] == top:
-                o = gap_starts.pop()  # the free space at the top grows to fit
+                    gaps.add(o + need, size - need)
+            elif gaps.starts and gaps.starts[-1] + gaps.size[gaps.starts[-1]] == top:
+                o = gaps.starts[-1]  # the free space at the top grows to fit
+                gaps.remove(o)
                 top = o + need
-                del gap_size[o]
             else:
                 o, top = top, top + need
             offsets[b.id] = o
@@ -373,14 +401,14 @@ def _place_by_events(arena_buffers: list[Buffer], alignment: int) -> tuple[int, 
             o, size = offsets[b.id], align(b.size, alignment)
             if size == 0:
                 continue
-            i = bisect_left(gap_starts, o)
-            if i < len(gap_starts) and gap_starts[i] == o + size:  # merge with the next gap
-                size += gap_size.pop(gap_starts.pop(i))
-            if i > 0 and gap_starts[i - 1] + gap_size[gap_starts[i - 1]] == o:  # and previous
-                gap_size[gap_starts[i - 1]] += size
+            i = bisect_left(gaps.starts, o)
+            if i < len(gaps.starts) and gaps.starts[i] == o + size:  # merge with the next gap
+                size += gaps.remove(o + size)
+            if i > 0 and gaps.starts[i - 1] + gaps.size[gaps.starts[i - 1]] == o:  # previous
+                prev = gaps.starts[i - 1]
+                gaps.add(prev, gaps.remove(prev) + size)
             else:
-                gap_starts.insert(i, o)
-                gap_size[o] = size
+                gaps.add(o, size)
     return top, offsets
 
 
