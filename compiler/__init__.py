@@ -6,8 +6,8 @@ trace time, reuse buffers in place where provably safe, plan all memory into one
 """
 from . import creation as _creation
 from .api import CompiledFunction, Program, compile, trace
-from .creation import (arange, concat, full, full_like, ones, ones_like, where, zeros,
-                       zeros_like)
+from .creation import (arange, concat, full, full_like, ones, ones_like, rand, randn, stack,
+                       where, where_, zeros, zeros_like)
 from .errors import (CompilerError, DataError, InplaceError, InsufficientMemoryError,
                      RetraceWarning, ShapeError, TraceError)
 from .ir import Graph, Loc, Node, Value
@@ -16,12 +16,14 @@ from .tensor import Tensor, to_tensor
 from .tracer import no_grad
 
 from . import passes  # noqa: E402  (the pass-level API: compiler.passes)
+from . import optimizer  # noqa: E402  (cc.optimizer.SGD, cc.optimizer.AdamW)
 
 globals().update({k: v for k, v in _creation.module_functions().items() if k not in globals()})
 
 __all__ = [
     "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
-    "zeros_like", "ones_like", "concat", "where", "CompilerError", "InplaceError", "ShapeError",
-    "TraceError", "InsufficientMemoryError", "passes", "DataError", "RetraceWarning",
+    "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
+    "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
+    "passes", "DataError", "RetraceWarning", "optimizer",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -79,7 +80,34 @@ def _status(results) -> str:
     return "ok (" + ", ".join(what for what, _ in results) + " checked)"
 
 
-def demo(seeds=None, examples=("mlp", "transformer_block")) -> int:
+def _table(rows) -> str:
+    """The demo's summary: one row per program (issue 10)."""
+    head = ("program", "nodes", "in place", "peak B", "lower bound B", "no-inplace B",
+            "naive B", "checked", "ms/call")
+    cells = [head] + [tuple(str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                       enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _row(name, prog, checked, seconds):
+    plan = prog.plan
+    taken = sum(d.inplace for d in plan.decisions)
+    return (name, len(prog.graph.nodes), f"{taken}/{len(plan.decisions)}", plan.peak_bytes,
+            plan.lower_bound_bytes, plan.no_inplace_peak_bytes, plan.naive_bytes, checked,
+            f"{seconds * 1e3:.1f}")
+
+
+def _time_call(prog, args) -> float:
+    arrays = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    start = time.perf_counter()
+    prog(*arrays)
+    return time.perf_counter() - start
+
+
+def demo(seeds=None, examples=("mlp", "transformer_block", "cnn", "gpt")) -> int:
     """The seed experiments, then the example models: results, graphs and memory plans, and
     what was checked. Counts only the checks it ran; an experiment without a check is named
     as unchecked, never counted as passed. Returns 1 when a check failed."""
@@ -88,7 +116,7 @@ def demo(seeds=None, examples=("mlp", "transformer_block")) -> int:
         seeds, plan_checks = module.SEEDS, getattr(module, "PLAN_CHECKS", {})
     else:
         plan_checks = {}
-    passed, failed, unchecked = 0, 0, []
+    passed, failed, unchecked, rows = 0, 0, [], []
     for title, fn, args, check in seeds:
         compiled = cc_compile(fn, backend="numpy")
         call_args = tuple(a.copy() for a in args)
@@ -103,6 +131,8 @@ def demo(seeds=None, examples=("mlp", "transformer_block")) -> int:
         failed += sum(not ok for _, ok in results)
         if not results:
             unchecked.append(title)
+        rows.append(_row(title[:40], prog, "yes" if results and all(ok for _, ok in results)
+                         else "NO" if results else "-", _time_call(prog, args)))
         print(f"=== seed: {title}: {_status(results)}")
         if len(prog.graph.nodes) <= 16:
             print(prog.graph)
@@ -115,9 +145,12 @@ def demo(seeds=None, examples=("mlp", "transformer_block")) -> int:
                       f": {d.reason}")
         print()
     for name in examples:
+        print(f"... compiling and running example {name}", file=sys.stderr, flush=True)
         module = load_example(name)
         prog = module.build_program()
         ok = _check_against_reference(prog, module.example_inputs())
+        rows.append(_row(name, prog, "yes" if ok else "NO",
+                         _time_call(prog, module.example_inputs())))
         passed, failed = passed + ok, failed + (not ok)
         plan = prog.plan
         print(f"=== example {name}: sanitized arena run vs reference: "
@@ -127,6 +160,8 @@ def demo(seeds=None, examples=("mlp", "transformer_block")) -> int:
               f"saved by inplace: {plan.no_inplace_peak_bytes - plan.peak_bytes} B; "
               f"naive / peak = {plan.naive_bytes / plan.peak_bytes:.2f}x")
         print()
+    print(_table(rows))
+    print()
     print(f"{passed}/{passed + failed} checks passed")
     if unchecked:
         print(f"{len(unchecked)} experiment(s) ran without a check: " + "; ".join(unchecked))

@@ -6,12 +6,12 @@ import numbers
 import numpy as np
 
 from . import tracer as _tr
-from .errors import TraceError
+from .errors import ShapeError, TraceError
 from .ops.registry import DEFAULT_FLOAT
-from .tensor import Tensor, _is_scalar, check_dtype, to_tensor
+from .tensor import Tensor, _is_scalar, check_dtype, random_tensor, to_tensor
 
 __all__ = ["to_tensor", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
-           "full_like", "concat", "where"]
+           "full_like", "concat", "where", "where_", "stack", "rand", "randn"]
 
 
 def _dtype(dtype, default=DEFAULT_FLOAT):
@@ -89,6 +89,40 @@ def where(condition, x, y) -> Tensor:
     return Tensor._fresh(cond._tracer.emit("where", [cond._v(), xv, yv], {}))
 
 
+def rand(shape, dtype=None, seed=0) -> Tensor:
+    """Numbers uniform in [0, 1) from Philox: `seed` a 0-d uint64 tensor (an argument: a new
+    seed doesn't retrace) or an int; the same seed gives the same numbers on every backend."""
+    return random_tensor(_shape(shape), _dtype(dtype), seed, "uniform", "cc.rand")
+
+
+def randn(shape, dtype=None, seed=0) -> Tensor:
+    """Standard normal numbers from Philox (Box-Muller); see `rand`."""
+    return random_tensor(_shape(shape), _dtype(dtype), seed, "normal", "cc.randn")
+
+
+def where_(condition, x, y) -> Tensor:
+    """Paddle's `where_`: `x = where(condition, x, y)` in place; returns `x`."""
+    if not isinstance(x, Tensor):
+        raise TraceError("where_ writes into x, which must be a Tensor", _tr.user_loc())
+    return x._write_where(_as_tensor(condition).logical_not(), y, "where_")
+
+
+def stack(xs, axis=0) -> Tensor:
+    """`xs` (same shapes) joined along a new axis: `concat` of each unsqueezed."""
+    xs = [_as_tensor(x) for x in xs]
+    if not xs:
+        raise TraceError("stack of an empty list", _tr.user_loc())
+    if any(x.shape != xs[0].shape for x in xs):
+        raise ShapeError("stack: shapes " + ", ".join(str(x.shape) for x in xs) + " differ",
+                         _tr.user_loc())
+    rank = xs[0].ndim + 1
+    if not -rank <= int(axis) < rank:
+        raise ShapeError(f"stack: axis {axis} is out of range for a result of rank {rank}",
+                         _tr.user_loc())
+    ax = int(axis) % rank
+    return concat([x.unsqueeze(ax) for x in xs], axis=ax)
+
+
 # Paddle's functional spellings of Tensor methods: cc.add(x, y), cc.sin(x), cc.reshape(x, s)...
 METHOD_FUNCTIONS = (
     "add", "subtract", "multiply", "divide", "pow", "scale", "abs", "neg", "exp", "log", "sin",
@@ -97,7 +131,10 @@ METHOD_FUNCTIONS = (
     "logical_and", "logical_or", "logical_not", "sum", "mean", "max", "matmul", "reshape",
     "transpose", "t", "flatten", "squeeze", "unsqueeze", "expand", "cast", "detach", "sign",
     "erf", "relu", "broadcast_to", "asinh", "acosh", "atanh", "floor_divide", "remainder",
-    "numel", "addmm",
+    "numel", "addmm", "floor", "ceil", "round", "trunc", "reciprocal", "rsqrt", "expm1", "log1p",
+    "log2", "log10", "sinh", "cosh", "asin", "acos", "atan", "lerp", "logical_xor", "min",
+    "prod", "argmax", "argmin", "cumsum", "index_select", "gather", "index_add",
+    "take_along_axis", "put_along_axis", "masked_fill", "tril", "triu", "split", "chunk",
 )
 
 

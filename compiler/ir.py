@@ -26,6 +26,7 @@ PHASES = ("forward", "backward", "update")
 
 _DTYPE_SHORT = {
     "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
+    "uint64": "u64",
 }
 
 

@@ -22,7 +22,7 @@ from passes.autodiff import backward as _backward
 
 from . import tracer as _tr
 from .errors import CompilerError, InplaceError, ShapeError, TraceError
-from .ir import Value
+from .ir import DataCheck, Value
 from .layout import apply_view, overlaps_itself, value_probe
 from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
 from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
@@ -576,6 +576,29 @@ class Tensor:
         self._write(full)
         return self
 
+    # -- random numbers (Philox; see compiler/ops/random_ops.py) ------------------------------
+    def uniform_(self, min=-1.0, max=1.0, seed=0):
+        """Fill with numbers uniform in [min, max) drawn from `seed` (a 0-d uint64 tensor, or
+        a Python int: a constant); in place, returns self. Paddle's signature."""
+        self._check_writable("uniform_")
+        u = random_tensor(self.shape, self.dtype, seed, "uniform", "uniform_")
+        return self._fill_with(u.scale(float(max) - float(min), float(min)))
+
+    def normal_(self, mean=0.0, std=1.0, seed=0):
+        """Fill with normal numbers of `mean` and `std` drawn from `seed`; in place."""
+        self._check_writable("normal_")
+        z = random_tensor(self.shape, self.dtype, seed, "normal", "normal_")
+        return self._fill_with(z.scale(float(std), float(mean)))
+
+    def _fill_with(self, value: "Tensor") -> "Tensor":
+        old = self._v()
+        v = value._v()
+        if v.dtype != old.dtype:
+            v = self._tracer.emit("cast", [v], {"dtype": old.dtype})
+        self._tracer.overwritten.add(old)
+        self._write(v)
+        return self
+
     def where_mask(self, mask):
         """`where(mask, self, 0)`."""
         return Tensor._fresh(self._tracer.emit(
@@ -652,6 +675,210 @@ class Tensor:
         c = self if list(self.shape) == shape else self.broadcast_to(shape)
         return x._op("gemm", y, c, alpha=float(alpha), beta=float(beta), trans_a=False,
                      trans_b=False)
+
+    def min(self, axis=None, keepdim=False):
+        return self._reduce("min", axis, keepdim)
+
+    def prod(self, axis=None, keepdim=False, dtype=None):
+        x = self if dtype is None else self.cast(dtype)
+        return x._reduce("prod", axis, keepdim)
+
+    def argmax(self, axis=None, keepdim=False, dtype="int64"):
+        return self._arg("argmax", axis, keepdim, dtype)
+
+    def argmin(self, axis=None, keepdim=False, dtype="int64"):
+        return self._arg("argmin", axis, keepdim, dtype)
+
+    def _arg(self, op, axis, keepdim, dtype):
+        if axis is not None:
+            axis = _user_axes(int(axis), self.ndim)[0] if self.ndim else None
+        out = self._op(op, axis=axis, keepdim=bool(keepdim))
+        return out if np.dtype(dtype) == out.dtype else out.cast(dtype)
+
+    # -- scans, gathers and scatters (issue 10) ---------------------------------------------
+    def _scan_axis(self, axis):
+        """Paddle: `axis=None` scans the flattened tensor."""
+        x = self if axis is not None or self.ndim <= 1 else self.flatten()
+        ax = 0 if axis is None else _user_axes(int(axis), x.ndim)[0] if x.ndim else 0
+        return x, ax
+
+    def cumsum(self, axis=None, dtype=None):
+        x, ax = self._scan_axis(axis)
+        x = x if dtype is None else x.cast(dtype)
+        return x._op("cumsum", axis=ax)
+
+    def cumsum_(self, axis=None, dtype=None):
+        if axis is None and self.ndim > 1:
+            raise InplaceError("cumsum_ with axis=None would flatten its target: give an axis",
+                               _tr.user_loc())
+        _, ax = self._scan_axis(axis)
+        return self._inplace("cumsum", axis=ax)
+
+    def _index(self, index, what):
+        """An integer index tensor (a Tensor, an array or a list)."""
+        index = index if isinstance(index, Tensor) else to_tensor(np.asarray(index))
+        if index.dtype.kind not in "iu":
+            raise TraceError(f"{what}: indices must be integers, not {index.dtype}",
+                             _tr.user_loc())
+        return index
+
+    def _checked(self, out: "Tensor", what: str, size: int) -> "Tensor":
+        """Indices are data: the node raises `DataError` on one out of range, and the driver
+        keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+        node = out._v().producer
+        self._tracer.graph.data_checks.append(
+            DataCheck(what, node, None, (), size, None, _tr.user_loc()))
+        return out
+
+    def index_select(self, index, axis=0):
+        index = self._index(index, "index_select")
+        if index.ndim != 1:
+            raise ShapeError(f"index_select: the index must be 1-D, not {index.shape}",
+                             _tr.user_loc())
+        (ax,) = _user_axes(int(axis), self.ndim)
+        return self._checked(self._op("index_select", index, axis=ax), "index_select",
+                             self.shape[ax])
+
+    def gather(self, index, axis=None):
+        """Paddle's gather: rows (or slices along `axis`, default 0) picked by a 1-D index; a
+        0-d index picks one slice and drops the axis."""
+        index = self._index(index, "gather")
+        if index.ndim == 0:
+            return self.gather(index.reshape([1]), axis).squeeze(0 if axis is None else axis)
+        return self.index_select(index, 0 if axis is None else axis)
+
+    def index_add(self, index, axis, value):
+        return self._index_add(index, axis, value, inplace=False)
+
+    def index_add_(self, index, axis, value):
+        return self._index_add(index, axis, value, inplace=True)
+
+    def _index_add(self, index, axis, value, inplace):
+        index = self._index(index, "index_add")
+        (ax,) = _user_axes(int(axis), self.ndim)
+        value = value if isinstance(value, Tensor) else to_tensor(value, dtype=self.dtype)
+        if value.dtype != self.dtype:
+            value = value.cast(self.dtype)
+        out = self._inplace("index_add", index, value, axis=ax) if inplace else \
+            self._op("index_add", index, value, axis=ax)
+        return self._checked(out, "index_add", self.shape[ax])
+
+    def take_along_axis(self, indices, axis):
+        indices = self._index(indices, "take_along_axis")
+        (ax,) = _user_axes(int(axis), self.ndim)
+        return self._checked(self._op("take_along_axis", indices, axis=ax),
+                             "take_along_axis", self.shape[ax])
+
+    def put_along_axis(self, indices, values, axis, reduce="assign"):
+        return self._put(indices, values, axis, reduce, inplace=False)
+
+    def put_along_axis_(self, indices, values, axis, reduce="assign"):
+        return self._put(indices, values, axis, reduce, inplace=True)
+
+    def _put(self, indices, values, axis, reduce, inplace):
+        indices = self._index(indices, "put_along_axis")
+        (ax,) = _user_axes(int(axis), self.ndim)
+        values = Tensor._fresh(self._operand(values))
+        if values.dtype != self.dtype:
+            values = values.cast(self.dtype)
+        fn = self._inplace if inplace else self._op
+        out = fn("put_along_axis", indices, values, axis=ax, reduce=reduce)
+        return self._checked(out, "put_along_axis", self.shape[ax])
+
+    # -- masks: where() written back into the target (issue 10) -------------------------------
+    def masked_fill(self, mask, value):
+        mask = mask if isinstance(mask, Tensor) else to_tensor(mask)
+        v = Tensor._fresh(self._operand(value))
+        v = v if v.dtype == self.dtype else v.cast(self.dtype)
+        out = Tensor._fresh(self._tracer.emit("where", [mask._v(), v._v(), self._v()], {}))
+        if out.shape != self.shape:
+            raise ShapeError(f"masked_fill: a mask of shape {mask.shape} would broadcast the "
+                             f"tensor's shape {self.shape}", _tr.user_loc())
+        return out
+
+    def masked_fill_(self, mask, value):
+        mask = mask if isinstance(mask, Tensor) else to_tensor(mask)
+        return self._write_where(mask, value, "masked_fill_")
+
+    def _write_where(self, cond: "Tensor", value, what: str) -> "Tensor":
+        """`self = where(cond, value, self)` in place: `cond` and `value` broadcast to self's
+        shape (a scalar value takes self's dtype)."""
+        self._check_writable(what)
+        old = self._v()
+        v = self._operand(value)
+        if v.dtype != old.dtype:
+            v = self._tracer.emit("cast", [v], {"dtype": old.dtype})
+        new = self._tracer.emit("where", [cond._v(), v, old], {}, inplace_of=2)
+        if new.shape != old.shape:
+            raise InplaceError(f"{what} would change the shape of its target from "
+                               f"{list(old.shape)} to {list(new.shape)}", _tr.user_loc())
+        self._tracer.overwritten.add(old)
+        self._write(new)
+        return self
+
+    def _triangle(self, diagonal, lower):
+        """The mask of the kept elements over the last two axes, from two aranges."""
+        if self.ndim < 2:
+            raise ShapeError(f"{'tril' if lower else 'triu'} needs a tensor of rank >= 2, "
+                             f"not {self.shape}", _tr.user_loc())
+        n, m = self.shape[-2:]
+        emit = self._tracer.emit
+        i64 = np.dtype(np.int64)
+        rows = emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": i64})
+        rows = emit("reshape", [rows], {"shape": (n, 1)})
+        cols = emit("arange", [], {"start": 0, "stop": m, "step": 1, "dtype": i64})
+        k = emit("full", [], {"shape": (), "value": int(diagonal), "dtype": i64})
+        shifted = emit("add", [rows, k], {})
+        return Tensor._fresh(emit("less_equal" if lower else "greater_equal",
+                                  [cols, shifted], {}))
+
+    def _keep(self, keep: "Tensor") -> "Tensor":
+        zero = self._tracer.emit("full", [], {"shape": (), "value": 0, "dtype": self.dtype})
+        return Tensor._fresh(self._tracer.emit("where", [keep._v(), self._v(), zero], {}))
+
+    def tril(self, diagonal=0):
+        return self._keep(self._triangle(diagonal, True))
+
+    def triu(self, diagonal=0):
+        return self._keep(self._triangle(diagonal, False))
+
+    def tril_(self, diagonal=0):
+        return self._write_where(self._triangle(diagonal, True).logical_not(), 0, "tril_")
+
+    def triu_(self, diagonal=0):
+        return self._write_where(self._triangle(diagonal, False).logical_not(), 0, "triu_")
+
+    # -- splitting (views) ----------------------------------------------------------------------
+    def split(self, num_or_sections, axis=0):
+        """Paddle: an int splits into that many equal parts; a list gives the sizes (one -1 is
+        inferred). Each part is a view (a slice) of self."""
+        (ax,) = _user_axes(int(axis), self.ndim)
+        size = self.shape[ax]
+        if isinstance(num_or_sections, numbers.Integral):
+            n = int(num_or_sections)
+            if n <= 0 or size % n:
+                raise ShapeError(f"split: an axis of size {size} can't be split into {n} "
+                                 "equal parts", _tr.user_loc())
+            sections = [size // n] * n
+        else:
+            sections = [int(s) for s in num_or_sections]
+            if sections.count(-1) > 1 or any(s < -1 for s in sections):
+                raise ShapeError(f"split: bad sections {sections}", _tr.user_loc())
+            if -1 in sections:
+                sections[sections.index(-1)] = size - sum(s for s in sections if s != -1)
+            if sum(sections) != size or min(sections, default=0) < 0:
+                raise ShapeError(f"split: sections {list(num_or_sections)} don't add up to "
+                                 f"the axis size {size}", _tr.user_loc())
+        parts, start = [], 0
+        for s in sections:
+            index = tuple(("s", start, start + s, 1) if i == ax else ("s", None, None, None)
+                          for i in range(self.ndim))
+            parts.append(self.slice_index(index))
+            start += s
+        return parts
+
+    def chunk(self, chunks, axis=0):
+        return self.split(int(chunks), axis)
 
     def matmul(self, y, transpose_x=False, transpose_y=False):
         x = self.t() if transpose_x else self
@@ -929,7 +1156,7 @@ _UFUNC_OPERATORS = {
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
-        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to"):
+        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to") or op.random:
             continue
         if not hasattr(Tensor, name):
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))
@@ -991,6 +1218,37 @@ def _check_user_arguments():
 
 
 _check_user_arguments()
+
+
+def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
+    """A fresh tensor of Philox numbers ("uniform" in [0, 1) or "normal") of a float `dtype`
+    (an integer or bool target draws in float32 and is cast). Each call is a new call site
+    with its own stream."""
+    tracer = _tr.current()
+    dtype = np.dtype(dtype)
+    draw = dtype if dtype.kind == "f" else DEFAULT_FLOAT
+    uint64 = np.dtype(np.uint64)
+    if isinstance(seed, Tensor):
+        if seed.shape != [] or seed.dtype.kind not in "iu":
+            raise TraceError(f"{what}: the seed must be a 0-d integer tensor (uint64), not "
+                             f"{seed.dtype}{seed.shape}", _tr.user_loc())
+        s = seed if seed.dtype == uint64 else seed.cast(uint64)
+        s = s._v()
+    elif isinstance(seed, numbers.Integral) and not isinstance(seed, bool) \
+            and 0 <= int(seed) < 2 ** 64:
+        s = tracer.emit("full", [], {"shape": (), "value": np.uint64(seed), "dtype": uint64})
+    else:
+        raise TraceError(f"{what}: the seed must be a 0-d uint64 tensor or an int in "
+                         f"[0, 2**64), not {seed!r}", _tr.user_loc())
+    shape = tuple(int(d) for d in shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    index = tracer.emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": uint64})
+    index = tracer.emit("reshape", [index], {"shape": shape})
+    stream = tracer.random_streams
+    tracer.random_streams += 1
+    out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
+                                                            "dtype": draw}))
+    return out
 
 
 def check_dtype(dtype, loc=None):

@@ -68,6 +68,8 @@ class Tracer:
         self.return_loc: Loc | None = None
         # Nodes a backward() without retain_graph differentiated -> that backward()'s line.
         self.released: dict[Node, Loc] = {}
+        # Random call sites so far: each gets its own Philox stream, in program order.
+        self.random_streams = 0
 
     def __enter__(self):
         _STACK.append(self)

@@ -16,11 +16,13 @@ from ..ir import DataCheck
 from ..layout import apply_view
 from ..ops.nn_ops import bad_label, label_range_message
 from ..ops.registry import normalize_axes
-from ..tensor import Tensor, to_tensor
+from ..creation import arange as cc_arange
+from ..tensor import Tensor, random_tensor, to_tensor
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
            "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d", "elu", "elu_",
-           "leaky_relu", "leaky_relu_", "hardtanh", "hardtanh_"]
+           "leaky_relu", "leaky_relu_", "hardtanh", "hardtanh_", "softmax_", "silu",
+           "embedding", "scaled_dot_product_attention"]
 
 
 def relu(x: Tensor) -> Tensor:
@@ -76,6 +78,74 @@ def softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
     """`dtype` (Paddle): the input is cast to it first."""
     x = x if dtype is None else x.cast(dtype)
     return x.primitive("softmax", axis=int(axis))
+
+
+def softmax_(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    """In place: returns `x` (its backward reads only the output, so it can run in place)."""
+    if dtype is not None and np.dtype(dtype) != x.dtype:
+        raise TraceError("softmax_ can't change its target's dtype", _tr.user_loc())
+    return x._inplace("softmax", axis=int(axis))
+
+
+def silu(x: Tensor) -> Tensor:
+    """x * sigmoid(x) (also called swish)."""
+    return x * x.sigmoid()
+
+
+def embedding(x: Tensor, weight: Tensor, padding_idx=None, sparse=False) -> Tensor:
+    """Rows of `weight` [num_embeddings, dim] picked by the integer ids `x` (any shape): a
+    gather, whose backward is a scatter-add into the weight's gradient. Paddle's `padding_idx`
+    (in [-num_embeddings, num_embeddings)): that id looks up zeros and its row gets no
+    gradient."""
+    ids = x if isinstance(x, Tensor) else to_tensor(np.asarray(x))
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding: the weight must be [num_embeddings, dim], not "
+                         f"{weight.shape}", _tr.user_loc())
+    flat = ids.reshape([-1]) if ids.ndim != 1 else ids
+    w = weight
+    if padding_idx is not None:
+        n = weight.shape[0]
+        pad = int(padding_idx) % n if -n <= int(padding_idx) < n else None
+        if pad is None:
+            raise ShapeError(f"embedding: padding_idx {padding_idx} is out of range for {n} "
+                             "rows", _tr.user_loc())
+        w = weight.masked_fill(cc_arange(n).reshape([n, 1]) == pad, 0.0)
+    out = w.index_select(flat, axis=0)
+    return out.reshape(ids.shape + [weight.shape[1]])
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 training: bool = True, name=None, seed=0) -> Tensor:
+    """Paddle's layout: [batch, seq_len, num_heads, head_dim]. softmax(q k^T / sqrt(d) + mask)
+    v, composed of primitives. `attn_mask`: bool (True keeps) or additive, broadcasting to
+    [batch, num_heads, seq_q, seq_k]; `is_causal` keeps key j <= query i. `dropout_p` drops
+    attention probabilities while `training`, drawn from `seed` (see `dropout`)."""
+    if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        raise ShapeError("scaled_dot_product_attention expects [batch, seq_len, num_heads, "
+                         f"head_dim] tensors, got {query.shape}, {key.shape}, {value.shape}",
+                         _tr.user_loc())
+    q = query.transpose([0, 2, 1, 3])
+    k = key.transpose([0, 2, 3, 1])
+    v = value.transpose([0, 2, 1, 3])
+    scores = q.matmul(k) * (1.0 / math.sqrt(query.shape[-1]))
+    if is_causal:
+        scores = scores.masked_fill(_causal_drop(scores), -math.inf)
+    if attn_mask is not None:
+        mask = attn_mask if isinstance(attn_mask, Tensor) else to_tensor(attn_mask)
+        if mask.dtype == np.bool_:
+            scores = scores.masked_fill(mask.logical_not(), -math.inf)
+        else:
+            scores = scores + mask
+    probs = softmax(scores, axis=-1)
+    if dropout_p:
+        probs = dropout(probs, dropout_p, training=training, seed=seed)
+    return probs.matmul(v).transpose([0, 2, 1, 3])
+
+
+def _causal_drop(scores: Tensor) -> Tensor:
+    """True above the diagonal (key j > query i): the entries a causal mask removes."""
+    return scores._triangle(0, True).logical_not()
 
 
 def log_softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
@@ -236,17 +306,19 @@ def linear(x: Tensor, weight: Tensor, bias=None) -> Tensor:
     return out + bias if bias is not None else out
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: int = 0) -> Tensor:
-    """Deterministic dropout: the mask comes from `numpy.random.default_rng(seed)` at trace
-    time, so every backend and every call sees the same mask."""
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed=0) -> Tensor:
+    """Dropout with Paddle's "upscale_in_train": kept elements are divided by 1 - p. The mask
+    comes from Philox numbers generated inside the graph from `seed` (a 0-d uint64 tensor
+    argument, or an int: a constant), so a compiled step is reproducible on every backend and
+    a new seed per step doesn't retrace. The backward pass reads only the boolean mask."""
     if not 0.0 <= p <= 1.0:
         raise TraceError(f"dropout probability {p} is not in [0, 1]", _tr.user_loc())
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = np.random.default_rng(seed).random(x.shape) >= p
-    return x * to_tensor(keep.astype(x.dtype) / (1.0 - p), dtype=x.dtype)
+    keep = random_tensor(x.shape, x.dtype, seed, "uniform", "F.dropout") >= p
+    return (x * (1.0 / (1.0 - p))).where_mask(keep)
 
 
 def _pair(v, what="value"):

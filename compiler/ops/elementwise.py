@@ -189,6 +189,50 @@ unary("atanh", np.arctanh, S.call("atanh", a), dtype=_float,
       vjp={"input": lambda ctx, g: (g / (1.0 - ctx.inputs[0].square()),)})
 
 
+
+# -- issue 10: rounding, reciprocal forms, more logarithms, hyperbolic and inverse trig -------
+def _float_only(t):
+    """Paddle's rounding ops take floating-point tensors only."""
+    if t[1].kind != "f":
+        raise TraceError(f"defined for floating-point tensors only, not {t[1]}: cast first")
+    return t[1]
+
+
+def _zero_grad(ctx, g):
+    # Piecewise constant (PyTorch and Paddle): the gradient is 0 everywhere, also at the jumps.
+    return (g.zeros_like_shape(ctx.inputs[0].shape),)
+
+
+for _name, _ref in [("floor", np.floor), ("ceil", np.ceil), ("round", np.rint),
+                    ("trunc", np.trunc)]:
+    unary(_name, _ref, S.call("rint" if _name == "round" else _name, a), dtype=_float_only,
+          vjp={"none": _zero_grad})
+unary("reciprocal", lambda x: np.reciprocal(x), 1.0 / a, dtype=_float,
+      vjp={"output": lambda ctx, g: (-(g * ctx.out * ctx.out),),
+           "input": lambda ctx, g: (-(g / ctx.inputs[0].square()),)})
+unary("rsqrt", lambda x: 1.0 / np.sqrt(x), 1.0 / S.call("sqrt", a), dtype=_float,
+      vjp={"output": lambda ctx, g: (g * ctx.out * ctx.out * ctx.out * -0.5,),
+           "input": lambda ctx, g: (g * ctx.inputs[0].rsqrt() / ctx.inputs[0] * -0.5,)})
+unary("expm1", np.expm1, S.call("expm1", a), dtype=_float,
+      vjp={"output": lambda ctx, g: (g * (ctx.out + 1.0),),
+           "input": lambda ctx, g: (g * ctx.inputs[0].exp(),)})
+unary("log1p", np.log1p, S.call("log1p", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (ctx.inputs[0] + 1.0),)})
+unary("log2", np.log2, S.call("log2", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (ctx.inputs[0] * math.log(2.0)),)})
+unary("log10", np.log10, S.call("log10", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (ctx.inputs[0] * math.log(10.0)),)})
+unary("sinh", np.sinh, S.call("sinh", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g * ctx.inputs[0].cosh(),)})
+unary("cosh", np.cosh, S.call("cosh", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g * ctx.inputs[0].sinh(),)})
+unary("asin", np.arcsin, S.call("asin", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (1.0 - ctx.inputs[0].square()).sqrt(),)})
+unary("acos", np.arccos, S.call("acos", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (-(g / (1.0 - ctx.inputs[0].square()).sqrt()),)})
+unary("atan", np.arctan, S.call("atan", a), dtype=_float,
+      vjp={"input": lambda ctx, g: (g / (ctx.inputs[0].square() + 1.0),)})
+
 # -- activations with attributes (their expression is a function of the attrs) --------------
 def _elu_ref(x, alpha):
     return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)
@@ -350,6 +394,36 @@ for _name, _ref, _expr in [
 ]:
     binary(_name, _ref, _expr, dtype=lambda da, db: BOOL)
 
+# logical_xor: both operands as truth values (nonzero is true), as numpy and Paddle.
+binary("logical_xor", np.logical_xor, S.cast(a, BOOL).ne(S.cast(b, BOOL)),
+       dtype=lambda da, db: BOOL)
+
+
+def _lerp_infer(types, **attrs):
+    (sx, dx), (sy, dy), (sw, dw) = types
+    out = promote(dx, dy, dw)
+    if out.kind != "f":
+        raise TraceError(f"lerp needs floating-point operands, not {out}")
+    return broadcast_shapes(sx, sy, sw), out
+
+
+def _lerp_ref(x, y, w):
+    out = promote(x.dtype, y.dtype, w.dtype)
+    x, y, w = (v.astype(out, copy=False) for v in (x, y, w))
+    return x + w * (y - x)
+
+
+def _lerp_vjp(ctx, g):
+    x, y, w = ctx.inputs
+    return (g * (1.0 - w) if ctx.needs_grad[0] else None,
+            g * w if ctx.needs_grad[1] else None,
+            g * (y - x) if ctx.needs_grad[2] else None)
+
+
+# Paddle's formula, x + weight * (y - x) (PyTorch switches to y - (y - x)(1 - w) for w >= 0.5).
+defop("lerp", ELEMENTWISE, _lerp_infer, _lerp_ref, expr=a + c * (b - a),
+      vjp={"input": _lerp_vjp}, inplace="lerp_")
+
 
 def _where_infer(types, **attrs):
     (sc, dc), (sx, dx), (sy, dy) = types
@@ -402,6 +476,8 @@ def expr_for(op, attrs, in_dtypes, out_dtype):
     # `exp` on an integer. `where`'s condition stays bool.
     out_dtype = np.dtype(out_dtype)
     expr = op.expr(attrs) if callable(op.expr) else op.expr
+    if op.random:
+        return expr  # typed throughout: uint64 words, then its own float conversion
     if op.name == "pow" and out_dtype.kind in "iu":
         return _int_pow_expr()
     if out_dtype.kind != "f":

@@ -75,8 +75,9 @@ def _log_softmax_into(out, x, axis, scratch):
         np.subtract(np.subtract(x, m, out=out), s, out=out)
 
 
+# softmax_ overwrites its input: its VJP reads only the output.
 defop("softmax", OTHER, _rowwise_infer, _softmax_ref, vjp={"output": _softmax_vjp},
-      into=_softmax_into, scratch=_row_scratch(1))
+      into=_softmax_into, scratch=_row_scratch(1), inplace="softmax_")
 defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
       vjp={"output": _log_softmax_vjp}, into=_log_softmax_into, scratch=_row_scratch(2))
 

@@ -45,7 +45,10 @@ VJP_NEEDS = ("none", "input", "output", "input+output")
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 BOOL = np.dtype(np.bool_)
-SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (BOOL,)
+# uint64 is the type of random seeds (ISSUE-NOTES, issue 10); it takes part in promotion as
+# NumPy says (uint64 with a signed integer is float64), which user code has no reason to meet.
+UINT64 = np.dtype(np.uint64)
+SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (BOOL, UINT64)
 DEFAULT_FLOAT = np.dtype(np.float32)  # Paddle's default dtype
 
 
@@ -66,6 +69,8 @@ class OpDef:
     expr: Callable | None = None
     inplace: str | None = None
     doc: str = ""
+    # A random op: two calls with the same inputs are different draws, so common-subexpression
+    # elimination must never merge them (each call site also gets its own stream attribute).
     random: bool = False
     into: Callable | None = None
     scratch: Callable | None = None

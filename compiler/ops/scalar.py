@@ -14,7 +14,11 @@ import numpy as np
 # Function names an emitter must know. Arithmetic and comparisons are spelled as operators.
 FUNCTIONS = ("neg", "abs", "exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
              "asinh", "acosh", "atanh", "max", "min", "pow", "where", "not", "and", "or", "cast",
-             "floordiv", "mod")
+             "floordiv", "mod", "floor", "ceil", "rint", "trunc", "log1p", "log2",
+             "log10", "sinh", "cosh", "asin", "acos", "atan", "bitand", "bitxor", "shr")
+# `bitand`, `bitxor` and `shr` (logical shift right) work on unsigned integers: the random
+# number generator (Philox, `compiler/ops/random_ops.py`) is written with them.
+# `rint` rounds half to even (IEEE roundeven, NumPy's and PyTorch's `round`).
 # `floordiv` and `mod` round towards -inf (Python, NumPy); for integers a zero divisor gives 0
 # and INT_MIN // -1 wraps to INT_MIN (NumPy's results), so generated code never traps.
 BINARY_OPERATORS = ("+", "-", "*", "/", "<", ">", "<=", ">=", "==", "!=")
@@ -92,7 +96,11 @@ _NP_FUNCS = {
     "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sqrt": np.sqrt,
     "erf": np.frompyfunc(math.erf, 1, 1), "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "floordiv": np.floor_divide, "mod": np.remainder,
-    "max": np.maximum, "min": np.minimum,
+    "max": np.maximum, "min": np.minimum, "floor": np.floor, "ceil": np.ceil, "rint": np.rint,
+    "trunc": np.trunc, "log1p": np.log1p, "log2": np.log2,
+    "log10": np.log10, "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin,
+    "acos": np.arccos, "atan": np.arctan, "bitand": np.bitwise_and, "bitxor": np.bitwise_xor,
+    "shr": np.right_shift,
     "pow": np.power, "where": np.where, "not": np.logical_not, "and": np.logical_and,
     "or": np.logical_or,
 }

@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import ShapeError, TraceError
+from ..errors import DataError, ShapeError, TraceError
 from .registry import (CREATION, MATMUL, OTHER, REDUCTION, SCATTER, VIEW, broadcast_shapes,
                        defop, normalize_axes, promote)
 
@@ -413,3 +413,249 @@ defop("arange", CREATION,
 defop("constant", CREATION, lambda types, value: (value.shape, value.dtype),
       lambda value: value.copy(), doc="data captured at trace time (to_tensor)",
       into=lambda out, value: np.copyto(out, value))
+
+
+# -- issue 10: more reductions --------------------------------------------------------------
+def _min_vjp(ctx, g):
+    return _max_vjp(ctx, g)  # the same rule: ties share the gradient equally
+
+
+def _min_infer(types, axis=None, keepdim=False):
+    shape, dtype = types[0]
+    if any(shape[a] == 0 for a in normalize_axes(axis, len(shape)) if len(shape)):
+        raise ShapeError(f"min over an axis of size 0 (shape {list(shape)}): the minimum of "
+                         "no elements is undefined")
+    return reduced_shape(shape, axis, keepdim), dtype
+
+
+defop("min", REDUCTION, _min_infer,
+      lambda x, axis=None, keepdim=False: np.min(x, axis=_axes(axis), keepdims=keepdim),
+      vjp={"input+output": _min_vjp})
+
+
+def _prod_vjp(ctx, g):
+    """d prod / d x_i is the product of the other elements, written without dividing by a
+    zero: with no zero in the slice it is prod / x_i; with exactly one, the product of the
+    nonzero elements at the zero and 0 elsewhere; with more, 0 everywhere."""
+    x, axis = ctx.inputs[0], ctx.attrs["axis"]
+    zero = x == 0.0
+    nonzero = x.where_mask(zero.logical_not()) + zero.cast(x.dtype)  # zeros replaced by 1
+    p = nonzero.prod(axis=axis, keepdim=True)
+    zeros = zero.cast(x.dtype).sum(axis=axis, keepdim=True)
+    others = (p / nonzero).where_mask(zeros == 0.0) \
+        + p.where_mask(zero.logical_and(zeros == 1.0))
+    return (others * _kept(ctx, g),)
+
+
+defop("prod", REDUCTION, _reduce_infer(_sum_dtype),
+      lambda x, axis=None, keepdim=False: np.prod(x, axis=_axes(axis), keepdims=keepdim,
+                                                  dtype=_sum_dtype(x.dtype)),
+      vjp={"input": _prod_vjp})
+
+
+def _arg_infer(types, axis, keepdim):
+    shape, _ = types[0]
+    if axis is None:
+        if 0 in shape:
+            raise ShapeError("argmax/argmin of an empty tensor")
+        return ((1,) * len(shape) if keepdim else ()), np.dtype(np.int64)
+    (ax,) = normalize_axes(axis, len(shape))
+    if len(shape) and shape[ax] == 0:
+        raise ShapeError(f"argmax/argmin over an axis of size 0 (shape {list(shape)})")
+    return reduced_shape(shape, ax, keepdim), np.dtype(np.int64)
+
+
+def _arg_ref(fn):
+    def ref(x, axis, keepdim):
+        if axis is None:
+            out = np.asarray(fn(x.reshape(-1)), np.int64)
+            return out.reshape((1,) * x.ndim) if keepdim else out
+        return np.asarray(fn(x, axis=axis, keepdims=keepdim), np.int64)
+    return ref
+
+
+# The first extreme wins a tie (NumPy, PyTorch, Paddle); axis=None indexes the flattened tensor.
+defop("argmax", REDUCTION, _arg_infer, _arg_ref(np.argmax))
+defop("argmin", REDUCTION, _arg_infer, _arg_ref(np.argmin))
+
+
+# -- issue 10: scans ------------------------------------------------------------------------
+def _cumsum_infer(types, axis):
+    shape, dtype = types[0]
+    normalize_axes(axis, len(shape))
+    return tuple(shape), _sum_dtype(dtype)
+
+
+def _cumsum_vjp(ctx, g):
+    # The gradient of a prefix sum is the suffix sum of the gradient: reverse, scan, reverse.
+    ax = normalize_axes(ctx.attrs["axis"], g.ndim)[0] if g.ndim else None
+    if ax is None:
+        return (g,)
+    rev = tuple(("s", None, None, -1) if i == ax else ("s", None, None, None)
+                for i in range(g.ndim))
+    return (g.slice_index(rev).primitive("cumsum", axis=ax).slice_index(rev),)
+
+
+defop("cumsum", OTHER, _cumsum_infer,
+      lambda x, axis: np.cumsum(x, axis=axis, dtype=_sum_dtype(x.dtype)) if x.ndim
+      else x.astype(_sum_dtype(x.dtype)),
+      vjp={"none": _cumsum_vjp}, inplace="cumsum_")
+
+
+# -- issue 10: gathers and scatters along one axis (integer indices are data) --------------
+def _index_check(what, shape, dtype, index_types):
+    for s, d in index_types:
+        if d.kind not in "iu":
+            raise ShapeError(f"{what}: indices must be integers, not {d}")
+
+
+def _index_select_infer(types, axis):
+    (sx, dx), (si, di) = types
+    _index_check("index_select", sx, dx, [(si, di)])
+    if len(si) != 1:
+        raise ShapeError(f"index_select: the index must be 1-D, not of shape {list(si)}")
+    (ax,) = normalize_axes(axis, len(sx))
+    if len(sx) == 0:
+        raise ShapeError("index_select of a 0-d tensor")
+    return tuple(sx[:ax]) + (si[0],) + tuple(sx[ax + 1:]), dx
+
+
+def _wrap_index(index, size):
+    """Negative indices count from the end (NumPy, PyTorch). An index outside [-size, size)
+    raises `DataError`; the tracer registers a `DataCheck` for each such node, so the driver
+    runs the program on private copies of the arguments it mutates (DESIGN §4)."""
+    index = np.asarray(index, np.int64)
+    bad = (index < -size) | (index >= size)
+    if bad.any():
+        pos = [int(i) for i in np.argwhere(bad)[0]]
+        raise DataError(f"index {int(index[tuple(pos)])} at position {pos} is out of range "
+                        f"for an axis of size {size}")
+    return np.where(index < 0, index + size, index)
+
+
+def _index_select_ref(x, index, axis):
+    return np.take(x, _wrap_index(index, x.shape[axis]), axis=axis)
+
+
+def _index_select_vjp(ctx, g):
+    x, index = ctx.inputs
+    zeros = g.zeros_like_shape(x.shape)
+    return (zeros.primitive("index_add", index, g, axis=ctx.attrs["axis"]), None)
+
+
+defop("index_select", OTHER, _index_select_infer, _index_select_ref,
+      vjp={"input": _index_select_vjp}, doc="x taken at `index` along `axis` (a gather)")
+
+
+def _index_add_infer(types, axis):
+    (sx, dx), (si, di), (sv, dv) = types
+    _index_check("index_add", sx, dx, [(si, di)])
+    want, _ = _index_select_infer([(sx, dx), (si, di)], axis)
+    if tuple(sv) != want:
+        raise ShapeError(f"index_add: the value of shape {list(sv)} doesn't match the indexed "
+                         f"shape {list(want)}")
+    return tuple(sx), dx
+
+
+def _index_add_ref(x, index, value, axis):
+    out = x.copy()
+    idx = _wrap_index(index, x.shape[axis])
+    moved = np.moveaxis(out, axis, 0)
+    np.add.at(moved, idx, np.moveaxis(value.astype(x.dtype, copy=False), axis, 0))
+    return out
+
+
+def _index_add_vjp(ctx, g):
+    x, index, value = ctx.inputs
+    return (g if ctx.needs_grad[0] else None, None,
+            g.primitive("index_select", index, axis=ctx.attrs["axis"])
+            if ctx.needs_grad[2] else None)
+
+
+defop("index_add", OTHER, _index_add_infer, _index_add_ref, vjp={"input": _index_add_vjp},
+      inplace="index_add_", doc="x with value[i] added at index[i] along axis (scatter-add)")
+
+
+def _along_infer(types, axis, **attrs):
+    (sx, dx), (si, di) = types[:2]
+    _index_check("take_along_axis", sx, dx, [(si, di)])
+    if len(si) != len(sx):
+        raise ShapeError(f"indices of rank {len(si)} for a tensor of rank {len(sx)}")
+    (ax,) = normalize_axes(axis, len(sx))
+    for i, (a, b) in enumerate(zip(sx, si)):
+        if i != ax and b not in (1, a) and a != 1:
+            raise ShapeError(f"indices of shape {list(si)} don't broadcast with {list(sx)} "
+                             f"outside axis {ax}")
+    return ax
+
+
+def _take_infer(types, axis):
+    ax = _along_infer(types, axis)
+    (sx, dx), (si, _) = types
+    shape = tuple(si[i] if i == ax else max(a, b) for i, (a, b) in enumerate(zip(sx, si)))
+    return shape, dx
+
+
+def _along_index(x_shape, index, ax):
+    """Full index arrays for `x[...]` along `ax` with `index` (broadcast outside `ax`)."""
+    index = _wrap_index(index, x_shape[ax])
+    shape = tuple(index.shape[i] if i == ax else max(x_shape[i], index.shape[i])
+                  for i in range(len(x_shape)))
+    index = np.broadcast_to(index, shape)
+    grids = list(np.indices(shape, sparse=True))
+    grids[ax] = index
+    return tuple(grids), shape
+
+
+def _take_ref(x, index, axis):
+    grids, _ = _along_index(x.shape, index, axis)
+    return x[grids]
+
+
+def _take_vjp(ctx, g):
+    x, index = ctx.inputs
+    zeros = g.zeros_like_shape(x.shape)
+    return (zeros.primitive("put_along_axis", index, g, axis=ctx.attrs["axis"], reduce="add"),
+            None)
+
+
+defop("take_along_axis", OTHER, _take_infer, _take_ref, vjp={"input": _take_vjp})
+
+
+def _put_infer(types, axis, reduce):
+    if reduce not in ("assign", "add"):
+        raise ShapeError(f"put_along_axis: reduce={reduce!r} is not 'assign' or 'add'")
+    ax = _along_infer(types, axis)
+    (sx, dx), (si, _), (sv, dv) = types
+    region = tuple(si[i] if i == ax else max(a, b) for i, (a, b) in enumerate(zip(sx, si)))
+    if broadcast_shapes(sv, region) != region:
+        raise ShapeError(f"put_along_axis: values of shape {list(sv)} don't broadcast to the "
+                         f"indexed shape {list(region)}")
+    return tuple(sx), dx
+
+
+def _put_ref(x, index, values, axis, reduce):
+    out = x.copy()
+    grids, shape = _along_index(x.shape, index, axis)
+    values = np.broadcast_to(values.astype(x.dtype, copy=False), shape)
+    if reduce == "add":
+        np.add.at(out, grids, values)
+    else:
+        out[grids] = values  # with repeated indices, the last write wins (NumPy)
+    return out
+
+
+def _put_vjp(ctx, g):
+    x, index, values = ctx.inputs
+    axis = ctx.attrs["axis"]
+    gx = None
+    if ctx.needs_grad[0]:
+        gx = g if ctx.attrs["reduce"] == "add" else g.primitive(
+            "put_along_axis", index, g.zeros_like_shape(()), axis=axis, reduce="assign")
+    gv = g.primitive("take_along_axis", index, axis=axis) if ctx.needs_grad[2] else None
+    return gx, None, gv
+
+
+defop("put_along_axis", OTHER, _put_infer, _put_ref, vjp={"input": _put_vjp},
+      inplace="put_along_axis_",
+      doc="x with values written (reduce='assign') or added ('add') at indices along axis")

@@ -36,6 +36,9 @@ LIBM = {
     "erf": ("erff", "erf"), "pow": ("powf", "pow"), "asinh": ("asinhf", "asinh"),
     "acosh": ("acoshf", "acosh"), "atanh": ("atanhf", "atanh"), "fmod": ("fmodf", "fmod"),
     "floor": ("floorf", "floor"), "expm1": ("expm1f", "expm1"),
+    "log1p": ("log1pf", "log1p"), "log2": ("log2f", "log2"), "log10": ("log10f", "log10"),
+    "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"), "asin": ("asinf", "asin"),
+    "acos": ("acosf", "acos"), "atan": ("atanf", "atan"),
 }
 LIBC = ("memset", "memcpy", "memmove")
 # Functions LLVM's optimiser may introduce on its own (pow(2, n) -> ldexp, sin+cos -> sincos,

@@ -28,7 +28,7 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 BOOL = np.dtype(np.bool_)
 _LL = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "bool": I1,
-       "int8": ir.IntType(8), "uint8": ir.IntType(8)}
+       "int8": ir.IntType(8), "uint8": ir.IntType(8), "uint64": I64}
 
 
 def ll_type(dtype) -> ir.Type:
@@ -321,6 +321,10 @@ def _int_pow(b: ir.IRBuilder, x, y):
     return b.select(b.icmp_signed("<", y, ir.Constant(t, 0)), ir.Constant(t, 0), acc)
 
 
+# issue 10: more libm functions, and the rounding functions as LLVM intrinsics
+_LIBM_UNARY = ("log1p", "log2", "log10", "sinh", "cosh", "asin", "acos", "atan")
+_ROUNDING = {"floor": "floor", "ceil": "ceil", "trunc": "trunc", "rint": "roundeven"}
+
 _CMP = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "==": "==", "!=": "!="}
 
 
@@ -370,8 +374,14 @@ class Renderer:
                 return b.xor(vals[0], ir.Constant(I1, 1)), BOOL
             return (b.and_ if e.op == "and" else b.or_)(*vals), BOOL
         t = common_dtype([x[1] for x in items])
+        if e.op in ("bitand", "bitxor", "shr"):  # unsigned words (Philox): i64 bit operations
+            # 64-bit words whatever NumPy's promotion would say (uint64 with int64 is float64)
+            t = np.dtype(np.uint64)
+            x, y = (self._materialize(v, t) for v in items)
+            fn = {"bitand": b.and_, "bitxor": b.xor, "shr": b.lshr}[e.op]
+            return fn(x, y), t
         if e.op in ("exp", "expm1", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt", "asinh",
-                    "acosh", "atanh") and t.kind != "f":
+                    "acosh", "atanh", *_LIBM_UNARY, *_ROUNDING) and t.kind != "f":
             t = np.dtype(np.float64)  # numpy computes these on ints in float64
         vals = [self._materialize(x, t) for x in items]
         fl = t.kind == "f"
@@ -410,8 +420,10 @@ class Renderer:
         if e.op == "erf" and t == np.float32:
             return fast_erf32(b, x), t
         if e.op in ("log", "sin", "cos", "tan", "tanh", "erf", "asinh", "acosh", "atanh",
-                    "expm1"):
+                    "expm1", *_LIBM_UNARY):
             return libm(b, e.op, x), t
+        if e.op in _ROUNDING:  # exact: LLVM's rounding intrinsics (SSE4.1 / AVX round*)
+            return intrinsic(b, _ROUNDING[e.op], x), t
         if e.op in ("floordiv", "mod"):
             return divmod_(b, vals[0], vals[1], t)[0 if e.op == "floordiv" else 1], t
         if e.op in ("max", "min"):

@@ -781,6 +781,8 @@ EXPR_ATTRS = {
     "hardtanh": [dict(min=-1.0, max=1.5)],
     "cast": [dict(dtype=np.dtype(d)) for d in ("float32", "float64", "int32", "bool")],
     "broadcast_to": [dict(shape=(2, 2, 5))],
+    # uint64 operands only: checked bit for bit in tests/compiler/test_random.py
+    "philox": [dict(stream=3, dist="uniform", dtype=np.dtype("float32"))],
 }
 SAMPLES = {
     "float32": np.array([-2.5, -1.0, -0.25, 0.0, 0.5, 1.0, 1.75, 3.0, 2.0, -0.5], np.float32),

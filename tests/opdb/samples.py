@@ -158,6 +158,39 @@ def _erf(x):
     return np.vectorize(math.erf, otypes=[F64])(x) if np.asarray(x).size else f64(x)
 
 
+def _expm1(x):
+    """Goldberg's formula (u = e^x; (u - 1) x / ln u, and x where u rounds to 1), in long
+    double: accurate where exp(x) - 1 cancels."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        xl = x.astype(np.longdouble)
+        u = np.exp(xl)
+        out = np.where(u == 1, xl, np.where(u - 1 == -1, -1, (u - 1) * xl / np.log(u)))
+        out = np.where(np.isinf(u), u, out)
+        return np.where(np.isnan(xl), xl, out).astype(x.dtype)
+
+
+def _log1p(x):
+    """Goldberg's formula (u = 1 + x; ln(u) x / (u - 1), and x where u rounds to 1), in long
+    double."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        xl = x.astype(np.longdouble)
+        u = 1 + xl
+        out = np.where(u == 1, xl, np.log(u) * xl / (u - 1))
+        out = np.where(np.isinf(xl) & (xl > 0), xl, out)
+        return np.where(u == 0, -np.inf, out).astype(x.dtype)
+
+
+def _sinh(x):
+    """(E + E / (E + 1)) / 2 with E = expm1(x): no cancellation near 0."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        e = _expm1(x.astype(np.longdouble))
+        out = np.where(np.isinf(e), e, (e + e / (e + 1)) / 2)
+        return np.where(np.isinf(x) | np.isnan(x), x, out).astype(x.dtype)
+
+
 def _relu(x):
     return np.where(np.isnan(x) | (x > 0), x, np.zeros_like(x))
 
@@ -184,6 +217,26 @@ UNARY = {
     "asinh": (np.arcsinh, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
     "acosh": (np.arccosh, ULP, "float", ALL, (1, 5), (1.2, 3), {}),
     "atanh": (np.arctanh, ULP, "float", ALL, (-0.9, 0.9), (-0.8, 0.8), {}),
+    # issue 10; rounding ops take floats only and have a zero gradient (away from the jumps)
+    "floor": (np.floor, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4), {}),
+    "ceil": (np.ceil, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4), {}),
+    "round": (lambda x: np.where(np.abs(x - np.trunc(x)) == 0.5,
+                                 2.0 * np.round(x / 2.0), np.floor(x + 0.5)).astype(x.dtype)
+              if x.size else x, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4), {}),
+    "trunc": (lambda x: np.where(x < 0, np.ceil(x), np.floor(x)), EXACT, "same", FLOATS,
+              (-3, 3), (0.1, 0.4), {}),
+    "reciprocal": (lambda x: 1.0 / x, EXACT, "float", ALL, (0.2, 3), (0.5, 2), {}),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), ULP, "float", ALL, (0.1, 5), (0.5, 3), {}),
+    "expm1": (lambda x: _expm1(x), ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "log1p": (lambda x: _log1p(x), ULP, "float", ALL, (-0.9, 4), (-0.5, 2), {}),
+    "log2": (lambda x: np.log(x) / np.log(2.0), ULP, "float", ALL, (0.1, 5), (0.5, 3), {}),
+    "log10": (lambda x: np.log(x) / np.log(10.0), ULP, "float", ALL, (0.1, 5), (0.5, 3), {}),
+    "sinh": (lambda x: _sinh(x), ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "cosh": (lambda x: (np.exp(x) + np.exp(-x)) / 2, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
+    "asin": (np.arcsin, ULP, "float", ALL, (-0.99, 0.99), (-0.8, 0.8), {}),
+    "acos": (lambda x: np.pi / 2 - np.arcsin(x), ULP, "float", ALL, (-0.99, 0.99),
+             (-0.8, 0.8), {}),
+    "atan": (np.arctan, ULP, "float", ALL, (-3, 3), (-2, 2), {}),
 }
 # name -> (formula with attrs, tol, attr sets): activations with attributes, float inputs
 ACTIVATIONS = {
@@ -1474,13 +1527,17 @@ def build_functional():
         def drop(x, p=p):
             if p == 1.0:
                 return np.zeros_like(x)
-            keep = np.random.default_rng(7).random(x.shape) >= p
-            return (x * (keep.astype(x.dtype) / np.asarray(1 - p, x.dtype))).astype(x.dtype)
+            keep = philox_uniform(x.shape, x.dtype, 7, 0) >= np.asarray(p, x.dtype)
+            return np.where(keep, x * np.asarray(1 / (1 - p), x.dtype), 0).astype(x.dtype)
         for dtype in FLOATS:
             add(Sample("F.dropout", lambda t, p=p: F.dropout(t, p=p, seed=7),
                        (rand((4, 5), dtype),), drop, ULP))
         add(Sample("F.dropout", lambda t, p=p: F.dropout(t, p, seed=7), (rand((3, 2), F64),),
                    drop, ULP, grad=True))
+    add(Sample("F.dropout", lambda t, s: F.dropout(t, 0.5, seed=s),
+               (rand((3, 4), F32), np.array(2 ** 40 + 3, np.uint64)),
+               lambda x, s: np.where(philox_uniform(x.shape, x.dtype, int(s), 0) >= 0.5,
+                                     x * np.float32(2), 0).astype(x.dtype), label="|seed-arg"))
     add(Sample("F.dropout", lambda t: F.dropout(t, 0.5, training=False), (rand((3,), F32),),
                lambda x: x))
     invalid("F.dropout", lambda t: F.dropout(t, 1.5), [np.ones(3)], cc.TraceError)
@@ -1789,3 +1846,505 @@ def random_samples(seed: int, count: int = 25) -> list[Sample]:
                               _reduction_want(name, axis, keepdim), tol,
                               terms=_reduction_terms(name, axis, keepdim), label="|sweep"))
     return out
+
+
+# -- issue 10: model ops ----------------------------------------------------------------------
+def _np_along(x, idx, axis):
+    """Index arrays that pick `idx` along `axis` (NumPy's own take_along_axis convention)."""
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    grids = list(np.ix_(*[np.arange(n) for n in idx.shape]))
+    grids[axis] = idx
+    return tuple(grids)
+
+
+def build_model_ops():
+    # lerp: x + w (y - x), w a tensor or a scalar; lerp_ writes x
+    def lerp_want(x, y, w):
+        dt = result_dtype(x.dtype, y.dtype, np.asarray(w).dtype)
+        return (f64(x) + f64(w) * (f64(y) - f64(x))).astype(dt)
+    for dtype in FLOATS:
+        for sx, sy, sw in [((3, 4), (3, 4), (3, 4)), ((3, 4), (4,), ()), ((0, 2), (2,), (1,))]:
+            args = (rand(sx, dtype), rand(sy, dtype, seed=1), rand(sw, dtype, 0, 1, seed=2))
+            add(Sample("Tensor.lerp", lambda a, b, w: a.lerp(b, w), args, lerp_want, CLOSE))
+            add(Sample("cc.lerp", lambda a, b, w: cc.lerp(a, b, w), args, lerp_want, CLOSE))
+            add(Sample("Tensor.lerp_", lambda a, b, w: a.lerp_(b, w), args, lerp_want, CLOSE,
+                       writes=0))
+        add(Sample("cc.lerp_", lambda a, b: cc.lerp_(a, b, 0.25), (rand((2, 3), dtype),
+                   rand((2, 3), dtype, seed=3)), lambda a, b: lerp_want(a, b, np.asarray(
+                       0.25, a.dtype)), CLOSE, writes=0))
+    g3 = (rand((2, 3), F64), rand((2, 3), F64, seed=1), rand((2, 3), F64, 0, 1, seed=2))
+    add(Sample("Tensor.lerp", lambda a, b, w: a.lerp(b, w), g3, lerp_want, CLOSE, grad=True))
+    add(Sample("Tensor.lerp_", lambda a, b, w: a.lerp_(b, w), tuple(a.copy() for a in g3),
+               lerp_want, CLOSE, grad=True, writes=0))
+    invalid("Tensor.lerp", lambda a, b: a.lerp(b, b), [np.ones(3, np.int32), np.ones(3, np.int32)],
+            cc.TraceError)
+    invalid("Tensor.lerp_", lambda a, b: a.lerp_(b, 0.5), [np.ones(3), np.ones((2, 3))],
+            cc.InplaceError)
+
+    # logical_xor: truth values of any dtype; the `_` form keeps the target's dtype
+    for dtype in ALL:
+        a, b = specials(dtype), specials(dtype)[::-1].copy()
+        add(Sample("Tensor.logical_xor", lambda x, y: x.logical_xor(y), (a, b),
+                   lambda x, y: (x != 0) ^ (y != 0)))
+        add(Sample("Tensor.logical_xor_", lambda x, y: x.logical_xor_(y), (a.copy(), b),
+                   lambda x, y: ((x != 0) ^ (y != 0)).astype(x.dtype), writes=0))
+    add(Sample("cc.logical_xor", lambda x, y: cc.logical_xor(x, y),
+               (rand((3, 1), B), rand((4,), I32, seed=1)), lambda x, y: (x != 0) ^ (y != 0)))
+    add(Sample("cc.logical_xor_", lambda x, y: cc.logical_xor_(x, y),
+               (rand((2, 3), B), rand((3,), B, seed=1)), lambda x, y: x ^ y, writes=0))
+
+    # masked_fill / masked_fill_ / where_
+    def fill_want(x, m, v):
+        return np.where(m, np.asarray(v).astype(x.dtype), x)
+    for dtype in ALL:
+        x, m = rand((3, 4), dtype), rand((4,), B, seed=1)
+        add(Sample("Tensor.masked_fill", lambda t, k: t.masked_fill(k, 1), (x, m),
+                   lambda t, k: fill_want(t, k, 1)))
+        add(Sample("Tensor.masked_fill_", lambda t, k: t.masked_fill_(k, 0), (x.copy(), m),
+                   lambda t, k: fill_want(t, k, 0), writes=0))
+    add(Sample("cc.masked_fill", lambda t, k, v: cc.masked_fill(t, k, v),
+               (rand((2, 3), F32), rand((2, 1), B), rand((), F32, seed=4)), fill_want))
+    add(Sample("cc.masked_fill_", lambda t, k: cc.masked_fill_(t, k, -np.inf),
+               (rand((2, 3), F32), rand((2, 3), B)), lambda t, k: fill_want(t, k, -np.inf),
+               writes=0))
+    add(Sample("Tensor.masked_fill", lambda t, k, v: t.masked_fill(k, v),
+               (rand((2, 3), F64), rand((3,), B, seed=2), rand((), F64, seed=3)), fill_want,
+               grad=True))
+    add(Sample("Tensor.masked_fill_", lambda t, k: t.masked_fill_(k, 2.0),
+               (rand((2, 3), F64), rand((3,), B, seed=2)), lambda t, k: fill_want(t, k, 2.0),
+               grad=True, writes=0))
+    invalid("Tensor.masked_fill", lambda t, k: t.masked_fill(k, 0),
+            [np.ones(3), np.ones((2, 3), bool)], cc.ShapeError)
+    invalid("Tensor.masked_fill_", lambda t, k: t.masked_fill_(k, 0),
+            [np.ones(3), np.ones((2, 3), bool)], cc.InplaceError)
+    add(Sample("cc.where_", lambda c, x, y: cc.where_(c, x, y),
+               (rand((2, 3), B), rand((2, 3), F32), rand((3,), F32, seed=1)),
+               lambda c, x, y: np.where(c, x, y), writes=1))
+    add(Sample("cc.where_", lambda c, x: cc.where_(c, x, 5),
+               (rand((4,), B), rand((4,), I64)), lambda c, x: np.where(c, x, 5), writes=1))
+    add(Sample("cc.where_", lambda c, x, y: cc.where_(c, x, y),
+               (rand((2, 3), B), rand((2, 3), F64), rand((2, 3), F64, seed=1)),
+               lambda c, x, y: np.where(c, x, y), writes=1, grad=True))
+    invalid("cc.where_", lambda c, x: cc.where_(c, 1.0, x), [np.ones(2, bool), np.ones(2)],
+            cc.TraceError)
+
+    # tril / triu (and their `_` forms) on the last two axes, batch dims broadcast
+    for name, ref in (("tril", np.tril), ("triu", np.triu)):
+        for dtype in ALL:
+            for shape, k in [((4, 4), 0), ((3, 5), 1), ((2, 4, 3), -1), ((0, 3), 0),
+                             ((3, 2), 5)]:
+                x = rand(shape, dtype, seed=len(shape) + k)
+                add(Sample(f"Tensor.{name}", lambda t, n=name, d=k: getattr(t, n)(d), (x,),
+                           lambda a, r=ref, d=k: r(a, d)))
+            add(Sample(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t), (rand((3, 3), dtype),),
+                       lambda a, r=ref: r(a)))
+            add(Sample(f"Tensor.{name}_", lambda t, n=name: getattr(t, n + "_")(-1),
+                       (rand((2, 3, 3), dtype),), lambda a, r=ref: r(a, -1), writes=0))
+            add(Sample(f"cc.{name}_", lambda t, n=name: getattr(cc, n + "_")(t, diagonal=1),
+                       (rand((3, 4), dtype),), lambda a, r=ref: r(a, 1), writes=0))
+        add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (rand((3, 3), F64),),
+                   lambda a, r=ref: r(a), grad=True))
+        add(Sample(f"Tensor.{name}_", lambda t, n=name: getattr(t, n + "_")(),
+                   (rand((3, 3), F64),), lambda a, r=ref: r(a), grad=True, writes=0))
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), [np.ones(3)], cc.ShapeError)
+
+    # cumsum: axis=None scans the flattened tensor; ints accumulate in int64 (as sum)
+    def cs_want(axis, dtype=None):
+        def want(x):
+            acc = x.astype(dtype or (x.dtype if x.dtype.kind == "f" else I64))
+            if axis is None:
+                acc = acc.reshape(-1)
+            out = np.zeros_like(acc, dtype=F64 if acc.dtype.kind == "f" else I64)
+            ax = 0 if axis is None else axis % max(acc.ndim, 1)
+            moved = np.moveaxis(out, ax, 0) if acc.ndim else out
+            src = np.moveaxis(acc, ax, 0) if acc.ndim else acc
+            running = np.zeros(src.shape[1:], out.dtype)
+            for i in range(src.shape[0] if acc.ndim else 0):
+                running = running + src[i]
+                moved[i] = running
+            return (out if acc.ndim else acc).astype(acc.dtype)
+        return want
+
+    def cs_terms(axis):
+        return lambda x: cs_want(axis, F64)(np.abs(f64(x)))
+    for dtype in ALL:
+        for shape, axis in [((3, 4), 1), ((3, 4), 0), ((2, 3, 4), -2), ((3, 4), None),
+                            ((0, 3), 1), ((5,), 0)]:
+            for label, x in layouts(shape, dtype, seed=3)[:2]:
+                add(Sample("Tensor.cumsum", lambda t, a=axis: t.cumsum(a), (x,),
+                           cs_want(axis), SUM, terms=cs_terms(axis), label=label))
+        add(Sample("cc.cumsum", lambda t: cc.cumsum(t, axis=0), (rand((4, 2), dtype),),
+                   cs_want(0), SUM, terms=cs_terms(0)))
+    for dtype in (F32, F64, I32, I64):
+        add(Sample("Tensor.cumsum_", lambda t: t.cumsum_(1), (rand((3, 4), dtype),),
+                   lambda a: cs_want(1)(a).astype(a.dtype), SUM,
+                   terms=lambda a: cs_terms(1)(a), writes=0))
+    add(Sample("cc.cumsum_", lambda t: cc.cumsum_(t, 0), (rand((5,), F32),), cs_want(0), SUM,
+               terms=cs_terms(0), writes=0))
+    add(Sample("Tensor.cumsum", lambda t: t.cumsum(dtype="float64"), (rand((2, 3), I32),),
+               cs_want(None, F64), SUM, terms=cs_terms(None), label="|dtype"))
+    for axis in (0, 1, None):
+        add(Sample("Tensor.cumsum", lambda t, a=axis: t.cumsum(a), (rand((3, 4), F64),),
+                   cs_want(axis), SUM, terms=cs_terms(axis), grad=True))
+    add(Sample("Tensor.cumsum_", lambda t: t.cumsum_(-1), (rand((3, 4), F64),), cs_want(-1),
+               SUM, terms=cs_terms(-1), grad=True, writes=0))
+    invalid("Tensor.cumsum_", lambda t: t.cumsum_(), [np.ones((2, 3))], cc.InplaceError)
+    invalid("Tensor.cumsum", lambda t: t.cumsum(2), [np.ones((2, 3))], cc.ShapeError)
+
+    # index_select / gather (one index per output slice), index_add (scatter-add)
+    idx = np.array([2, 0, -1, 2])
+    for dtype in ALL:
+        x = rand((3, 4), dtype)
+        add(Sample("Tensor.index_select", lambda t, i: t.index_select(i, axis=1),
+                   (x, np.array([3, 0, 0])), lambda a, i: a[:, i]))
+        add(Sample("cc.index_select", lambda t, i: cc.index_select(t, i), (x, idx),
+                   lambda a, i: a[i]))
+        add(Sample("Tensor.gather", lambda t, i: t.gather(i), (x, idx.astype(I32)),
+                   lambda a, i: a[i]))
+        add(Sample("cc.gather", lambda t, i: cc.gather(t, i, axis=1), (x, np.array(2)),
+                   lambda a, i: a[:, 2], label="|0d-index"))
+    add(Sample("Tensor.index_select", lambda t, i: t.index_select(i, 0),
+               (rand((3, 2), F32), np.zeros(0, I64)), lambda a, i: a[i], label="|empty"))
+    add(Sample("Tensor.index_select", lambda t, i: t.index_select(i, 0), (rand((3, 2), F64), idx),
+               lambda a, i: a[i], grad=True))
+    add(Sample("Tensor.gather", lambda t, i: t.gather(i, 1), (rand((3, 4), F64), idx),
+               lambda a, i: a[:, i], grad=True))
+    invalid("Tensor.index_select", lambda t: t.index_select(np.array([[0]])), [np.ones(3)],
+            cc.ShapeError)
+    invalid("Tensor.gather", lambda t: t.gather(np.array([0.5])), [np.ones(3)], cc.TraceError)
+
+    def ia_want(axis):
+        def want(x, i, v):
+            out = x.copy()
+            moved, vm = np.moveaxis(out, axis, 0), np.moveaxis(v.astype(x.dtype), axis, 0)
+            for k, j in enumerate(np.where(i < 0, i + moved.shape[0], i)):
+                moved[j] = moved[j] + vm[k]
+            return out
+        return want
+    for dtype in NUMERIC:
+        x, v = rand((3, 4), dtype), rand((3, 4), dtype, seed=5)
+        add(Sample("Tensor.index_add", lambda t, i, u: t.index_add(i, 1, u), (x, idx, v),
+                   ia_want(1), SUM, terms=lambda t, i, u: ia_want(1)(np.abs(f64(t)), i,
+                                                                     np.abs(f64(u)))))
+        add(Sample("Tensor.index_add_", lambda t, i, u: t.index_add_(i, 0, u),
+                   (x.copy(), np.array([1, 1]), v[:2]), ia_want(0), SUM,
+                   terms=lambda t, i, u: ia_want(0)(np.abs(f64(t)), i, np.abs(f64(u))),
+                   writes=0))
+    add(Sample("cc.index_add", lambda t, i, u: cc.index_add(t, i, 0, u),
+               (rand((4,), F32), np.array([0, 3, 0]), rand((3,), F32, seed=1)), ia_want(0),
+               SUM, terms=lambda t, i, u: ia_want(0)(np.abs(f64(t)), i, np.abs(f64(u)))))
+    add(Sample("cc.index_add_", lambda t, i, u: cc.index_add_(t, i, 1, u),
+               (rand((2, 3), F32), np.array([2]), rand((2, 1), F32, seed=1)), ia_want(1), SUM,
+               terms=lambda t, i, u: ia_want(1)(np.abs(f64(t)), i, np.abs(f64(u))), writes=0))
+    add(Sample("Tensor.index_add", lambda t, i, u: t.index_add(i, 1, u),
+               (rand((3, 4), F64), idx, rand((3, 4), F64, seed=5)), ia_want(1), SUM,
+               terms=lambda t, i, u: ia_want(1)(np.abs(t), i, np.abs(u)), grad=True))
+    add(Sample("Tensor.index_add_", lambda t, i, u: t.index_add_(i, 1, u),
+               (rand((3, 4), F64), idx, rand((3, 4), F64, seed=5)), ia_want(1), SUM,
+               terms=lambda t, i, u: ia_want(1)(np.abs(t), i, np.abs(u)), grad=True, writes=0))
+    invalid("Tensor.index_add", lambda t, u: t.index_add(np.array([0]), 0, u),
+            [np.ones((3, 2)), np.ones((2, 2))], cc.ShapeError)
+
+    # take_along_axis / put_along_axis (indices broadcast outside the axis)
+    ti = np.array([[0, 2], [1, 1], [-1, 0]])
+    for dtype in ALL:
+        x = rand((3, 4), dtype)
+        add(Sample("Tensor.take_along_axis", lambda t, i: t.take_along_axis(i, 1), (x, ti),
+                   lambda a, i: a[_np_along(a, i, 1)]))
+        add(Sample("cc.take_along_axis", lambda t, i: cc.take_along_axis(t, i, axis=0),
+                   (x, np.array([[2, 0, 1, 1]])), lambda a, i: a[_np_along(a, i, 0)]))
+    add(Sample("Tensor.take_along_axis", lambda t, i: t.take_along_axis(i, 1),
+               (rand((3, 4), F64), ti), lambda a, i: a[_np_along(a, i, 1)], grad=True))
+
+    def put_want(axis, reduce="assign"):
+        def want(x, i, v):
+            out = x.copy()
+            grids = _np_along(x, i, axis)
+            vals = np.broadcast_to(np.asarray(v).astype(x.dtype), i.shape)
+            if reduce == "add":
+                for k in np.ndindex(*i.shape):
+                    pos = tuple(g[k] if g.ndim else g for g in np.broadcast_arrays(*grids))
+                    out[pos] = out[pos] + vals[k]
+            else:
+                out[grids] = vals
+            return out
+        return want
+    ui = np.array([[0, 2], [1, 3], [3, 0]])   # distinct per row: assign is well defined
+    for dtype in ALL:
+        x, v = rand((3, 4), dtype), rand((3, 2), dtype, seed=7)
+        add(Sample("Tensor.put_along_axis", lambda t, i, u: t.put_along_axis(i, u, 1),
+                   (x, ui, v), put_want(1)))
+        add(Sample("Tensor.put_along_axis_", lambda t, i, u: t.put_along_axis_(i, u, 1),
+                   (x.copy(), ui, v), put_want(1), writes=0))
+    for dtype in NUMERIC:
+        x, v = rand((3, 4), dtype), rand((3, 2), dtype, seed=7)
+        rep = np.array([[0, 0], [1, 3], [2, 2]])  # repeated indices add up
+        add(Sample("cc.put_along_axis", lambda t, i, u: cc.put_along_axis(t, i, u, 1, "add"),
+                   (x, rep, v), put_want(1, "add"), SUM,
+                   terms=lambda t, i, u: put_want(1, "add")(np.abs(f64(t)), i, np.abs(f64(u)))))
+    add(Sample("cc.put_along_axis_", lambda t, i: cc.put_along_axis_(t, i, 9.0, 0),
+               (rand((3, 4), F32), np.array([[2, 0, 1, 1]])),
+               lambda t, i: put_want(0)(t, i, 9.0), writes=0))
+    add(Sample("Tensor.put_along_axis", lambda t, i, u: t.put_along_axis(i, u, 1),
+               (rand((3, 4), F64), ui, rand((3, 2), F64, seed=7)), put_want(1), grad=True))
+    add(Sample("Tensor.put_along_axis_", lambda t, i, u: t.put_along_axis_(i, u, 1, "add"),
+               (rand((3, 4), F64), np.array([[0, 0], [1, 3], [2, 2]]), rand((3, 2), F64)),
+               put_want(1, "add"), SUM, terms=lambda t, i, u: put_want(1, "add")(
+                   np.abs(t), i, np.abs(u)), grad=True, writes=0))
+    invalid("Tensor.put_along_axis", lambda t: t.put_along_axis(np.zeros((3, 1), int), 0, 1,
+                                                                "mul"),
+            [np.ones((3, 4))], cc.ShapeError)
+    invalid("Tensor.take_along_axis", lambda t: t.take_along_axis(np.zeros(3, int), 0),
+            [np.ones((3, 4))], cc.ShapeError)
+
+    # split / chunk / stack
+    def parts(sections, axis):
+        def want(x):
+            return tuple(np.split(x, np.cumsum(sections)[:-1], axis=axis))
+        return want
+    for dtype in ALL:
+        x = rand((4, 6), dtype)
+        add(Sample("Tensor.split", lambda t: tuple(t.split(3, axis=1)), (x,), parts([2, 2, 2], 1)))
+        add(Sample("cc.split", lambda t: tuple(cc.split(t, [1, -1, 2])), (x,), parts([1, 1, 2], 0)))
+        add(Sample("Tensor.chunk", lambda t: tuple(t.chunk(2)), (x,), parts([2, 2], 0)))
+        add(Sample("cc.chunk", lambda t: tuple(cc.chunk(t, 6, axis=-1)), (x,), parts([1] * 6, 1)))
+        add(Sample("cc.stack", lambda a, b: cc.stack([a, b], axis=1),
+                   (x, rand((4, 6), dtype, seed=1)), lambda a, b: np.stack([a, b], axis=1)))
+    add(Sample("cc.stack", lambda a: cc.stack([a, a * 2.0, a], -1), (rand((2, 3), F64),),
+               lambda a: np.stack([a, a * 2, a], -1), grad=True))
+    add(Sample("Tensor.split", lambda t: (lambda a, b: cc.concat([b, a * 3.0], 1))(
+        *t.split([1, 3], 1)), (rand((2, 4), F64),),
+        lambda x: np.concatenate([x[:, 1:], x[:, :1] * 3], 1), grad=True))
+    add(Sample("Tensor.split", lambda t: (t.split([2, 1])[1].exp_(), t)[1], (rand((3, 2), F32),),
+               lambda a: np.concatenate([a[:2], np.exp(a[2:])]), ULP, writes=0,
+               label="|view-write"))
+    invalid("Tensor.split", lambda t: t.split(4), [np.ones(6)], cc.ShapeError)
+    invalid("cc.split", lambda t: cc.split(t, [2, 2]), [np.ones(6)], cc.ShapeError)
+    invalid("Tensor.chunk", lambda t: t.chunk(0), [np.ones(6)], cc.ShapeError)
+    invalid("cc.stack", lambda a, b: cc.stack([a, b]), [np.ones(2), np.ones(3)], cc.ShapeError)
+
+    # min / prod / argmax / argmin
+    for dtype in NUMERIC:
+        for shape, axis, keep in [((3, 4), None, False), ((3, 4), 0, False), ((2, 3, 4), -1, True),
+                                  ((), None, False), ((2, 1, 3), [0, 2], True)]:
+            x = rand(shape, dtype, seed=3)
+            ax = None if axis is None or not shape else tuple(np.atleast_1d(axis))
+            add(Sample("Tensor.min", lambda t, a=axis, k=keep: t.min(a, k), (x,),
+                       lambda v, a=ax, k=keep: np.minimum.reduce(v, axis=a, keepdims=k)
+                       if v.ndim else v.copy()))
+            add(Sample("cc.prod", lambda t, a=axis, k=keep: cc.prod(t, axis=a, keepdim=k), (x,),
+                       lambda v, a=ax, k=keep: np.multiply.reduce(
+                           v.astype(v.dtype if v.dtype.kind == "f" else I64), axis=a,
+                           keepdims=k) if v.ndim else v.astype(
+                               v.dtype if v.dtype.kind == "f" else I64), SUM,
+                       terms=lambda v, a=ax, k=keep: np.abs(np.multiply.reduce(
+                           f64(v), axis=a, keepdims=k)) if v.ndim else np.abs(f64(v))))
+        add(Sample("Tensor.prod", lambda t: t.prod(), (rand((0, 3), dtype),),
+                   lambda v: np.ones((), v.dtype if v.dtype.kind == "f" else I64),
+                   label="|empty"))
+    add(Sample("cc.min", lambda t: cc.min(t, axis=0), (specials(F32)[None, :],),
+               lambda v: np.minimum.reduce(v, axis=0), label="|special"))
+    x = np.array([[1.0, 3.0, 0.5], [2.0, 2.0, 2.0]])
+    add(Sample("Tensor.min", lambda t: t.min(axis=1), (x,), lambda t: t.min(axis=1), grad=True,
+               grad_want=lambda t, w: np.array([[0, 0, 1.0], [1 / 3] * 3]) * w[:, None],
+               label="|ties"))
+    add(Sample("Tensor.min", lambda t: t.min(axis=0), (rand((3, 4), F64),),
+               lambda t: t.min(axis=0), grad=True))
+    for label, x in [("", rand((3, 4), F64, 0.5, 2)), ("|one-zero", np.array(
+            [[0.0, 2.0, 3.0], [1.5, 0.5, 2.0]])), ("|two-zeros", np.array([[0.0, 0.0, 3.0],
+                                                                          [1.5, 0.5, 2.0]]))]:
+        add(Sample("Tensor.prod", lambda t: t.prod(axis=1), (x,),
+                   lambda v: np.multiply.reduce(v, axis=1), SUM,
+                   terms=lambda v: np.abs(np.multiply.reduce(v, axis=1)), grad=True,
+                   label=label))
+    invalid("Tensor.min", lambda t: t.min(axis=0), [np.ones((0, 2))], cc.ShapeError)
+    for name, fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+        for dtype in ALL:
+            x = rand((3, 4), dtype, -2, 2, seed=4)   # small range: ties, the first one wins
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=1), (x,),
+                       lambda v, f=fn: f(v, axis=1)))
+            add(Sample(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t), (x,),
+                       lambda v, f=fn: np.asarray(f(v.reshape(-1)))))
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(0, keepdim=True,
+                                                                           dtype="int32"),
+                       (x,), lambda v, f=fn: f(v, axis=0, keepdims=True).astype(I32)))
+        add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (specials(F64),),
+                   lambda v, f=fn: np.asarray(f(v)), label="|special"))
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), [np.ones((0, 2))],
+                cc.ShapeError)
+
+    # F.silu, F.softmax_, F.embedding, F.scaled_dot_product_attention
+    for dtype in FLOATS:
+        for label, x in layouts((3, 4), dtype):
+            add(Sample("F.silu", lambda t: F.silu(t), (x,),
+                       lambda v: (f64(v) / (1 + np.exp(-f64(v)))).astype(v.dtype), CLOSE,
+                       label=label))
+        add(Sample("F.softmax_", lambda t: F.softmax_(t, axis=0), (rand((3, 4), dtype),),
+                   lambda v: _softmax(v, 0), CLOSE, writes=0))
+    add(Sample("F.silu", lambda t: F.silu(t), (rand((2, 3), F64),),
+               lambda v: v / (1 + np.exp(-v)), CLOSE, grad=True))
+    add(Sample("F.softmax_", lambda t: F.softmax_(t), (rand((2, 3), F64),),
+               lambda v: _softmax(v, -1), CLOSE, grad=True, writes=0))
+    invalid("F.softmax_", lambda t: F.softmax_(t, dtype="float32"), [np.ones(3)], cc.TraceError)
+
+    def emb_want(pad=None):
+        def want(ids, w):
+            w = w.copy()
+            if pad is not None:
+                w[pad] = 0
+            return w[ids]
+        return want
+    for dtype in FLOATS:
+        w = rand((5, 3), dtype)
+        add(Sample("F.embedding", lambda i, t: F.embedding(i, t), (np.array([[0, 4], [2, 0]]), w),
+                   emb_want()))
+        add(Sample("F.embedding", lambda i, t: F.embedding(i, t, padding_idx=-1),
+                   (np.array([4, 1, 4], np.int32), w), emb_want(4), label="|padding"))
+    add(Sample("F.embedding", lambda i, t: F.embedding(i, t), (np.array([[0, 4, 0], [2, 0, 1]]),
+               rand((5, 3), F64)), emb_want(), grad=True, wrt=(1,)))
+    add(Sample("F.embedding", lambda i, t: F.embedding(i, t, padding_idx=0),
+               (np.array([[0, 4, 0], [2, 0, 1]]), rand((5, 3), F64)), emb_want(0), grad=True,
+               wrt=(1,), label="|padding"))
+    invalid("F.embedding", lambda i, t: F.embedding(i, t), [np.array([0]), np.ones(3)],
+            cc.ShapeError)
+
+    def sdpa_want(causal=False, mask=None):
+        def want(q, k, v, *m):
+            q, k, v = (np.moveaxis(f64(a), 2, 1) for a in (q, k, v))
+            s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(q.shape[-1])
+            if causal:
+                s = np.where(np.arange(s.shape[-1]) <= np.arange(s.shape[-2])[:, None], s,
+                             -np.inf)
+            if m:
+                s = np.where(m[0], s, -np.inf) if m[0].dtype == B else s + m[0]
+            p = np.exp(s - s.max(-1, keepdims=True))
+            p = p / p.sum(-1, keepdims=True)
+            return np.moveaxis(np.einsum("bhij,bhjd->bhid", p, v), 1, 2)
+        return want
+    for dtype in FLOATS:
+        q, k, v = (rand((2, 4, 2, 3), dtype, seed=s) for s in range(3))
+        add(Sample("F.scaled_dot_product_attention",
+                   lambda a, b, c: F.scaled_dot_product_attention(a, b, c), (q, k, v),
+                   lambda a, b, c: sdpa_want()(a, b, c).astype(a.dtype), CLOSE))
+        add(Sample("F.scaled_dot_product_attention",
+                   lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True),
+                   (q, k, v), lambda a, b, c: sdpa_want(True)(a, b, c).astype(a.dtype), CLOSE,
+                   label="|causal"))
+        add(Sample("F.scaled_dot_product_attention",
+                   lambda a, b, c, m: F.scaled_dot_product_attention(a, b, c, attn_mask=m),
+                   (q, k, v, rand((4, 4), dtype, seed=5)),
+                   lambda a, b, c, m: sdpa_want()(a, b, c, m).astype(a.dtype), CLOSE,
+                   label="|additive"))
+    bm = rand((4, 4), B, seed=6)
+    bm[:, 0] = True
+    qkv = tuple(rand((1, 4, 2, 3), F64, seed=s) for s in range(3))
+    add(Sample("F.scaled_dot_product_attention",
+               lambda a, b, c, m: F.scaled_dot_product_attention(a, b, c, attn_mask=m),
+               qkv + (bm,), sdpa_want(), CLOSE, grad=True, label="|bool"))
+    add(Sample("F.scaled_dot_product_attention",
+               lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True),
+               qkv, sdpa_want(True), CLOSE, grad=True, label="|causal"))
+    def sdpa_dropout(q, k, v, s):
+        qh, kh, vh = (np.moveaxis(a, 2, 1) for a in (q, k, v))
+        sc = np.einsum("bhid,bhjd->bhij", qh, kh) / np.sqrt(q.shape[-1])
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        p = p / p.sum(-1, keepdims=True)
+        keep = philox_uniform(p.shape, p.dtype, int(s), 0) >= 0.25
+        p = np.where(keep, p / 0.75, 0)
+        return np.moveaxis(np.einsum("bhij,bhjd->bhid", p, vh), 1, 2)
+    add(Sample("F.scaled_dot_product_attention",
+               lambda a, b, c, s: F.scaled_dot_product_attention(a, b, c, dropout_p=0.25,
+                                                                 seed=s),
+               qkv + (np.array(11, np.uint64),), sdpa_dropout, CLOSE, grad=True,
+               wrt=(0, 1, 2), label="|dropout"))
+    invalid("F.scaled_dot_product_attention",
+            lambda a: F.scaled_dot_product_attention(a, a, a), [np.ones((2, 3))], cc.ShapeError)
+
+
+build_model_ops()
+
+
+# -- issue 10: random numbers ------------------------------------------------------------------
+# An independent Philox-4x32-10 (Salmon et al., SC 2011) on Python ints, one counter at a time.
+def philox_words(counter, key):
+    c, k = list(counter), list(key)
+    for r in range(10):
+        if r:
+            k = [(k[0] + 0x9E3779B9) % 2 ** 32, (k[1] + 0xBB67AE85) % 2 ** 32]
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 % 2 ** 32, (p0 >> 32) ^ c[3] ^ k[1], p0 % 2 ** 32]
+    return c
+
+
+def _words(shape, seed, stream):
+    n = int(np.prod(shape))
+    key = (seed % 2 ** 32, seed >> 32)
+    return [philox_words((i % 2 ** 32, i >> 32, stream % 2 ** 32, stream >> 32), key)
+            for i in range(n)]
+
+
+def philox_uniform(shape, dtype, seed, stream):
+    """The project's uniform numbers: float32 from the top 24 bits of word 0, float64 from 53
+    bits of words 0 and 1."""
+    if np.dtype(dtype) == F32:
+        vals = [w[0] >> 8 for w in _words(shape, seed, stream)]
+        return (np.array(vals, F64) / 2.0 ** 24).astype(F32).reshape(shape)
+    vals = [((w[0] >> 5) * 2 ** 26 + (w[1] >> 6)) for w in _words(shape, seed, stream)]
+    return (np.array(vals, F64) / 2.0 ** 53).reshape(shape)
+
+
+def philox_normal(shape, dtype, seed, stream):
+    out = []
+    for w in _words(shape, seed, stream):
+        u1 = 1.0 - ((w[0] >> 5) * 2 ** 26 + (w[1] >> 6)) / 2.0 ** 53
+        u2 = ((w[2] >> 5) * 2 ** 26 + (w[3] >> 6)) / 2.0 ** 53
+        out.append(math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2))
+    return np.array(out, F64).astype(dtype).reshape(shape)
+
+
+def build_random():
+    for dtype in FLOATS:
+        for shape, seed in [((3, 4), 0), ((), 5), ((0, 2), 1), ((7,), 2 ** 63 + 11)]:
+            add(Sample("cc.rand", lambda s=shape, d=dtype, k=seed: cc.rand(s, d, seed=k), (),
+                       lambda s=shape, d=dtype, k=seed: philox_uniform(s, d, k, 0)))
+            add(Sample("cc.randn", lambda s=shape, d=dtype, k=seed: cc.randn(s, d, seed=k), (),
+                       lambda s=shape, d=dtype, k=seed: philox_normal(s, d, k, 0), ULP))
+        seed = np.array(123456789, np.uint64)
+        # the seed as an argument; a second call site draws from the next stream
+        add(Sample("cc.rand", lambda k, d=dtype: (cc.rand([2, 3], d, seed=k),
+                                                  cc.rand([2, 3], d, seed=k)), (seed,),
+                   lambda k, d=dtype: (philox_uniform((2, 3), d, int(k), 0),
+                                       philox_uniform((2, 3), d, int(k), 1)), label="|streams"))
+        add(Sample("Tensor.uniform_", lambda t, k: t.uniform_(-2.0, 3.0, seed=k),
+                   (rand((3, 4), dtype), seed),
+                   lambda t, k: (philox_uniform(t.shape, t.dtype, int(k), 0) * t.dtype.type(5)
+                                 + t.dtype.type(-2)).astype(t.dtype), ULP, writes=0))
+        add(Sample("Tensor.normal_", lambda t: t.normal_(1.0, 0.5, seed=3), (rand((5,), dtype),),
+                   lambda t: (philox_normal(t.shape, t.dtype, 3, 0) * t.dtype.type(0.5)
+                              + t.dtype.type(1)).astype(t.dtype), ULP, writes=0))
+    add(Sample("cc.uniform_", lambda t: cc.uniform_(t, seed=4), (rand((2, 2), F64),),
+               lambda t: philox_uniform(t.shape, F64, 4, 0) * 2.0 - 1.0, ULP, writes=0))
+    add(Sample("cc.normal_", lambda t: cc.normal_(t), (rand((3,), F32),),
+               lambda t: philox_normal(t.shape, F32, 0, 0), ULP, writes=0))
+    add(Sample("Tensor.uniform_", lambda t: t.uniform_(0, 10, seed=1), (rand((4,), I32),),
+               lambda t: (philox_uniform((4,), F32, 1, 0) * np.float32(10)).astype(I32),
+               writes=0, label="|int"))
+    # the `_` forms through a view write the caller's region only
+    add(Sample("Tensor.normal_", lambda t: (t[1:, ::2].normal_(seed=9), t)[1],
+               (rand((3, 4), F64),), lambda t: _put(t, (slice(1, None), slice(None, None, 2)),
+                                                    philox_normal((2, 2), F64, 9, 0)),
+               ULP, writes=0, label="|view"))
+    invalid("cc.rand", lambda: cc.rand([2], seed=-1), [], cc.TraceError)
+    invalid("cc.randn", lambda: cc.randn([2], seed=1.5), [], cc.TraceError)
+    invalid("Tensor.uniform_", lambda t: t.uniform_(seed=t), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.normal_", lambda t: t.expand([2, 2]).normal_(), [np.ones(2)],
+            cc.InplaceError)
+
+
+def _put(a, idx, v):
+    out = a.copy()
+    out[idx] = v
+    return out
+
+
+build_random()

@@ -325,6 +325,7 @@ INTERNAL_OPS = {
     "constant": "cc.to_tensor",
     "full": "cc.full, cc.zeros, cc.ones, Python scalars",
     "gemm": "Tensor.addmm (and the GEMM-accumulate pass, for weight updates)",
+    "philox": "cc.rand, cc.randn, Tensor.uniform_, Tensor.normal_, F.dropout",
 }
 # Public names that are not ops: what they do is tested elsewhere (autodiff, api, errors).
 NOT_OPS = {

@@ -201,9 +201,45 @@ def _other_cases():
     }
 
 
+def _issue10_cases():
+    frac = RNG.integers(-3, 3, (3, 4)) + RNG.uniform(0.1, 0.4, (3, 4))  # clear of the jumps
+    idx = np.array([2, 0, 2, 1])
+    return {
+        "floor": [(lambda x: x.floor() * x, [frac])],
+        "ceil": [(lambda x: x.ceil() * x, [frac])],
+        "round": [(lambda x: x.round() * x, [frac])],
+        "trunc": [(lambda x: x.trunc() * x, [frac])],
+        "reciprocal": [(lambda x: x.reciprocal(), [away_from_zero(3, 4)])],
+        "rsqrt": [(lambda x: x.rsqrt(), [positive(3, 4)])],
+        "expm1": [(lambda x: x.expm1(), [normal(3, 4)])],
+        "log1p": [(lambda x: x.log1p(), [positive(3, 4)])],
+        "log2": [(lambda x: x.log2(), [positive(3, 4)])],
+        "log10": [(lambda x: x.log10(), [positive(3, 4)])],
+        "sinh": [(lambda x: x.sinh(), [normal(3, 4)])],
+        "cosh": [(lambda x: x.cosh(), [normal(3, 4)])],
+        "asin": [(lambda x: (x * 0.3).asin(), [normal(3, 4)])],
+        "acos": [(lambda x: (x * 0.3).acos(), [normal(3, 4)])],
+        "atan": [(lambda x: x.atan(), [normal(3, 4)])],
+        "lerp": [(lambda x, y, w: x.lerp(y, w), [normal(3, 4), normal(4), normal(3, 1)])],
+        "min": [(lambda x: x.min(axis=1), [distinct(2, 3, 4)])],
+        "prod": [(lambda x: x.prod(axis=-1), [normal(2, 3, 4)]),
+                 (lambda x: x.prod(), [normal(2, 3)])],
+        "cumsum": [(lambda x: x.cumsum(1), [normal(2, 3, 4)]),
+                   (lambda x: x.cumsum(), [normal(2, 3)])],
+        "index_select": [(lambda x: x.index_select(idx, 1), [normal(2, 3)])],
+        "index_add": [(lambda x, v: x.index_add(idx, 0, v), [normal(3, 2), normal(4, 2)])],
+        "take_along_axis": [(lambda x: x.take_along_axis(np.array([[0, 2], [1, 1]]), 1),
+                             [normal(2, 3)])],
+        "put_along_axis": [(lambda x, v: x.put_along_axis(np.array([[0, 2], [1, 0]]), v, 1),
+                            [normal(2, 3), normal(2, 2)]),
+                           (lambda x, v: x.put_along_axis(np.array([[0, 0]]), v, 1, "add"),
+                            [normal(2, 3), normal(2, 2)])],
+    }
+
+
 CASES: dict[str, list] = {}
 for _table in (_unary_cases(), _binary_cases(), _reduction_and_matmul_cases(), _view_cases(),
-               _other_cases()):
+               _other_cases(), _issue10_cases()):
     CASES.update(_table)
 
 DIFFERENTIABLE = sorted(name for name, op in REGISTRY.items() if op.differentiable)
@@ -239,8 +275,9 @@ def test_two_form_ops_are_the_ones_the_design_names():
 
 
 def _two_form_input(op):
-    """Inputs of `x * 1.5` for `op`: positive for sqrt, clear of tan's poles and relu's kink."""
-    if op == "sqrt":
+    """Inputs of `x * 1.5` for `op`: positive for sqrt and rsqrt, clear of tan's poles and
+    relu's kink."""
+    if op in ("sqrt", "rsqrt"):
         return positive(3, 4)
     if op == "tan":
         return away_from_zero(3, 4, gap=0.1) * 0.6
