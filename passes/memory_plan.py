@@ -25,8 +25,9 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
      returned buffers), the lower bound (live bytes with perfect packing at the worst point),
      naive (no reuse at all) and, by replanning with inplace="off", the no-inplace peak; arena
      buffers count at their aligned size in all four.
-  6. In "auto", if that plan without reuse has the lower peak, it is the plan (its decisions
-     say why): inplace="auto" never costs memory.
+  6. In "auto", if that plan without reuse has the lower peak, the plan with only the user's
+     own inplace ops replaces it when no bigger, else the plan without reuse does (its
+     decisions say why): inplace="auto" never costs memory.
 """
 from __future__ import annotations
 
@@ -478,8 +479,16 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     off = plan_memory(graph, "off", donate, alignment, baseline=False)
     plan.no_inplace_peak_bytes = off.peak_bytes
     if inplace == "auto" and off.peak_bytes < plan.peak_bytes:
-        # Step 6: placement is a heuristic, and reuse can pack worse (rarely, and by a few
-        # cache lines). "auto" promises never to cost memory: take the plan without reuse.
+        # Step 6: placement is a heuristic, and reuse can pack worse. "auto" promises never to
+        # cost memory: keep the user's own inplace ops (an optimizer's updates of caller
+        # arrays) if that plan is no bigger than the one without reuse, else take that one.
+        _, mine = reinplace(graph, "auto", donate, requested_only=True)
+        if any(d.inplace for d in mine):
+            ours = plan_memory(graph, "auto", donate, alignment, decisions=mine,
+                               baseline=False)
+            if ours.peak_bytes <= off.peak_bytes:
+                ours.no_inplace_peak_bytes = off.peak_bytes
+                return ours
         off.inplace, off.no_inplace_peak_bytes = "auto", off.peak_bytes
         off.decisions = [_without_reuse(d, plan.peak_bytes, off.peak_bytes)
                          for d in decisions]

@@ -292,6 +292,8 @@ def returned(node: Node, i: int, st: _State) -> str | None:
 
 
 CONDITIONS = (cannot_overwrite, read_later, caller_buffer, returned)
+REQUESTED_ONLY = ("automatic reuse packs worse here: only the inplace ops the user wrote run "
+                  "in place")
 
 
 def _candidates(node: Node) -> list[int]:
@@ -311,9 +313,11 @@ def _candidates(node: Node) -> list[int]:
     return []
 
 
-def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, list[Decision]]:
+def reinplace(graph: Graph, inplace: str = "auto", donate=(),
+              requested_only: bool = False) -> tuple[Graph, list[Decision]]:
     """Decide every inplace candidate of `graph`. Returns the graph unchanged and the
-    decisions (in program order)."""
+    decisions (in program order). `requested_only=True` leaves the ops the user wrote out of
+    place out of place (the planner's fallback when automatic reuse packs worse)."""
     assert inplace in ("auto", "off", "strict"), inplace
     aliases: AliasInfo = alias_analysis(graph)  # Step 1
     live: Liveness = liveness(graph, aliases)
@@ -334,6 +338,8 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=()) -> tuple[Graph, li
         for i in candidates:
             if inplace == "off":
                 reason = "inplace='off': every op writes a fresh buffer"
+            elif requested_only and not requested:
+                reason = REQUESTED_ONLY
             else:
                 reason = next((r for r in (c(node, i, st) for c in CONDITIONS) if r), None)
             if reason is None:

@@ -203,3 +203,23 @@ def test_the_four_figures_share_one_footing():
     assert (plan.naive_bytes, plan.no_inplace_peak_bytes, plan.peak_bytes,
             plan.lower_bound_bytes) == (96, 96, 96, 96)
     assert "naive >= no-inplace peak >= peak >= lower bound" in plan.report()
+
+
+def test_when_reuse_packs_worse_the_users_own_inplace_ops_are_kept_if_that_fits():
+    """Step 6 of plan_memory: "auto" never costs memory. A plan with only the requested
+    inplace ops is taken when it is no bigger than the plan without any reuse."""
+    from passes.memory_plan import plan_memory as plan
+    from passes.reinplace import REQUESTED_ONLY, reinplace
+
+    def f(x, w):
+        y = (x @ w).exp()            # auto candidate
+        w.add_(1.0)                  # the user's own inplace op on a caller's array
+        return y.sum()
+
+    graph = passes.dce(cc.trace(f, np.ones((4, 4)), np.ones((4, 4))))
+    _, mine = reinplace(graph, "auto", requested_only=True)
+    assert [d.inplace for d in mine if d.requested] == [True]
+    assert all(not d.inplace and d.reason == REQUESTED_ONLY for d in mine if not d.requested)
+    p = plan(graph, "auto", decisions=mine, baseline=False)
+    verify_plan(graph, p)
+    assert p.peak_bytes >= p.lower_bound_bytes
