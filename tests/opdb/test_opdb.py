@@ -25,19 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "pas
 import samples as db  # noqa: E402
 from gradcheck import grad_program, loss_program, numeric_grad, weights  # noqa: E402
 
-# -- backends: one list; "cpu" and "gpu" join when they can compile a program -----------------
-BACKENDS = ("numpy", "cpu", "gpu")
-
-
-def _available(backend: str) -> bool:
-    try:
-        cc.compile(lambda x: x + 1.0, backend=backend)(np.ones(2, np.float32))
-    except (cc.CompilerError, ImportError, RuntimeError):
-        return False
-    return True
-
-
-AVAILABLE = [b for b in BACKENDS if _available(b)]
+from tests.backends import AVAILABLE, BACKENDS  # noqa: E402,F401
 
 # Tolerances per class (ISSUE-NOTES, issue 8), per float dtype.
 ULPS = 4

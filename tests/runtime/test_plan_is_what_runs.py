@@ -16,20 +16,9 @@ from compiler.cli import load_example
 from passes.verify import PlanError, verify_plan
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
+from tests.backends import AVAILABLE
 
 SLACK = 64 * 1024  # small objects: array headers, the argument checks, NumPy's ufunc buffers
-BACKENDS = ("numpy", "cpu", "gpu")
-
-
-def _available(backend: str) -> bool:
-    try:
-        cc.compile(lambda x: x + 1.0, backend=backend)(np.ones(2, np.float32))
-    except (cc.CompilerError, ImportError, RuntimeError):
-        return False
-    return True
-
-
-AVAILABLE = [b for b in BACKENDS if _available(b)]
 
 
 def _copies(args):

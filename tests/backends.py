@@ -1,0 +1,18 @@
+"""The backends every backend-parametrized test runs: one list; "cpu" and "gpu" join when they
+can compile and run a program here."""
+import numpy as np
+
+import compiler as cc
+
+BACKENDS = ("numpy", "cpu", "gpu")
+
+
+def available(backend: str) -> bool:
+    try:
+        cc.compile(lambda x: x + 1.0, backend=backend)(np.ones(2, np.float32))
+    except (cc.CompilerError, ImportError, RuntimeError):
+        return False
+    return True
+
+
+AVAILABLE = [b for b in BACKENDS if available(b)]
