@@ -3,34 +3,15 @@ this file and the line of the offending call, and leaves the caller's arrays unc
 
 Lines are found by marker comments (`# <- name`), so edits above a test don't break it.
 """
-import os
 
 import numpy as np
 import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
+from tests.error_lines import error_checker
 
-_THIS = os.path.basename(__file__)
-
-
-def line_of(marker: str) -> int:
-    """The line of this file that ends with the comment `# <- marker`."""
-    with open(__file__) as f:
-        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# <- {marker}")]
-    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times"
-    return hits[0]
-
-
-def check_error(excinfo, cls, marker, *fragments):
-    """The error is a `cls`, names `test_errors.py:LINE` of the marker, and says `fragments`."""
-    err = excinfo.value
-    assert isinstance(err, cls), f"{type(err).__name__} is not a {cls.__name__}: {err}"
-    assert isinstance(err, cc.CompilerError)
-    msg = str(err)
-    assert f"{_THIS}:{line_of(marker)}" in msg, msg
-    for fragment in fragments:
-        assert fragment in msg, f"{fragment!r} not in {msg!r}"
+line_of, check_error = error_checker(__file__)
 
 
 def compiled(fn):

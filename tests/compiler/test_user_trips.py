@@ -10,25 +10,10 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
+from tests.error_lines import error_checker
 
+line_of, check_error = error_checker(__file__)
 _THIS = os.path.basename(__file__)
-
-
-def line_of(marker: str) -> int:
-    with open(__file__) as f:
-        hits = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# <- {marker}")]
-    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times"
-    return hits[0]
-
-
-def check_error(excinfo, cls, marker, *fragments):
-    err = excinfo.value
-    assert isinstance(err, cls), f"{type(err).__name__} is not a {cls.__name__}: {err}"
-    assert isinstance(err, cc.CompilerError)
-    msg = str(err)
-    assert f"{_THIS}:{line_of(marker)}" in msg, msg
-    for fragment in fragments:
-        assert fragment in msg, f"{fragment!r} not in {msg!r}"
 
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
