@@ -87,12 +87,18 @@ defop("sum", REDUCTION, _reduce_infer(_sum_dtype), _sum_ref, into=_sum_into,
       vjp={"none": _sum_vjp})
 defop("mean", REDUCTION, _reduce_infer(_mean_dtype), _mean_ref, into=_mean_into,
       vjp={"none": _mean_vjp})
-def _max_infer(types, axis=None, keepdim=False):
-    shape, dtype = types[0]
-    if any(shape[a] == 0 for a in normalize_axes(axis, len(shape)) if len(shape)):
-        raise ShapeError(f"max over an axis of size 0 (shape {list(shape)}): the maximum of "
-                         "no elements is undefined")
-    return reduced_shape(shape, axis, keepdim), dtype
+def _extremum_infer(op, what):
+    """max/min keep the dtype; over an empty axis they are undefined (a trace-time error)."""
+    def infer(types, axis=None, keepdim=False):
+        shape, dtype = types[0]
+        if any(shape[a] == 0 for a in normalize_axes(axis, len(shape)) if len(shape)):
+            raise ShapeError(f"{op} over an axis of size 0 (shape {list(shape)}): the {what} "
+                             "of no elements is undefined")
+        return reduced_shape(shape, axis, keepdim), dtype
+    return infer
+
+
+_max_infer = _extremum_infer("max", "maximum")
 
 
 defop("max", REDUCTION, _max_infer, _max_ref, into=_max_into,
@@ -420,12 +426,7 @@ def _min_vjp(ctx, g):
     return _max_vjp(ctx, g)  # the same rule: ties share the gradient equally
 
 
-def _min_infer(types, axis=None, keepdim=False):
-    shape, dtype = types[0]
-    if any(shape[a] == 0 for a in normalize_axes(axis, len(shape)) if len(shape)):
-        raise ShapeError(f"min over an axis of size 0 (shape {list(shape)}): the minimum of "
-                         "no elements is undefined")
-    return reduced_shape(shape, axis, keepdim), dtype
+_min_infer = _extremum_infer("min", "minimum")
 
 
 defop("min", REDUCTION, _min_infer,
