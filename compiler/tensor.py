@@ -1156,7 +1156,9 @@ _UFUNC_OPERATORS = {
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
-        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to") or op.random:
+        # gelu and layer_norm are reached through F (Paddle has no such Tensor methods)
+        if op.kind != ELEMENTWISE or op.random or name in (
+                "cast", "broadcast_to", "gelu", "gelu_grad", "layer_norm"):
             continue
         if not hasattr(Tensor, name):
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))

@@ -1,7 +1,8 @@
 """`compiler.nn.functional`: Paddle's functional NN API, built from registry primitives.
 
-Composite functions (gelu, layer_norm, cross_entropy, linear, mse_loss, dropout) are written
-with Tensor ops, so their gradients come from the primitives' VJPs.
+Composite functions (cross_entropy, linear, mse_loss, dropout) are written with Tensor ops, so
+their gradients come from the primitives' VJPs. gelu and layer_norm are registry ops
+(`compiler/ops/nn_ops.py`) whose backward keeps only compact values.
 """
 from __future__ import annotations
 
@@ -68,10 +69,9 @@ def hardtanh_(x: Tensor, min: float = -1.0, max: float = 1.0) -> Tensor:
 
 
 def gelu(x: Tensor, approximate: bool = False) -> Tensor:
-    if approximate:
-        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-        return x * 0.5 * (inner.tanh() + 1.0)
-    return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+    """x * Phi(x) (`approximate=True`: the tanh form). One op: its backward reads only x."""
+    x = x if isinstance(x, Tensor) else to_tensor(x)
+    return x.primitive("gelu", approximate=bool(approximate))
 
 
 def softmax(x: Tensor, axis: int = -1, dtype=None) -> Tensor:
@@ -290,14 +290,15 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, epsilon=1e-5
         raise ShapeError(f"layer_norm: normalized_shape {list(normalized_shape)} doesn't match "
                          f"the trailing dimensions of {x.shape}", _tr.user_loc())
     axes = list(range(x.ndim - n, x.ndim))
-    centered = x - x.mean(axis=axes, keepdim=True)
-    var = centered.square().mean(axis=axes, keepdim=True)
-    out = centered / (var + epsilon).sqrt()
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
+    # Per-row statistics, without gradient: the layer_norm op's VJP differentiates through
+    # them, and they are all its backward keeps besides x and the weight (n times smaller).
+    xs = x.detach()
+    mean = xs.mean(axis=axes, keepdim=True)
+    var = (xs - mean).square().mean(axis=axes, keepdim=True)
+    rstd = 1.0 / (var + epsilon).sqrt()
+    affine = [t for t in (weight, bias) if t is not None]
+    return x.primitive("layer_norm", mean, rstd, *affine, n=n, weight=weight is not None,
+                       bias=bias is not None)
 
 
 def linear(x: Tensor, weight: Tensor, bias=None) -> Tensor:

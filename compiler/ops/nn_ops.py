@@ -1,17 +1,152 @@
-"""Neural-network primitives: row-wise softmax, one_hot, conv2d and max_pool2d (with their
-gradient ops, which are primitives of their own so that backends can implement them directly).
+"""Neural-network primitives: gelu and layer normalisation (fused composites that keep only
+compact values for their backward), row-wise softmax, one_hot, conv2d and max_pool2d (with
+their gradient ops, which are primitives of their own so that backends can implement them
+directly).
 
-Composite functions (gelu, layer_norm, cross_entropy, linear, ...) live in
-`compiler/nn/functional.py` and are built from primitives.
+Other composite functions (cross_entropy, linear, ...) live in `compiler/nn/functional.py` and
+are built from primitives.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from . import scalar as S
 from ..errors import DataError, ShapeError
-from .registry import OTHER, defop, normalize_axes
+from .registry import (ELEMENTWISE, OTHER, broadcast_shapes, defop, float_of, normalize_axes,
+                       promote)
 from .shape_ops import reduced_shape
+
+# -- gelu: one elementwise op, whose backward reads only its input ----------------------------
+# Written as one op (DESIGN §4, compact saved values): composed of primitives, gelu kept four
+# full-size values for its backward (x / 2, erf(x / sqrt 2) + 1, exp(-x^2 / 2) and the output);
+# as one op it keeps only its input, and `gelu_grad` recomputes what it needs per element.
+# Both expressions follow the decomposed forms step by step (the same roundings on numpy).
+_x, _g = S.arg(0), S.arg(1)
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_TANH_K = math.sqrt(2.0 / math.pi)          # tanh form: k (x + 0.044715 x^3)
+_PDF_K = 1.0 / math.sqrt(2.0 * math.pi)     # the standard normal density's factor
+
+
+def _gelu_expr(attrs):
+    if attrs.get("approximate", False):
+        inner = (_x + _x * _x * _x * 0.044715) * _TANH_K
+        return _x * 0.5 * (S.call("tanh", inner) + 1.0)
+    return _x * 0.5 * (S.call("erf", _x * _SQRT_HALF) + 1.0)
+
+
+def _gelu_grad_expr(attrs):
+    """d gelu / dx times the incoming gradient (arg 1)."""
+    if attrs.get("approximate", False):
+        t = S.call("tanh", (_x + _x * _x * _x * 0.044715) * _TANH_K)
+        slope = (1.0 - t * t) * _TANH_K * (_x * _x * (3.0 * 0.044715) + 1.0)
+        return _g * ((t + 1.0) * 0.5 + _x * 0.5 * slope)
+    cdf = (S.call("erf", _x * _SQRT_HALF) + 1.0) * 0.5
+    pdf = S.call("exp", -(_x * _x) * 0.5) * _PDF_K
+    return _g * (cdf + _x * pdf)
+
+
+def _float_unary_infer(what):
+    def infer(types, **attrs):
+        shape, dtype = types[0]
+        if len(types) > 1:
+            shape = broadcast_shapes(*(t[0] for t in types))
+            if shape != tuple(types[0][0]):
+                raise ShapeError(f"{what}: the gradient's shape {list(types[1][0])} doesn't "
+                                 f"match the input's {list(types[0][0])}")
+        return shape, float_of(promote(*(t[1] for t in types)))
+    return infer
+
+
+def _expr_ref(expr):
+    """A reference that evaluates the scalar expression with numpy, operands converted to the
+    result's float dtype first (as `expr_for` casts them for the emitters)."""
+    def ref(*xs, **attrs):
+        dtype = float_of(promote(*(np.asarray(x).dtype for x in xs)))
+        args = [np.asarray(x).astype(dtype, copy=False) for x in xs]
+        with np.errstate(all="ignore"):
+            return np.asarray(S.evaluate(expr(attrs), args)).astype(dtype, copy=False)
+    return ref
+
+
+def _gelu_vjp(ctx, g):
+    x = ctx.inputs[0]
+    return (x.primitive("gelu_grad", g, approximate=ctx.attrs.get("approximate", False)),)
+
+
+defop("gelu", ELEMENTWISE, _float_unary_infer("gelu"), _expr_ref(_gelu_expr),
+      expr=_gelu_expr, vjp={"input": _gelu_vjp},
+      doc="gelu(x, approximate): x * Phi(x) (erf form) or its tanh approximation")
+defop("gelu_grad", ELEMENTWISE, _float_unary_infer("gelu_grad"), _expr_ref(_gelu_grad_expr),
+      expr=_gelu_grad_expr, doc="gelu_grad(x, g, approximate): g * gelu'(x)")
+
+# -- layer_norm: statistics, then one elementwise op -----------------------------------------
+# `F.layer_norm` computes each row's mean and 1/std with primitives (mean, a square of the
+# centred row, mean, sqrt), without gradient, then this op: ((x - mean) * rstd) * w + b,
+# elementwise with `mean`/`rstd` ([..., 1, ...]) broadcast along the row. Its VJP is the
+# derivative of the whole normalisation (mean and rstd included, as PyTorch's
+# native_layer_norm_backward), so it keeps only x, mean, rstd and the weight (the per-row
+# statistics are n times smaller than x); the normalised input is recomputed from them.
+# Contract: `mean` and `rstd` are x's statistics over its last `n` axes; they get no gradient.
+
+
+def _layer_norm_expr(attrs):
+    out = (_x - S.arg(1)) * S.arg(2)
+    k = 3
+    if attrs.get("weight", False):
+        out, k = out * S.arg(k), k + 1
+    if attrs.get("bias", False):
+        out = out + S.arg(k)
+    return out
+
+
+def _layer_norm_infer(types, n, weight=False, bias=False):
+    if len(types) != 3 + bool(weight) + bool(bias):
+        raise ShapeError("layer_norm takes x, mean, rstd and the weight and bias it names")
+    shape = tuple(types[0][0])
+    if not 0 <= n <= len(shape):
+        raise ShapeError(f"layer_norm: can't normalise {n} axes of a rank-{len(shape)} tensor")
+    row = shape[:len(shape) - n] + (1,) * n
+    for what, (s, _) in zip(("mean", "rstd"), types[1:3]):
+        if tuple(s) != row:
+            raise ShapeError(f"layer_norm: {what} of shape {list(s)} isn't one value per row "
+                             f"{list(row)}")
+    out = broadcast_shapes(*(t[0] for t in types))
+    if out != shape:
+        raise ShapeError(f"layer_norm: weight or bias of shape {list(types[3][0])} doesn't "
+                         f"broadcast to {list(shape)}")
+    return shape, float_of(promote(*(t[1] for t in types)))
+
+
+def _layer_norm_vjp(ctx, g):
+    x, mean, rstd = ctx.inputs[:3]
+    n, has_w = ctx.attrs["n"], ctx.attrs.get("weight", False)
+    w = ctx.inputs[3] if has_w else None
+    axes = list(range(x.ndim - n, x.ndim))
+    # recomputed from the compact saved values, never kept from the forward pass
+    xhat = x.primitive("layer_norm", mean, rstd, n=n)
+    gw = g * w if w is not None else g
+    dx = dw = db = None
+    if ctx.needs_grad[0]:
+        # d/dx of (x - mean) * rstd through mean and rstd: rstd (gw - mean(gw) - xhat
+        # mean(gw xhat)), the rows' means over the normalised axes
+        c1 = gw.mean(axis=axes, keepdim=True)
+        c2 = (gw * xhat).mean(axis=axes, keepdim=True)
+        dx = (gw - c1 - xhat * c2) * rstd
+    if has_w and ctx.needs_grad[3]:
+        dw = g * xhat            # summed to the weight's shape by the autodiff pass
+    if ctx.attrs.get("bias", False) and ctx.needs_grad[-1]:
+        db = g
+    grads = [dx, None, None] + ([dw] if has_w else []) + \
+        ([db] if ctx.attrs.get("bias", False) else [])
+    return tuple(grads)
+
+
+defop("layer_norm", ELEMENTWISE, _layer_norm_infer, _expr_ref(_layer_norm_expr),
+      expr=_layer_norm_expr, vjp={"input": _layer_norm_vjp},
+      doc="layer_norm(x, mean, rstd[, weight][, bias], n): ((x - mean) * rstd) * w + b")
 
 # -- softmax / log_softmax along one axis ---------------------------------------------------
 

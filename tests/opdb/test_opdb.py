@@ -307,6 +307,7 @@ INTERNAL_OPS = {
     "conv2d_grad_input": "F.conv2d (its gradient with respect to the input)",
     "conv2d_grad_weight": "F.conv2d (its gradient with respect to the weight)",
     "max_pool2d_grad": "F.max_pool2d (its gradient)",
+    "gelu_grad": "F.gelu (its gradient)",
     "one_hot": "F.cross_entropy (class-index labels)",
     "slice": "Tensor.__getitem__",
     "slice_scatter": "Tensor.__setitem__ (and the gradient of __getitem__)",
