@@ -23,6 +23,7 @@ from .tensor import Storage, Tensor, _is_scalar
 BACKENDS = ("numpy", "cpu", "gpu")
 INPLACE_MODES = ("auto", "off", "strict")
 SCHEDULE_MODES = ("auto", "off")
+RECOMPUTE_MODES = ("auto", "off")
 
 
 # -- tracing -----------------------------------------------------------------------------
@@ -342,11 +343,12 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None, param_names=None, schedule="auto"):
+                  sanitize=None, param_names=None, schedule="auto", recompute="auto"):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize, param_names=param_names, schedule=schedule)
+                        sanitize=sanitize, param_names=param_names, schedule=schedule,
+                        recompute=recompute)
 
 
 def _describe_sig(entry) -> str:
@@ -369,7 +371,7 @@ class CompiledFunction:
     `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto"):
+                 schedule="auto", recompute="auto"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
         if inplace not in INPLACE_MODES:
@@ -379,8 +381,12 @@ class CompiledFunction:
         if schedule not in SCHEDULE_MODES:
             raise ValueError(f"unknown schedule mode {schedule!r}: choose one of "
                              f"{SCHEDULE_MODES}")
+        if recompute not in RECOMPUTE_MODES:
+            raise ValueError(f"unknown recompute mode {recompute!r}: choose one of "
+                             f"{RECOMPUTE_MODES}")
         self.inplace = inplace
         self.schedule = schedule
+        self.recompute = recompute
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         self._cache: dict = {}
@@ -443,7 +449,7 @@ class CompiledFunction:
             with _no_gc():
                 graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
                 prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                     self.sanitize, names, self.schedule)
+                                     self.sanitize, names, self.schedule, self.recompute)
             prog._bind_call = self._bind_call
             self._cache[key] = prog
             self.traces += 1
@@ -492,14 +498,18 @@ class CompiledFunction:
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None,
-            schedule="auto"):
+            schedule="auto", recompute="auto"):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
     `sanitize=True` runs the planned program with every dead buffer poisoned (also switched
     on for every program by the environment variable COMPILER_SANITIZE=1). `schedule="auto"`
     reorders the program to lower its peak (passes.schedule; never above the written order's
-    plan); `"off"` keeps the order as written, so that its plan stays inspectable."""
+    plan); `"off"` keeps the order as written, so that its plan stays inspectable.
+    `recompute="auto"` computes cheap elementwise forward values again in the backward pass
+    where that lowers the peak (passes.recompute; the report lists each decision); `"off"`
+    keeps every forward value the backward pass reads."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule)
-    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule)
+        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
+                                          recompute)
+    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, recompute)

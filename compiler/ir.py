@@ -158,6 +158,9 @@ class Graph:
     # Nodes the user asked to run in place (`Node.inplace_of`) that dead-code elimination
     # removed: the plan still reports them, so a user looking for `x.sin_()` finds it.
     removed: list[Node] = field(default_factory=list)
+    # Copies of forward nodes that the recompute pass placed in the backward pass: the
+    # scheduler runs each right before its first reader (passes.recompute).
+    recomputed: list[Node] = field(default_factory=list)
     _next_id: int = 0
 
     # -- construction -------------------------------------------------------------------

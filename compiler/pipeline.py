@@ -17,12 +17,14 @@ from .errors import CompilerError, InplaceError
 class CompileState:
     """What flows through the pipeline: the graph, the inplace decisions, the memory plan."""
 
-    def __init__(self, graph, backend, inplace, donate, schedule="auto"):
+    def __init__(self, graph, backend, inplace, donate, schedule="auto", recompute="auto"):
         self.graph = graph
         self.backend = backend
         self.inplace = inplace
         self.donate = donate          # names of donated array parameters
         self.schedule = schedule      # "auto" | "off"
+        self.recompute = recompute    # "auto" | "off"
+        self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
         self.decisions = None
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
@@ -59,6 +61,38 @@ def _gemm_accumulate(state):
     return state
 
 
+def _recompute(state):
+    from passes.recompute import recompute
+    graph, state.recompute_decisions = recompute(state.graph, state.recompute,
+                                                 scheduled=state.schedule != "off")
+    if graph is not state.graph and _planned_peak(graph, state) >= \
+            _planned_peak(state.graph, state):
+        # the byte model's estimate did not survive real planning: keep every value
+        for d in state.recompute_decisions:
+            if d.recomputed:
+                d.recomputed, d.copy = False, None
+                d.reason = ("kept: the estimate was lower with recomputation, but the planned "
+                            "peak is not")
+        return state
+    state.graph = graph
+    return state
+
+
+def _planned_peak(graph, state) -> int:
+    """The peak `plan_memory` gives `graph` in the order the pipeline would run (the lower of
+    the scheduled and the written order), without the inplace="off" baseline."""
+    from passes.memory_plan import plan_memory
+    from passes.reinplace import reinplace
+    from passes.schedule import schedule
+    orders = [graph] + ([schedule(graph)[0]] if state.schedule != "off" else [])
+    peaks = []
+    for g in orders:
+        _, decisions = reinplace(g, state.inplace, state.donate)
+        peaks.append(plan_memory(g, state.inplace, state.donate, state.alignment,
+                                 decisions=decisions, baseline=False).peak_bytes)
+    return min(peaks)
+
+
 def _schedule(state):
     if state.schedule == "off":
         return state
@@ -81,6 +115,7 @@ def _plan_memory(state):
     state.plan = plan_memory(state.graph, state.inplace, state.donate, state.alignment,
                              decisions=state.decisions)
     state.plan.gemm_decisions = state.gemm_decisions
+    state.plan.recompute_decisions = state.recompute_decisions
     if state.written_graph is None:
         state.plan.schedule = state.schedule_info
         return state
@@ -101,6 +136,7 @@ def _plan_memory(state):
         state.schedule_info.kept_written(scheduled_peak)
         state.plan.schedule = state.schedule_info
         state.plan.gemm_decisions = state.gemm_decisions
+        state.plan.recompute_decisions = state.recompute_decisions
         return state
     state.plan.schedule = state.schedule_info
     state.plan.written_order_live_bytes = plan.live_curve()
@@ -122,6 +158,7 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
         ("dce", _dce),                     # drop what no output or mutation needs
         ("cse", _cse),                     # one node for identical constants and pure nodes
         ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
+        ("recompute", _recompute),         # cheap forward values again in backward, if lower
         ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)
         ("reinplace", _reinplace),         # which outputs take an input's buffer, and why
         ("plan_memory", _plan_memory),     # buffers, live intervals, arena offsets, accounting
@@ -188,10 +225,11 @@ def dump_text(name: str, state: CompileState) -> str:
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
-                 sanitize=None, param_names=None, schedule="auto"):
+                 sanitize=None, param_names=None, schedule="auto", recompute="auto"):
     from .api import Program
     state = CompileState(graph, backend, inplace,
-                         donated_names(graph, signature, donate, param_names), schedule)
+                         donated_names(graph, signature, donate, param_names), schedule,
+                         recompute)
     passes = pipeline(backend, inplace, donate)
     dump = dump_request([name for name, _ in passes])
     for name, fn in passes:

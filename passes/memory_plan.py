@@ -116,6 +116,7 @@ class MemoryPlan:
     written_order_peak_bytes: int | None = None  # that order's planned peak, likewise
     schedule: object = field(default=None, repr=False)  # passes.schedule.Schedule, if it ran
     gemm_decisions: list = field(default_factory=list, repr=False)  # passes.gemm_accumulate
+    recompute_decisions: list = field(default_factory=list, repr=False)  # passes.recompute
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -190,6 +191,10 @@ class MemoryPlan:
             lines.append("weight updates (GEMM-accumulate):")
             lines += [f"  {d.text}" for d in self.gemm_decisions]
             lines.append("")
+        if self.recompute_decisions:
+            lines.append("recomputation (forward values the backward pass reads):")
+            lines += [f"  {d.text}" for d in self.recompute_decisions]
+            lines.append("")
         if self.schedule is not None:
             lines.append(self.schedule.summary(self.peak_bytes, self.written_order_peak_bytes))
             lines += [f"  {m.text}" for m in self.schedule.moves[:MOVES_SHOWN]]
@@ -221,6 +226,7 @@ class MemoryPlan:
             "written_order_peak_bytes": self.written_order_peak_bytes,
             "schedule": self.schedule.to_dict() if self.schedule is not None else None,
             "gemm_decisions": [d.to_dict() for d in self.gemm_decisions],
+            "recompute_decisions": [d.to_dict() for d in self.recompute_decisions],
             "decisions": [d.to_dict() for d in self.decisions],
             "buffers": [b.to_dict() for b in self.buffers],
             "values": [self._value_dict(v) for b in self.buffers for v in b.values],

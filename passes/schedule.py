@@ -141,7 +141,7 @@ class _Model:
         # Per node: the roots it reads (non-view nodes only), its allocation.
         self.reads: list[tuple] = [()] * n
         self.alloc = [0] * n
-        self.inplace_input = [None] * n   # a same-shaped elementwise operand's root, if any
+        self.inplace_input = [()] * n   # same-shaped elementwise operands' roots
         self.compact = [compact_derivation(node, aliases.root) is not None for node in nodes]
         self.size: dict[int, int] = {}
         self.count: dict[int, int] = {}    # unscheduled readers per root
@@ -154,6 +154,9 @@ class _Model:
         # lives from the program's start). A reader depends on a lazy node's own dependencies
         # instead, and `chain[i]` lists the lazy nodes to run right before node i.
         read = {id(v) for node in nodes for v in node.inputs}
+        # ... and so do the recompute pass's copies: a recomputed value is made right before
+        # the backward node that reads it (so its operands' other readers can't split them)
+        recomputed = {id(node) for node in graph.recomputed}
         self.lazy = [False] * n
         self.chain: list[list[int]] = [[] for _ in range(n)]
         lazy_preds: dict[int, set] = {}
@@ -190,14 +193,13 @@ class _Model:
                     aliases.root[node.inputs[target]].producer is None
                 self.alloc[i] = 0 if writes_caller else node.out.nbytes
                 if kind in (ELEMENTWISE, SCATTER):
-                    for v in node.inputs[:1] if kind == SCATTER else node.inputs:
-                        if aliases.root[v] is v and v.shape == node.out.shape \
-                                and v.dtype == node.out.dtype and id(v) not in pinned:
-                            self.inplace_input[i] = id(v)
-                            break
+                    self.inplace_input[i] = tuple(
+                        id(v) for v in (node.inputs[:1] if kind == SCATTER else node.inputs)
+                        if aliases.root[v] is v and v.shape == node.out.shape
+                        and v.dtype == node.out.dtype and id(v) not in pinned)
             preds.discard(i)
-            if (kind == VIEW or not node.inputs) and target is None and id(node.out) in read \
-                    and len(chain) < LAZY_CHAIN:
+            if (kind == VIEW or not node.inputs or id(node) in recomputed) and target is None \
+                    and id(node.out) in read and len(chain) < LAZY_CHAIN:
                 self.lazy[i], lazy_preds[i], self.chain[i] = True, preds, chain + [i]
                 continue
             self.chain[i] = chain
@@ -225,14 +227,9 @@ class _Model:
         heapq.heapify(heap)
         done = [False] * self.n
         order = []
-        while heap:
-            _, i, s = heapq.heappop(heap)
-            if done[i] or s != score[i]:
-                continue  # a stale entry: the node ran, or its score grew since
-            for c in self.chain[i]:
-                if not done[c]:
-                    done[c] = True
-                    order.append(c)
+        lazy = self.lazy
+
+        def finish(i):
             done[i] = True
             order.append(i)
             for k in self.reads[i]:
@@ -241,12 +238,21 @@ class _Model:
                 if count[k] == 1:  # Step 3: the last reader will free it
                     j = rsum[k]
                     score[j] += size[k]
-                    if indeg[j] == 0 and not done[j]:
+                    if indeg[j] == 0 and not done[j] and not lazy[j]:
                         heapq.heappush(heap, (key(score[j], j), j, score[j]))
             for j in self.succ[i]:
                 indeg[j] -= 1
-                if indeg[j] == 0:
+                if indeg[j] == 0 and not lazy[j]:
                     heapq.heappush(heap, (key(score[j], j), j, score[j]))
+
+        while heap:
+            _, i, s = heapq.heappop(heap)
+            if done[i] or s != score[i]:
+                continue  # a stale entry: the node ran, or its score grew since
+            for c in self.chain[i]:
+                if not done[c]:
+                    finish(c)
+            finish(i)
         assert len(order) == self.n, "dependency cycle in the schedule"
         return order
 
@@ -257,8 +263,8 @@ class _Model:
         live = peak = 0
         for i in order:
             dying = [k for k in self.reads[i] if count[k] == 1]
-            over = self.inplace_input[i]
-            if over is not None and over in dying:
+            over = next((k for k in self.inplace_input[i] if k in dying), None)
+            if over is not None:
                 dying.remove(over)   # its bytes pass to the output
                 live -= self.size[over]
             live += self.alloc[i]

@@ -1,0 +1,299 @@
+"""Recomputation: a cheap forward value that the backward pass reads is computed again right
+before its backward readers instead of being kept alive from the forward pass, when that lowers
+the peak (DESIGN §4: "cheap elementwise values may be recomputed in the backward pass instead of
+kept, each such decision explained in the report").
+
+Guarantees: the returned graph computes the same outputs and input mutations, bit for bit: a
+recomputed node is the same pure op on the same SSA operands, so the copy equals the original.
+Each recomputation is taken only when the peak estimated by the scheduler's byte model
+(`passes.schedule`, the order it would pick) is strictly lower with it than without it; the
+pipeline then plans the graph with and without the recomputations and keeps the lower plan, so
+recomputation never costs memory. The input graph is not changed (nodes are cloned).
+
+A forward node `n` is a candidate when all hold (each a named predicate returning the sentence
+the report shows for a refused candidate):
+  1. `not_cheap`: `n` is elementwise (one pass over its operands, no reduction, no matmul),
+     deterministic (not a random draw) and not a user's inplace write;
+  2. `not_read_late`: backward nodes read `n`'s value (through views too) and so does some
+     forward node: only then does a copy let the forward value die earlier;
+  3. `too_small`: the value is at least MIN_BYTES (scalars and row statistics cost nothing to
+     keep);
+  4. `operand_overwritten`: no operand's buffer is overwritten by a requested inplace write (an
+     update `w.subtract_(...)`, a scatter) between `n` and its first backward reader in the
+     written order, so the copy reads what `n` read and the write stays in place;
+  5. `returned`: the value is not returned (it would have to live to the end anyway).
+Operands kept alive only for the copy are what the byte model weighs: recomputing gelu(u) is a
+win because gelu's own backward keeps `u` anyway; recomputing relu(z) over a matmul's `z` that
+relu overwrote is not (z would have to live on) and is refused by the estimate.
+
+Algorithm:
+  1. Readers of every buffer root; the written-order index of each requested inplace write.
+  2. Candidates in decreasing size (at most MAX_TRIES of them, and fewer in graphs past
+     TRY_NODE_BUDGET nodes, so the pass stays near-linear on 100k-node graphs).
+  3. For each, rewrite the graph with the accepted ones plus it: the copy goes right before the
+     first backward reader in the written order, and every backward reader (of the value or a
+     view of it: the views are copied too) reads the copy; keep it when the scheduler's
+     estimate of the new graph's peak is lower than the best so far.
+  4. Return the graph with the kept recomputations and one decision per candidate considered.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from compiler.ir import Graph, Node, Value
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
+
+from .alias import alias_analysis
+from .reinplace import describe_reader
+from .simplify import dce
+
+MIN_BYTES = 4096
+MAX_TRIES = 24
+TRY_NODE_BUDGET = 400_000  # tries * nodes estimated per compile, at most
+
+
+@dataclass
+class RecomputeDecision:
+    """One forward value considered for recomputation: recomputed, or why not."""
+
+    node: Node = field(repr=False)       # the forward node (of the input graph)
+    value: str                            # its printed name, "%57"
+    op: str
+    loc: str
+    nbytes: int
+    recomputed: bool
+    reason: str
+    before: str = ""                      # the backward reader the copy runs before
+    estimated_peak: int | None = None     # the byte model's peak with it (when tried)
+    copy: Node | None = field(default=None, repr=False)  # the copy, in the returned graph
+
+    @property
+    def text(self) -> str:
+        head = f"{self.value} = {self.op} ({self.loc}, {self.nbytes} B)"
+        if self.recomputed:
+            return f"{head}: recomputed before {self.before}: {self.reason}"
+        return f"{head}: kept from the forward pass: {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "op": self.op, "loc": self.loc, "nbytes": self.nbytes,
+                "recomputed": self.recomputed, "reason": self.reason, "before": self.before,
+                "estimated_peak": self.estimated_peak,
+                "copy": self.copy.out.ref() if self.copy is not None else None}
+
+
+class _Facts:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        aliases = alias_analysis(graph)
+        self.root = aliases.root
+        self.members = aliases.members
+        self.index = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.final = {id(aliases.root[v]) for v in graph.live_outputs()}
+        # readers of each root's buffer (non-view nodes), by index
+        self.readers: dict[int, list[int]] = {}
+        # written-order indices of requested writes over each root's buffer
+        self.writes: dict[int, list[int]] = {}
+        for i, node in enumerate(graph.nodes):
+            kind = REGISTRY[node.op].kind
+            if kind == VIEW:
+                continue
+            for v in node.inputs:
+                lst = self.readers.setdefault(id(aliases.root[v]), [])
+                if not lst or lst[-1] != i:
+                    lst.append(i)
+            target = node.inplace_of if node.inplace_of is not None else (
+                0 if kind == SCATTER else None)
+            if target is not None:
+                self.writes.setdefault(id(aliases.root[node.inputs[target]]), []).append(i)
+
+    def late_readers(self, v: Value) -> list[int]:
+        return [i for i in self.readers.get(id(v), ())
+                if self.graph.nodes[i].phase == "backward"]
+
+
+# -- the candidate conditions -----------------------------------------------------------------
+def not_cheap(node: Node) -> str | None:
+    op = REGISTRY[node.op]
+    if op.kind != ELEMENTWISE or op.random or node.inplace_of is not None or not node.inputs:
+        return f"{node.op} is not a cheap elementwise op"
+    return None
+
+
+def not_read_late(node: Node, f: _Facts) -> str | None:
+    if node.phase != "forward":
+        return "not a forward value"
+    readers = f.readers.get(id(node.out), [])
+    late = [i for i in readers if f.graph.nodes[i].phase == "backward"]
+    if not late:
+        return "no backward node reads it"
+    if len(late) == len(readers):
+        return "only backward nodes read it: the scheduler can move it instead"
+    return None
+
+
+def too_small(node: Node) -> str | None:
+    if node.out.nbytes < MIN_BYTES:
+        return f"smaller than {MIN_BYTES} B"
+    return None
+
+
+def returned(node: Node, f: _Facts) -> str | None:
+    if id(node.out) in f.final:
+        return "it is returned (or is an argument's final value)"
+    return None
+
+
+def operand_overwritten(node: Node, f: _Facts) -> str | None:
+    i = f.index[id(node)]
+    first = f.late_readers(node.out)[0]
+    for v in node.inputs:
+        r = f.root[v]
+        for w in f.writes.get(id(r), ()):
+            if i < w < first:
+                writer = f.graph.nodes[w]
+                return (f"operand {v.ref()} is overwritten by {writer.op} at {writer.loc} "
+                        "before the backward pass reads the value")
+    return None
+
+
+def candidate_reason(node: Node, f: _Facts) -> str | None:
+    return not_cheap(node) or not_read_late(node, f) or too_small(node) or returned(node, f) \
+        or operand_overwritten(node, f)
+
+
+# -- rewriting ----------------------------------------------------------------------------------
+def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[Node, Node]]:
+    """A copy of `graph` (fresh nodes and values, same ids) where each chosen forward node is
+    computed again right before its first backward reader, and the backward readers of its
+    value, or of a view of it, read the copy (through copied views). Returns the graph and
+    {chosen node: its copy}."""
+    before: dict[int, list[Node]] = {}
+    for n in chosen:
+        before.setdefault(f.late_readers(n.out)[0], []).append(n)
+    out = copy.copy(graph)
+    next_id = graph._next_id
+    vmap: dict[Value, Value] = {v: v for v in graph.inputs}
+    late_map: dict[Value, Value] = {}   # a chosen value or a view of it -> its copy
+    copies: dict[Node, Node] = {}
+    chosen_ids = {id(n.out) for n in chosen}
+    nmap: dict[int, Node] = {}
+    out.nodes = []
+
+    def clone(node: Node, inputs, value_id=None) -> Node:
+        new = Node(node.op, inputs, dict(node.attrs), None, node.loc, node.phase,
+                   node.inplace_of, node.grad_of)
+        v = Value(node.out.id if value_id is None else value_id, node.out.shape,
+                  node.out.dtype, new, node.out.name if value_id is None else None)
+        v.requires_grad = node.out.requires_grad
+        new.out = v
+        return new
+
+    def late_value(v: Value) -> Value:
+        """The copy standing in for `v` in the backward pass (views copied on demand)."""
+        nonlocal next_id
+        if v in late_map:
+            return late_map[v]
+        p = v.producer
+        if id(v) in chosen_ids:
+            raise AssertionError("a chosen value is copied before its first backward reader")
+        # a view of a chosen value: copy the view over the copy
+        src = late_value(p.inputs[0])
+        new = clone(p, [src] + [vmap[x] for x in p.inputs[1:]], next_id)
+        next_id += 1
+        out.nodes.append(new)
+        late_map[v] = new.out
+        return new.out
+
+    chosen_roots = {id(n.out) for n in chosen}
+    for i, node in enumerate(graph.nodes):
+        for n in before.get(i, ()):
+            new = clone(n, [vmap[x] for x in n.inputs], next_id)
+            new.phase = "backward"
+            next_id += 1
+            out.nodes.append(new)
+            late_map[n.out] = new.out
+            copies[n] = new
+        if node.phase == "backward" and REGISTRY[node.op].kind != VIEW:
+            inputs = [late_value(x) if id(f.root[x]) in chosen_roots else vmap[x]
+                      for x in node.inputs]
+        else:
+            inputs = [vmap[x] for x in node.inputs]
+        new = clone(node, inputs)
+        vmap[node.out], nmap[id(node)] = new.out, new
+        out.nodes.append(new)
+    for new in out.nodes:
+        if new.grad_of is not None:
+            new.grad_of = nmap.get(id(new.grad_of), new.grad_of)
+    out._next_id = next_id
+    out.outputs = [vmap[v] for v in graph.outputs]
+    out.mutations = {k: vmap[v] for k, v in graph.mutations.items()}
+    out.data_checks = [copy.copy(c) for c in graph.data_checks]
+    for c in out.data_checks:
+        c.node = nmap.get(id(c.node), c.node)
+    out.captured = [(nmap.get(id(n), n), ref, snap) for n, ref, snap in graph.captured]
+    # the forward views the backward readers used to read through are dead now
+    return dce(out), copies
+
+
+def _estimate(graph: Graph, scheduled: bool) -> int:
+    from .schedule import _Model, schedule
+    if scheduled:
+        return schedule(graph)[1].estimated_peak
+    model = _Model(graph)
+    return model.estimate(list(range(model.n)))
+
+
+def recompute(graph: Graph, mode: str = "auto", scheduled: bool = True
+              ) -> tuple[Graph, list[RecomputeDecision]]:
+    """Recompute what lowers the peak (module docstring). `scheduled`: estimate peaks in the
+    order the scheduler would pick (else in the written order). Returns the new graph (the
+    input graph itself when nothing is recomputed) and one decision per candidate."""
+    if mode == "off":
+        return graph, []
+    f = _Facts(graph)  # Step 1
+    decisions: list[RecomputeDecision] = []
+    candidates = []
+    for node in graph.nodes:  # Step 2
+        if not_cheap(node) is not None or not_read_late(node, f) is not None:
+            continue  # not worth a line in the report: most nodes are not candidates
+        d = RecomputeDecision(node, node.out.ref(), node.op, str(node.loc), node.out.nbytes,
+                              False, "")
+        reason = too_small(node) or returned(node, f) or operand_overwritten(node, f)
+        decisions.append(d)
+        if reason is not None:
+            d.reason = reason
+            continue
+        candidates.append(d)
+    if not candidates:
+        return graph, decisions
+    candidates.sort(key=lambda d: -d.nbytes)
+    tries = min(MAX_TRIES, max(1, TRY_NODE_BUDGET // max(len(graph.nodes), 1)))
+    best = _estimate(graph, scheduled)
+    chosen: list[Node] = []
+    for k, d in enumerate(candidates):  # Step 3
+        if k >= tries:
+            d.reason = f"not tried: past the pass's {tries} tries for a graph of this size"
+            continue
+        trial, copies = _rewrite(graph, chosen + [d.node], f)
+        trial.recomputed = graph.recomputed + list(copies.values())
+        peak = _estimate(trial, scheduled)
+        d.estimated_peak = peak
+        if peak < best:
+            d.recomputed = True
+            d.reason = (f"the estimated peak falls from {best} B to {peak} B (its operands "
+                        "stay alive for other backward readers anyway)")
+            best = peak
+            chosen.append(d.node)
+        else:
+            d.reason = (f"recomputing would not lower the estimated peak ({peak} B with it, "
+                        f"{best} B without): its operands would have to live longer")
+        reader = graph.nodes[f.late_readers(d.node.out)[0]]
+        d.before = describe_reader(reader)
+    if not chosen:
+        return graph, decisions
+    out, copies = _rewrite(graph, chosen, f)  # Step 4
+    for d in decisions:
+        d.copy = copies.get(d.node)
+    out.recomputed = graph.recomputed + list(copies.values())
+    return out, decisions
