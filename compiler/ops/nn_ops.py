@@ -108,11 +108,10 @@ def _layer_norm_infer(types, n, weight=False, bias=False):
     shape = tuple(types[0][0])
     if not 0 <= n <= len(shape):
         raise ShapeError(f"layer_norm: can't normalise {n} axes of a rank-{len(shape)} tensor")
-    row = shape[:len(shape) - n] + (1,) * n
     for what, (s, _) in zip(("mean", "rstd"), types[1:3]):
-        if tuple(s) != row:
+        if broadcast_shapes(shape, s) != shape or any(d != 1 for d in tuple(s)[-n:] if n):
             raise ShapeError(f"layer_norm: {what} of shape {list(s)} isn't one value per row "
-                             f"{list(row)}")
+                             f"of {list(shape)} (size 1 along its last {n} axes)")
     out = broadcast_shapes(*(t[0] for t in types))
     if out != shape:
         raise ShapeError(f"layer_norm: weight or bias of shape {list(types[3][0])} doesn't "

@@ -781,6 +781,11 @@ EXPR_ATTRS = {
     "hardtanh": [dict(min=-1.0, max=1.5)],
     "cast": [dict(dtype=np.dtype(d)) for d in ("float32", "float64", "int32", "bool")],
     "broadcast_to": [dict(shape=(2, 2, 5))],
+    "gelu": [dict(approximate=False), dict(approximate=True)],
+    "gelu_grad": [dict(approximate=False), dict(approximate=True)],
+    # one value per row: [2, 1, 1] statistics don't fit the [5] operands of these cases; the
+    # expression is checked on the sample database (F.layer_norm)
+    "layer_norm": [dict(n=0, weight=True, bias=False)],
     # uint64 operands only: checked bit for bit in tests/compiler/test_random.py
     "philox": [dict(stream=3, dist="uniform", dtype=np.dtype("float32"))],
 }
