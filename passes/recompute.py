@@ -14,8 +14,9 @@ A forward node `n` is a candidate when all hold (each a named predicate returnin
 the report shows for a refused candidate):
   1. `not_cheap`: `n` is elementwise (one pass over its operands, no reduction, no matmul),
      deterministic (not a random draw) and not a user's inplace write;
-  2. `not_read_late`: backward nodes read `n`'s value (through views too) and so does some
-     forward node: only then does a copy let the forward value die earlier;
+  2. `not_read_late`: backward nodes (or updates: a gemm folded by GEMM-accumulate) read `n`'s
+     value (through views too) and so does some forward node: only then does a copy let the
+     forward value die earlier;
   3. `too_small`: the value is at least MIN_BYTES (scalars and row statistics cost nothing to
      keep);
   4. `operand_overwritten`: no operand's buffer is overwritten by a requested inplace write (an
@@ -49,6 +50,7 @@ from .reinplace import describe_reader
 from .simplify import dce
 
 MIN_BYTES = 4096
+LATE = ("backward", "update")  # a weight update folded into a gemm reads forward values too
 MAX_TRIES = 24
 TRY_NODE_BUDGET = 400_000  # tries * nodes estimated per compile, at most
 
@@ -109,7 +111,7 @@ class _Facts:
 
     def late_readers(self, v: Value) -> list[int]:
         return [i for i in self.readers.get(id(v), ())
-                if self.graph.nodes[i].phase == "backward"]
+                if self.graph.nodes[i].phase in LATE]
 
 
 # -- the candidate conditions -----------------------------------------------------------------
@@ -124,7 +126,7 @@ def not_read_late(node: Node, f: _Facts) -> str | None:
     if node.phase != "forward":
         return "not a forward value"
     readers = f.readers.get(id(node.out), [])
-    late = [i for i in readers if f.graph.nodes[i].phase == "backward"]
+    late = [i for i in readers if f.graph.nodes[i].phase in LATE]
     if not late:
         return "no backward node reads it"
     if len(late) == len(readers):
@@ -209,12 +211,12 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
     for i, node in enumerate(graph.nodes):
         for n in before.get(i, ()):
             new = clone(n, [vmap[x] for x in n.inputs], next_id)
-            new.phase = "backward"
+            new.phase = node.phase
             next_id += 1
             out.nodes.append(new)
             late_map[n.out] = new.out
             copies[n] = new
-        if node.phase == "backward" and REGISTRY[node.op].kind != VIEW:
+        if node.phase in LATE and REGISTRY[node.op].kind != VIEW:
             inputs = [late_value(x) if id(f.root[x]) in chosen_roots else vmap[x]
                       for x in node.inputs]
         else:
