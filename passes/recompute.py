@@ -6,7 +6,7 @@ kept, each such decision explained in the report").
 Guarantees: the returned graph computes the same outputs and input mutations, bit for bit: a
 recomputed node is the same pure op on the same SSA operands, so the copy equals the original.
 Each recomputation is taken only when the peak estimated by the scheduler's byte model
-(`passes.schedule`, the order it would pick) is strictly lower with it than without it; the
+(`passes.schedule`, the order it would pick) is at least MIN_BYTES lower with it; the
 pipeline then plans the graph with and without the recomputations and keeps the lower plan, so
 recomputation never costs memory. The input graph is not changed (nodes are cloned).
 
@@ -17,8 +17,8 @@ the report shows for a refused candidate):
   2. `not_read_late`: backward nodes (or updates: a gemm folded by GEMM-accumulate) read `n`'s
      value (through views too) and so does some forward node: only then does a copy let the
      forward value die earlier;
-  3. `too_small`: the value is at least MIN_BYTES (scalars and row statistics cost nothing to
-     keep);
+  3. `too_small`: the value is at least MIN_BYTES (scalars and row statistics cost next to
+     nothing to keep; such values get no decision);
   4. `operand_overwritten`: no operand's buffer is overwritten by a requested inplace write (an
      update `w.subtract_(...)`, a scatter) between `n` and its first backward reader in the
      written order, so the copy reads what `n` read and the write stays in place;
@@ -35,7 +35,10 @@ Algorithm:
      first backward reader in the written order, and every backward reader (of the value or a
      view of it: the views are copied too) reads the copy; keep it when the scheduler's
      estimate of the new graph's peak is lower than the best so far.
-  4. Return the graph with the kept recomputations and one decision per candidate considered.
+  4. Estimate each kept one's share without it, given the others; drop those a later one made
+     unnecessary. The decision states both estimates.
+  5. Return the graph with the kept recomputations and one decision per candidate considered
+     (values below MIN_BYTES are not listed).
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ from .alias import alias_analysis
 from .reinplace import describe_reader
 from .simplify import dce
 
-MIN_BYTES = 4096
+MIN_BYTES = 65536
 LATE = ("backward", "update")  # a weight update folded into a gemm reads forward values too
 MAX_TRIES = 24
 TRY_NODE_BUDGET = 400_000  # tries * nodes estimated per compile, at most
@@ -259,9 +262,11 @@ def recompute(graph: Graph, mode: str = "auto", scheduled: bool = True
     for node in graph.nodes:  # Step 2
         if not_cheap(node) is not None or not_read_late(node, f) is not None:
             continue  # not worth a line in the report: most nodes are not candidates
+        if too_small(node) is not None:
+            continue  # nor are small values: scalars and row statistics
         d = RecomputeDecision(node, node.out.ref(), node.op, str(node.loc), node.out.nbytes,
                               False, "")
-        reason = too_small(node) or returned(node, f) or operand_overwritten(node, f)
+        reason = returned(node, f) or operand_overwritten(node, f)
         decisions.append(d)
         if reason is not None:
             d.reason = reason
@@ -281,20 +286,33 @@ def recompute(graph: Graph, mode: str = "auto", scheduled: bool = True
         trial.recomputed = graph.recomputed + list(copies.values())
         peak = _estimate(trial, scheduled)
         d.estimated_peak = peak
-        if peak < best:
+        if peak <= best - MIN_BYTES:  # worth a pass over the operands
             d.recomputed = True
-            d.reason = (f"the estimated peak falls from {best} B to {peak} B (its operands "
-                        "stay alive for other backward readers anyway)")
             best = peak
             chosen.append(d.node)
         else:
-            d.reason = (f"recomputing would not lower the estimated peak ({peak} B with it, "
-                        f"{best} B without): its operands would have to live longer")
+            d.reason = (f"recomputing it would not lower the estimated peak by {MIN_BYTES} B "
+                        f"or more ({peak} B with it, {best} B without)")
         reader = graph.nodes[f.late_readers(d.node.out)[0]]
         d.before = describe_reader(reader)
+    # Step 4: each kept recomputation's share, given the others (a later one can make an
+    # earlier one unnecessary: then it goes)
+    for d in [d for d in candidates if d.recomputed]:
+        others = [n for n in chosen if n is not d.node]
+        trial, copies = _rewrite(graph, others, f)
+        trial.recomputed = graph.recomputed + list(copies.values())
+        without = _estimate(trial, scheduled) if others else _estimate(graph, scheduled)
+        if without < best + MIN_BYTES:
+            d.recomputed = False
+            d.reason = (f"not needed once the others are recomputed (estimated peak {without} B "
+                        f"without it, {best} B with it)")
+            chosen = others
+        else:
+            d.reason = (f"the estimated peak is {best} B with it, {without} B without it (the "
+                        "scheduler's byte model, arena bytes)")
     if not chosen:
         return graph, decisions
-    out, copies = _rewrite(graph, chosen, f)  # Step 4
+    out, copies = _rewrite(graph, chosen, f)  # Step 5
     for d in decisions:
         d.copy = copies.get(d.node)
     out.recomputed = graph.recomputed + list(copies.values())
