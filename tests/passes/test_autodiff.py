@@ -183,6 +183,12 @@ def _other_cases():
         "concat": [(lambda x, y, z: cc.concat([x, y, z], axis=1),
                     [normal(2, 1), normal(2, 3), normal(2, 2)]),
                    (lambda x, y: cc.concat([x, y]), [normal(2, 3), normal(1, 3)])],
+        "gelu": [(lambda x: F.gelu(x), [2 * normal(3, 4)]),
+                 (lambda x: F.gelu(x, approximate=True), [2 * normal(3, 4)])],
+        # through the row statistics too: x, the weight and the bias all get gradients
+        "layer_norm": [(lambda x, w, b: F.layer_norm(x, 4, w, b),
+                        [normal(3, 4), normal(4), normal(4)]),
+                       (lambda x: F.layer_norm(x, [2, 3]), [normal(2, 2, 3)])],
         "softmax": [(lambda x: F.softmax(x), [normal(3, 4)]),
                     (lambda x: F.softmax(x, axis=0), [normal(3, 4)])],
         "log_softmax": [(lambda x: F.log_softmax(x), [normal(3, 4)]),

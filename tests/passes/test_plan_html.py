@@ -239,6 +239,9 @@ def test_plot_labels_the_five_largest_buffers_live_at_the_peak(example_plans, tm
              if hasattr(t, "arrow_patch")}  # annotations, not the phase names
     assert sorted(notes) == sorted(b.id for b, _ in labels)
     for b, _ in labels:
+        if b.kind == "input":  # (1 MiB ties: a caller's array may be among the five)
+            assert f"argument '{b.name}'" in notes[b.id]
+            continue
         loc = b.values[0].producer.loc
         assert f"{loc}: {loc.text.strip()[:20]}" in notes[b.id]
     phases = [t.get_text() for t in ax.texts if not hasattr(t, "arrow_patch")]

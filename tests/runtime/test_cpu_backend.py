@@ -29,6 +29,9 @@ TRANSCENDENTAL = {"exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sigmoid",
                   # twice, lerp three times)
                   "log1p", "log2", "log10", "sinh", "cosh", "asin", "acos", "atan", "rsqrt",
                   "lerp", "philox"}
+# Composites of several rounded steps around a transcendental function (ISSUE-NOTES' "close":
+# 2e-5 / 1e-10 of the operands' scale): gelu and its gradient
+COMPOSITE = {"gelu", "gelu_grad"}
 
 
 def cpu(fn, **kw):
@@ -103,7 +106,13 @@ def test_elementwise_op_matches_reference(name, dtypes, attrs):
         want = reference(f, *args)[0]
     got = cpu(f)(*args)
     assert got.dtype == want.dtype and got.shape == want.shape
-    if name in TRANSCENDENTAL and want.dtype.kind == "f":
+    if name in COMPOSITE and want.dtype.kind == "f":
+        scale = np.nanmax(np.abs(np.where(np.isfinite(want), want, 0)), initial=1.0)
+        with np.errstate(invalid="ignore"):  # inf - inf
+            close = (np.abs(got - want) <= (2e-5 if want.dtype == np.float32 else 1e-10)
+                     * scale) | (np.isnan(got) & np.isnan(want)) | (got == want)
+        assert close.all(), (got, want)
+    elif name in TRANSCENDENTAL and want.dtype.kind == "f":
         assert ulp_distance(got, want).max() <= 4, (got, want)
     else:
         np.testing.assert_array_equal(got, want)
