@@ -29,9 +29,12 @@ relu overwrote is not (z would have to live on) and is refused by the estimate.
 
 Algorithm:
   1. Readers of every buffer root; the written-order index of each requested inplace write.
-  2. Candidates in decreasing size (at most MAX_TRIES of them, and fewer in graphs past
-     TRY_NODE_BUDGET nodes, so the pass stays near-linear on 100k-node graphs).
-  3. For each, rewrite the graph with the accepted ones plus it: the copy goes right before the
+  2. Candidates in decreasing size (at most MAX_TRIES of them, fewer in graphs past
+     TRY_NODE_BUDGET / MAX_TRIES nodes, and none after GIVE_UP_AFTER refusals in a row, so the
+     pass stays near-linear on 100k-node graphs: each try schedules the whole graph).
+  3. For each that is alive at the estimated peak, with operands that are alive there too
+     (`not_alive_at_the_peak`, a quick test), rewrite the graph with the accepted ones plus
+     it: the copy goes right before the
      first backward reader in the written order, and every backward reader (of the value or a
      view of it: the views are copied too) reads the copy; keep it when the scheduler's
      estimate of the new graph's peak is lower than the best so far.
@@ -55,7 +58,8 @@ from .simplify import dce
 MIN_BYTES = 65536
 LATE = ("backward", "update")  # a weight update folded into a gemm reads forward values too
 MAX_TRIES = 24
-TRY_NODE_BUDGET = 400_000  # tries * nodes estimated per compile, at most
+TRY_NODE_BUDGET = 20_000   # tries * nodes estimated per compile, at most
+GIVE_UP_AFTER = 4          # consecutive refusals that end the search
 
 
 @dataclass
@@ -241,12 +245,30 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
     return dce(out), copies
 
 
-def _estimate(graph: Graph, scheduled: bool) -> int:
+def _estimate(graph: Graph, scheduled: bool) -> tuple[int, set[int]]:
+    """The byte model's peak of `graph` in the order the scheduler picks (or as written), and
+    the ids of the values alive there."""
     from .schedule import _Model, schedule
-    if scheduled:
-        return schedule(graph)[1].estimated_peak
-    model = _Model(graph)
-    return model.estimate(list(range(model.n)))
+    g = schedule(graph)[0] if scheduled else graph
+    model = _Model(g)
+    peak, keys = model.estimate(list(range(model.n)), at_peak=True)
+    ids = {id(n.out): n.out.id for n in g.nodes}
+    return peak, {ids[k] for k in keys if k in ids}
+
+
+def not_alive_at_the_peak(node: Node, f: _Facts, alive: set[int]) -> str | None:
+    """A copy can lower the peak only where the value is alive at the peak, and not when the
+    operands it reads die in the forward pass and are as big as it: the copy would keep them
+    alive instead (a quick test before the estimate)."""
+    if node.out.id not in alive:
+        return "it is not alive at the estimated peak"
+    roots = {id(f.root[v]): f.root[v] for v in node.inputs}.values()
+    extra = sum(r.nbytes for r in roots if r.producer is not None and r.id not in alive
+                and not f.late_readers(r))
+    if node.out.nbytes - extra < MIN_BYTES:
+        return (f"its operands die in the forward pass: the copy would keep {extra} B of them "
+                "alive instead")
+    return None
 
 
 def recompute(graph: Graph, mode: str = "auto", scheduled: bool = True
@@ -276,32 +298,40 @@ def recompute(graph: Graph, mode: str = "auto", scheduled: bool = True
         return graph, decisions
     candidates.sort(key=lambda d: -d.nbytes)
     tries = min(MAX_TRIES, max(1, TRY_NODE_BUDGET // max(len(graph.nodes), 1)))
-    best = _estimate(graph, scheduled)
+    best, alive = _estimate(graph, scheduled)
     chosen: list[Node] = []
+    refused = 0
     for k, d in enumerate(candidates):  # Step 3
-        if k >= tries:
-            d.reason = f"not tried: past the pass's {tries} tries for a graph of this size"
+        if k >= tries or refused >= GIVE_UP_AFTER:
+            d.reason = (f"not tried: past the pass's {tries} tries for a graph of this size"
+                        if k >= tries else f"not tried: the {GIVE_UP_AFTER} bigger candidates "
+                        "before it were all refused")
+            continue
+        reader = graph.nodes[f.late_readers(d.node.out)[0]]
+        d.before = describe_reader(reader)
+        quick = not_alive_at_the_peak(d.node, f, alive)
+        if quick is not None:
+            d.reason = quick
             continue
         trial, copies = _rewrite(graph, chosen + [d.node], f)
         trial.recomputed = graph.recomputed + list(copies.values())
-        peak = _estimate(trial, scheduled)
+        peak, trial_alive = _estimate(trial, scheduled)
         d.estimated_peak = peak
         if peak <= best - MIN_BYTES:  # worth a pass over the operands
-            d.recomputed = True
-            best = peak
+            d.recomputed, refused = True, 0
+            best, alive = peak, trial_alive
             chosen.append(d.node)
         else:
+            refused += 1
             d.reason = (f"recomputing it would not lower the estimated peak by {MIN_BYTES} B "
                         f"or more ({peak} B with it, {best} B without)")
-        reader = graph.nodes[f.late_readers(d.node.out)[0]]
-        d.before = describe_reader(reader)
     # Step 4: each kept recomputation's share, given the others (a later one can make an
     # earlier one unnecessary: then it goes)
     for d in [d for d in candidates if d.recomputed]:
         others = [n for n in chosen if n is not d.node]
         trial, copies = _rewrite(graph, others, f)
         trial.recomputed = graph.recomputed + list(copies.values())
-        without = _estimate(trial, scheduled) if others else _estimate(graph, scheduled)
+        without = _estimate(trial if others else graph, scheduled)[0]
         if without < best + MIN_BYTES:
             d.recomputed = False
             d.reason = (f"not needed once the others are recomputed (estimated peak {without} B "

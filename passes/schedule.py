@@ -141,6 +141,7 @@ class _Model:
         # Per node: the roots it reads (non-view nodes only), its allocation.
         self.reads: list[tuple] = [()] * n
         self.alloc = [0] * n
+        self.out_key = [id(node.out) for node in nodes]
         self.inplace_input = [()] * n   # same-shaped elementwise operands' roots
         self.compact = [compact_derivation(node, aliases.root) is not None for node in nodes]
         self.size: dict[int, int] = {}
@@ -256,23 +257,34 @@ class _Model:
         assert len(order) == self.n, "dependency cycle in the schedule"
         return order
 
-    def estimate(self, order) -> int:
+    def estimate(self, order, at_peak: bool = False):
         """Peak arena bytes of `order` in the pass's model: a root lives from its node to its
-        last reader; an elementwise node whose same-shaped operand dies there writes over it."""
+        last reader; an elementwise node whose same-shaped operand dies there writes over it.
+        `at_peak=True`: (peak, the ids of the Values whose buffers are live at the peak)."""
         count = dict(self.count)
         live = peak = 0
+        alive: set[int] = set()
+        at = set()
         for i in order:
             dying = [k for k in self.reads[i] if count[k] == 1]
             over = next((k for k in self.inplace_input[i] if k in dying), None)
             if over is not None:
                 dying.remove(over)   # its bytes pass to the output
                 live -= self.size[over]
+                alive.discard(over)
             live += self.alloc[i]
-            peak = max(peak, live)
+            if at_peak and self.alloc[i]:
+                alive.add(self.out_key[i])
+            if live > peak or (at_peak and not at):
+                peak = live
+                if at_peak:
+                    at = set(alive)
             for k in self.reads[i]:
                 count[k] -= 1
             live -= sum(self.size[k] for k in dying)
-        return peak
+            if at_peak:
+                alive.difference_update(dying)
+        return (peak, at) if at_peak else peak
 
 
 def schedule(graph: Graph) -> tuple[Graph, Schedule]:
