@@ -222,3 +222,24 @@ def test_transformer_matches_the_unscheduled_program_over_three_steps(transforme
     got = steps(transformer.train_step, args, backend=backend)
     for a, b in zip(got, want):
         assert np.abs(a - b).max() <= 1e-6 * max(np.abs(b).max(), 1.0)
+
+
+# -- random training programs with every forward value a candidate -------------------------------
+from hypothesis import given, strategies as st  # noqa: E402
+from program_gen import programs  # noqa: E402
+
+from tests.passes.test_random_programs import STEPS, _settings, check_program  # noqa: E402
+import passes.recompute as recompute_pass  # noqa: E402
+
+
+@_settings(40)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_random_training_programs_with_recomputation_match_reference(prog, donate_mask):
+    """The random programs' values are small: with the size floor at 1 byte, every gain counts,
+    so recomputation takes place and must keep every backend and inplace mode right."""
+    saved = recompute_pass.MIN_BYTES
+    recompute_pass.MIN_BYTES = 1
+    try:
+        check_program(prog, donate_mask)
+    finally:
+        recompute_pass.MIN_BYTES = saved
