@@ -17,8 +17,8 @@ or source line, and run a graph on a backend::
     prog(np.ones(4, np.float32))
 
 Every pass is a function of a graph (and options) returning a new graph or an analysis object:
-`dce`, `cse`, `gemm_accumulate`, `schedule`, `alias_analysis`, `liveness`, `reinplace`,
-`plan_memory`, `verify_graph`, `verify_plan`. `pipeline()` lists the default order as
+`dce`, `cse`, `gemm_accumulate`, `recompute`, `schedule`, `alias_analysis`, `liveness`,
+`reinplace`, `plan_memory`, `verify_graph`, `verify_plan`. `pipeline()` lists the default order as
 (name, function-of-CompileState) pairs.
 Lookups: `graph.value("%3")`, `graph.nodes_at("model.py:12")`, `plan.buffer("%3")`,
 `plan.decision("%3")`, `plan.decisions_at(12)`.
@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import passes as _passes
 from passes import (AliasInfo, Buffer, Decision, GemmDecision, Liveness,  # noqa: F401
-                    MemoryPlan, PlanError, Schedule, alias_analysis, dce, gemm_accumulate,
-                    liveness, plan_memory, reinplace, verify_graph, verify_plan)
+                    MemoryPlan, PlanError, RecomputeDecision, Schedule, alias_analysis, dce,
+                    gemm_accumulate, liveness, plan_memory, reinplace, verify_graph,
+                    verify_plan)
 
 from .errors import CompilerError
 from .ir import Graph
@@ -42,7 +43,8 @@ def _signature(graph: Graph) -> tuple:
 
 
 def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy",
-               inplace: str = "auto", donate=(), schedule: str = "auto") -> CompileState:
+               inplace: str = "auto", donate=(), schedule: str = "auto",
+               recompute: str = "auto") -> CompileState:
     """Run the default pipeline on `graph` up to and including the pass named `until` (all of
     it when None). Returns the CompileState: `.graph`, `.decisions`, `.plan`."""
     names = [name for name, _ in pipeline(backend, inplace, donate)]
@@ -50,7 +52,7 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
         raise CompilerError(f"unknown pass {until!r}: the pipeline is {', '.join(names)}")
     state = CompileState(graph, backend, inplace,
                          donated_names(graph, _signature(graph), donate,
-                                       [v.name for v in graph.inputs]), schedule)
+                                       [v.name for v in graph.inputs]), schedule, recompute)
     for name, run in pipeline(backend, inplace, donate):
         state = run(state)
         if name == until:
@@ -59,13 +61,15 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
 
 
 def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate=(),
-          sanitize: bool | None = None, schedule: str = "auto"):
+          sanitize: bool | None = None, schedule: str = "auto", recompute: str = "auto"):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
     from .api import build_program
     return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
-                         [v.name for v in graph.inputs], schedule)
+                         [v.name for v in graph.inputs], schedule, recompute)
 
 
-# The scheduling pass, bound after run_passes/build, whose `schedule=` option shares its name.
+# The scheduling and recompute passes, bound after run_passes/build, whose `schedule=` and
+# `recompute=` options share their names.
 schedule = _passes.schedule
+recompute = _passes.recompute

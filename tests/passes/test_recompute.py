@@ -166,6 +166,12 @@ def test_the_pass_alone_leaves_its_input_graph_alone():
     assert recompute(graph, "off") == (graph, [])
 
 
+def test_recompute_is_in_the_pipeline_after_gemm_accumulate_before_schedule():
+    names = [name for name, _ in cc.pipeline()]
+    assert names.index("gemm_accumulate") < names.index("recompute") < names.index("schedule")
+    assert cc.passes.recompute is recompute
+
+
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="recompute mode"):
         cc.compile(gelu_mlp, recompute="maybe")
@@ -229,7 +235,10 @@ from hypothesis import given, strategies as st  # noqa: E402
 from program_gen import programs  # noqa: E402
 
 from tests.passes.test_random_programs import STEPS, _settings, check_program  # noqa: E402
-import passes.recompute as recompute_pass  # noqa: E402
+import importlib  # noqa: E402
+
+# (the module: `passes.recompute` is also the pass's function, bound in passes/__init__)
+recompute_pass = importlib.import_module("passes.recompute")
 
 
 @_settings(40)
