@@ -54,9 +54,9 @@ def decisions(fn, args, **options):
     return prog, {d.op: d for d in prog.plan.recompute_decisions}
 
 
-def steps(fn, args, n=3, **options):
+def steps(fn, args, n=3, sanitize=True, **options):
     args = [a.copy() for a in args]
-    prog = cc.compile(fn, sanitize=True, **options)
+    prog = cc.compile(fn, sanitize=sanitize, **options)
     outs = [np.asarray(prog(*args)).copy() for _ in range(n)]
     return outs + args
 
@@ -224,7 +224,7 @@ def test_transformer_matches_the_unscheduled_program_over_three_steps(transforme
     monkeypatch.setattr(transformer, "LR", 1.0)  # ISSUE-NOTES: ordering bugs hide at small lr
     args = transformer.example_inputs()
     want = steps(transformer.train_step, args, backend=backend, schedule="off",
-                 recompute="off")
+                 recompute="off", sanitize=False)
     got = steps(transformer.train_step, args, backend=backend)
     for a, b in zip(got, want):
         assert np.abs(a - b).max() <= 1e-6 * max(np.abs(b).max(), 1.0)
@@ -241,7 +241,7 @@ import importlib  # noqa: E402
 recompute_pass = importlib.import_module("passes.recompute")
 
 
-@_settings(40)
+@_settings(25)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_random_training_programs_with_recomputation_match_reference(prog, donate_mask):
     """The random programs' values are small: with the size floor at 1 byte, every gain counts,
