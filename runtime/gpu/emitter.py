@@ -294,7 +294,7 @@ class ModuleEmitter:
                            f"{{{body}}};")
         return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
 
-    # -- grid-stride elementwise kernels ------------------------------------------------------------
+    # -- grid-stride elementwise kernels ----------------------------------------------------------
     def _pointwise(self, t, node, tag, out: Place, ins, value, consts=None):
         """out[i] = value(loaded operands) over out's elements, operands broadcast; operand k
         in `consts` is the constant (value, dtype) instead of a load."""
@@ -342,7 +342,7 @@ class ModuleEmitter:
     def _fill(self, t, node, tag, dst: Place, value=0):
         self._pointwise(t, node, tag, dst, [], lambda body, args: literal(value, dst.dtype))
 
-    # -- reductions ---------------------------------------------------------------------------------
+    # -- reductions -------------------------------------------------------------------------------
     def _reduce(self, t, node, out: Place, x: Place):
         op = node.op
         arg = op in ("argmax", "argmin")
@@ -417,14 +417,15 @@ class ModuleEmitter:
         res = convert(result, rd, od)
         if op == "mean":
             res = f"{res} / {literal(float(nred), od)}"
-        body.append(f"    if (threadIdx.x == 0) {self._store(out, _offset(out.offset, ko, oidx), res)}")
+        store = self._store(out, _offset(out.offset, ko, oidx), res)
+        body.append(f"    if (threadIdx.x == 0) {store}")
         body.append("  }")
         # a block no wider than the reduced extent (in whole warps)
         block = min(RBLOCK, max(32, -(-nred // 32) * 32))
         self._kernel(t, node, "", [out, x], body, (max(1, min(nout, MAX_GRID)), 1, 1),
                      (block, 1, 1))
 
-    # -- row kernels ----------------------------------------------------------------------------------
+    # -- row kernels ------------------------------------------------------------------------------
     def _softmax(self, t, node, out: Place, x: Place):
         """One block per row: the max, then the float64 sum of exp(x - max), then the
         normalised values (log_softmax: x - max - log(sum))."""
@@ -442,8 +443,9 @@ class ModuleEmitter:
         body = ["  __shared__ double shd[32];", f"  __shared__ {c} shm[32];",
                 f"  for (long long o = blockIdx.x; o < {nrows}LL; o += gridDim.x) {{"]
         idx = _unravel(body, "o", oshape, "k")
-        body.append(f"    const long long xo = {_offset(x.offset, [x.strides[d] for d in others], idx)};")
-        body.append(f"    const long long oo = {_offset(out.offset, [out.strides[d] for d in others], idx)};")
+        xo = _offset(x.offset, [x.strides[d] for d in others], idx)
+        oo = _offset(out.offset, [out.strides[d] for d in others], idx)
+        body += [f"    const long long xo = {xo};", f"    const long long oo = {oo};"]
         xat = self._load(x, f"xo + j * {sx}LL")
         oref = self._ref(out, f"oo + j * {so}LL")
         ninf = literal(-np.inf, dt)
@@ -485,8 +487,9 @@ class ModuleEmitter:
         body = [f"  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
                 f"o < {nrows}LL; o += (long long)blockDim.x * gridDim.x) {{"]
         idx = _unravel(body, "o", oshape, "k")
-        body.append(f"    const long long xo = {_offset(x.offset, [x.strides[d] for d in others], idx)};")
-        body.append(f"    const long long oo = {_offset(out.offset, [out.strides[d] for d in others], idx)};")
+        xo = _offset(x.offset, [x.strides[d] for d in others], idx)
+        oo = _offset(out.offset, [out.strides[d] for d in others], idx)
+        body += [f"    const long long xo = {xo};", f"    const long long oo = {oo};"]
         body.append(f"    {c} acc = {literal(0, od)};")
         body.append(f"    for (long long j = 0; j < {x.shape[ax]}LL; ++j) {{")
         v = convert(self._load(x, f"xo + j * {x.strides[ax]}LL"), x.dtype, od)
@@ -498,7 +501,7 @@ class ModuleEmitter:
         body += ["    }", "  }"]
         self._kernel(t, node, "", [out, x], body, _grid(nrows), (BLOCK, 1, 1))
 
-    # -- matmul -------------------------------------------------------------------------------------
+    # -- matmul -----------------------------------------------------------------------------------
     def _cublas(self, t, node, dt, m, n, k, a: Place, a_strides, a_off, b: Place, b_strides,
                 b_off, c: Place, c_off, ldc, alpha=1.0, beta=0.0):
         """Row-major C[m,n] = alpha A[m,k] @ B[k,n] + beta C as cuBLAS's column-major call:
@@ -594,16 +597,16 @@ class ModuleEmitter:
                 f"i < {m * n}LL; i += (long long)blockDim.x * gridDim.x) {{"]
         r, col = _unravel(body, "i", (m, n), "d")
         body.append(f"    {cc} acc = {literal(0, dt)};")
-        body.append(f"    for (long long k = 0; k < {kk}LL; ++k) acc = acc + "
-                    f"{convert(self._load(x, _offset(x.offset, x.strides, [r, 'k'])), x.dtype, dt)}"
-                    f" * {convert(self._load(y, _offset(y.offset, y.strides, ['k', col])), y.dtype, dt)};")
+        xv = convert(self._load(x, _offset(x.offset, x.strides, [r, "k"])), x.dtype, dt)
+        yv = convert(self._load(y, _offset(y.offset, y.strides, ["k", col])), y.dtype, dt)
+        body.append(f"    for (long long k = 0; k < {kk}LL; ++k) acc = acc + {xv} * {yv};")
         oi = _offset(out.offset, out.strides, [r, col])
         body.append(f"    {self._ref(out, oi)} = {literal(alpha, dt)} * acc + "
                     f"{literal(beta, dt)} * {self._ref(out, oi)};")
         body.append("  }")
         self._kernel(t, node, "", [out, x, y], body, _grid(m * n), (BLOCK, 1, 1))
 
-    # -- regions --------------------------------------------------------------------------------------
+    # -- regions ----------------------------------------------------------------------------------
     def _scatter(self, t, node, out: Place, base: Place, src: Place):
         region = out.region("slice", node.attrs)
         if node not in self.plan.reuse:
@@ -625,7 +628,7 @@ class ModuleEmitter:
                 self._copy(t, node, f"_{k}", out.region("slice", {"index": idx}), p)
             start = stop
 
-    # -- gathers and scatters -------------------------------------------------------------------------
+    # -- gathers and scatters ---------------------------------------------------------------------
     def _gather(self, t, node, out: Place, ins):
         """One thread per output element: the element it reads, or 0 (one_hot: the class
         test). An index out of range reads 0 (see the module docstring)."""
@@ -711,7 +714,7 @@ class ModuleEmitter:
         body.append("  }")
         self._kernel(t, node, "", [out] + list(ins), body, _grid(total), (BLOCK, 1, 1))
 
-    # -- convolution and pooling --------------------------------------------------------------------
+    # -- convolution and pooling ------------------------------------------------------------------
     def _conv(self, t, node, out: Place, p0: Place, p1: Place):
         """Direct kernels, one thread per output element (r = i*sh + u*dh - ph):
           conv2d:       out[n,o,i,j] = sum_{c,u,v} x[n,c,r,q] w[o,c,u,v]
@@ -829,7 +832,8 @@ class ModuleEmitter:
         body = [f"  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
                 f"e < {total}LL; e += (long long)blockDim.x * gridDim.x) {{"]
         n, ch, rr, qq = _unravel(body, "e", out.shape, "d")
-        body.append(f"    const long long self_k = {_offset(x.offset, x.strides, [n, ch, rr, qq])};")
+        self_k = _offset(x.offset, x.strides, [n, ch, rr, qq])
+        body.append(f"    const long long self_k = {self_k};")
         body.append(f"    {ctype(dt)} acc = {literal(0, dt)};")
         body += [f"    for (long long pi = 0; pi < {oh}LL; ++pi) {{",
                  f"      const long long wr = {rr} + {ph}LL - pi * {sh}LL;",

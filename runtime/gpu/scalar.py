@@ -136,10 +136,18 @@ __device__ __forceinline__ float np_fdivmodf(float x, float y, float* m) {
   *m = mod;
   return fl;
 }
-__device__ __forceinline__ float np_ffloordiv(float x, float y) { float m; return np_fdivmodf(x, y, &m); }
-__device__ __forceinline__ double np_ffloordiv(double x, double y) { double m; return np_fdivmod(x, y, &m); }
-__device__ __forceinline__ float np_fmod(float x, float y) { float m; np_fdivmodf(x, y, &m); return m; }
-__device__ __forceinline__ double np_fmod(double x, double y) { double m; np_fdivmod(x, y, &m); return m; }
+__device__ __forceinline__ float np_ffloordiv(float x, float y) {
+  float m; return np_fdivmodf(x, y, &m);
+}
+__device__ __forceinline__ double np_ffloordiv(double x, double y) {
+  double m; return np_fdivmod(x, y, &m);
+}
+__device__ __forceinline__ float np_fmod(float x, float y) {
+  float m; np_fdivmodf(x, y, &m); return m;
+}
+__device__ __forceinline__ double np_fmod(double x, double y) {
+  double m; np_fdivmod(x, y, &m); return m;
+}
 """
 
 _UNARY_F = ("exp", "expm1", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt", "asinh",
