@@ -6,9 +6,10 @@ kept, each such decision explained in the report").
 Guarantees: the returned graph computes the same outputs and input mutations, bit for bit: a
 recomputed node is the same pure op on the same SSA operands, so the copy equals the original.
 Each recomputation is taken only when the peak estimated by the scheduler's byte model
-(`passes.schedule`, the order it would pick) is at least MIN_BYTES lower with it; the
-pipeline then plans the graph with and without the recomputations and keeps the lower plan, so
-recomputation never costs memory. The input graph is not changed (nodes are cloned).
+(`passes.schedule`, in the order it would pick) is at least MIN_BYTES lower with it. The
+pipeline (`compiler.pipeline`) then plans the scheduled graph with and without the
+recomputations and keeps them only when the planned peak is lower, so recomputation never
+costs memory there. The input graph is not changed (nodes are cloned).
 
 A forward node `n` is a candidate when all hold (each a named predicate returning the sentence
 the report shows for a refused candidate):
@@ -23,21 +24,21 @@ the report shows for a refused candidate):
      update `w.subtract_(...)`, a scatter) between `n` and its first backward reader in the
      written order, so the copy reads what `n` read and the write stays in place;
   5. `returned`: the value is not returned (it would have to live to the end anyway).
-Operands kept alive only for the copy are what the byte model weighs: recomputing gelu(u) is a
+Operands kept alive only for the copy are what the byte model weighs: recomputing gelu(u) can
 win because gelu's own backward keeps `u` anyway; recomputing relu(z) over a matmul's `z` that
-relu overwrote is not (z would have to live on) and is refused by the estimate.
+relu overwrote cannot (z would have to live on) and is refused.
 
 Algorithm:
   1. Readers of every buffer root; the written-order index of each requested inplace write.
   2. Candidates in decreasing size (at most MAX_TRIES of them, fewer in graphs past
      TRY_NODE_BUDGET / MAX_TRIES nodes, and none after GIVE_UP_AFTER refusals in a row, so the
      pass stays near-linear on 100k-node graphs: each try schedules the whole graph).
-  3. For each that is alive at the estimated peak, with operands that are alive there too
-     (`not_alive_at_the_peak`, a quick test), rewrite the graph with the accepted ones plus
-     it: the copy goes right before the
-     first backward reader in the written order, and every backward reader (of the value or a
-     view of it: the views are copied too) reads the copy; keep it when the scheduler's
-     estimate of the new graph's peak is lower than the best so far.
+  3. For each that is alive at the estimated peak and whose operands don't die in the forward
+     pass (`not_alive_at_the_peak`, a quick test), rewrite the graph with the accepted ones
+     plus it: the copy goes right before the first backward reader in the written order (the
+     scheduler runs it right before its first reader), and every backward reader (of the
+     value or a view of it: the views are copied too) reads the copy; keep it when the
+     scheduler's estimate of the new graph's peak is at least MIN_BYTES below the best so far.
   4. Estimate each kept one's share without it, given the others; drop those a later one made
      unnecessary. The decision states both estimates.
   5. Return the graph with the kept recomputations and one decision per candidate considered
