@@ -296,6 +296,13 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, epsilon=1e-5
     mean = xs.mean(axis=axes, keepdim=True)
     var = (xs - mean).square().mean(axis=axes, keepdim=True)
     rstd = 1.0 / (var + epsilon).sqrt()
+    for what, t in (("weight", weight), ("bias", bias)):
+        shape = None if t is None else tuple(np.shape(t) if not isinstance(t, Tensor)
+                                             else t.shape)
+        if shape is not None and (len(shape) > n or any(
+                a not in (1, b) for a, b in zip(shape[::-1], list(normalized_shape)[::-1]))):
+            raise ShapeError(f"layer_norm: {what} of shape {list(shape)} doesn't match "
+                             f"normalized_shape {list(normalized_shape)}", _tr.user_loc())
     affine = [t for t in (weight, bias) if t is not None]
     return x.primitive("layer_norm", mean, rstd, *affine, n=n, weight=weight is not None,
                        bias=bias is not None)

@@ -1487,6 +1487,8 @@ def build_functional():
         add(Sample("F.layer_norm", lambda x, *wb, n=nshape: F.layer_norm(x, n, *wb), args, want,
                    CLOSE, grad=True))
     invalid("F.layer_norm", lambda x: F.layer_norm(x, [3]), [np.ones((2, 4))], cc.ShapeError)
+    invalid("F.layer_norm", lambda x, w: F.layer_norm(x, 4, w), [np.ones((2, 4)), np.ones(3)],
+            cc.ShapeError)
 
     for dtype in FLOATS:
         for xs in [(4,), (2, 4), (3, 2, 4), (0, 4)]:
