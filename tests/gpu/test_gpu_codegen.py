@@ -199,10 +199,12 @@ def _one_sample_per_op():
 def test_every_registry_op_in_the_op_samples_compiles_to_ptx():
     from compiler.ops import REGISTRY
     seen, picked = _one_sample_per_op()
-    # the samples are forward calls: the gradient-only ops come from the cnn's training step
-    cnn = load_example("cnn").build_program(backend="gpu")
-    seen |= {(n.op, n.out.dtype.name) for n in cnn.graph.nodes}
-    picked.append(("cnn", cnn))
+    # the samples are forward calls: the gradient-only ops come from the cnn's and the
+    # transformer's training steps (conv and pool gradients; gelu_grad)
+    for name in ("cnn", "transformer_block"):
+        step = load_example(name).build_program(backend="gpu")
+        seen |= {(n.op, n.out.dtype.name) for n in step.graph.nodes}
+        picked.append((name, step))
     missing = set(REGISTRY) - {op for op, _ in seen}
     assert not missing, f"no opdb sample lowers {sorted(missing)} for the gpu"
     # one module: every picked program's kernels, renamed apart (one NVRTC call)
