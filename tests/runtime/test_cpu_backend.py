@@ -69,10 +69,9 @@ def test_every_registry_op_is_native_or_an_explicit_fallback():
 
 
 def test_the_fallback_list_is_exactly_the_known_gap():
-    # The temporary gap: these still run the numpy reference through a callback from the
-    # native entry. Shrinking it is welcome; growing it needs a reason in the report.
-    assert FALLBACK_OPS == {"cumsum", "index_select", "index_add", "take_along_axis",
-                            "put_along_axis", "min", "prod", "argmax", "argmin"}
+    # Every op has a native kernel; the callback stays for an op added before its kernel.
+    # Growing this set needs a reason in the report.
+    assert FALLBACK_OPS == set()
 
 
 # -- elementwise: bit-identical, transcendentals within 4 ulp -----------------------------------
