@@ -57,7 +57,7 @@ from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 
 from . import jit
-from .index_kernels import CHECKED_OPS, IndexKernels
+from .index_kernels import IndexKernels
 from .places import Place, buffer_slots, compute_places, contiguous_strides
 from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
                      ll_type, load, mem_type, select_max, store)

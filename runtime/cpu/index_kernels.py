@@ -171,7 +171,7 @@ class IndexKernels:
                   self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), od)
         E.loop_nest(b, kshape, outer, "o")
 
-    # -- argmax / argmin ---------------------------------------------------------------------------
+    # -- argmax / argmin ------------------------------------------------------------------
     def _k_arg(self, b, ptrs, node, out: Place, x: Place):
         """The position of the first extreme along one axis (or of the row-major flattening
         for axis=None); a NaN is the extreme, its first occurrence wins."""
@@ -270,7 +270,7 @@ class IndexKernels:
                 store(b, r, self._at(b, ptrs, out, b.add(oo, b.mul(i, E.i64(ax_o)))), od)
         E.loop_nest(b, oshape, row, "o")
 
-    # -- gathers and scatters ------------------------------------------------------------------------
+    # -- gathers and scatters ----------------------------------------------------------------
     def _k_index_select(self, b, ptrs, node, out: Place, x: Place, idx: Place):
         """out[pre, i, post] = x[pre, wrap(idx[i]), post]."""
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
@@ -368,7 +368,7 @@ class IndexKernels:
             store(b, v, dst, od)
         E.loop_nest(b, region, body)
 
-    # -- one_hot of computed labels ----------------------------------------------------------------
+    # -- one_hot of computed labels -------------------------------------------------------
     def _k_one_hot_checked(self, b, ptrs, node, out: Place, labels: Place):
         """one_hot whose labels the program computed: their range is checked here (labels
         from the caller are checked by the driver before the run)."""
