@@ -541,7 +541,7 @@ def test_source_is_the_llvm_ir_and_compiler_dump_llvm_prints_it():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env=env, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "define void @\"run\"" in res.stdout or "define void @run" in res.stdout
+    assert "define i64 @\"run\"" in res.stdout or "define i64 @run" in res.stdout
     assert "[2. 2. 2.]" in res.stdout
     prog = cc.compile(lambda x: x + 1.0, backend="cpu").lower(np.ones(3))
     assert prog.source.startswith("; ModuleID") and "noalias" in prog.source
