@@ -40,7 +40,7 @@ from compiler.ops.registry import normalize_axes
 
 from . import emitter as E
 from .places import Place
-from .scalar import I1, I64, constant, convert, ll_type, load, select_max, store
+from .scalar import I1, I64, constant, convert, intrinsic2, ll_type, load, select_max, store
 
 # Ops whose kernel checks its indices and returns a status (the entry tests it).
 CHECKED_OPS = frozenset({"index_select", "index_add", "take_along_axis", "put_along_axis"})
@@ -104,6 +104,15 @@ class IndexKernels:
         return b.select(b.icmp_signed("<", v, E.i64(0)), b.add(v, E.i64(n)), v)
 
     @staticmethod
+    def _extreme(b, a, v, dt, is_max):
+        """max / min with NaN propagating. Floats use `llvm.maximum`/`minimum` (NaN-propagating
+        like np.maximum; they order -0.0 below +0.0, where NumPy keeps either: equal values),
+        which LLVM vectorises as a reduction, unlike a compare-and-select chain."""
+        if dt.kind == "f":
+            return intrinsic2(b, "maximum" if is_max else "minimum", a, v)
+        return select_max(b, a, v, dt, is_max)
+
+    @staticmethod
     def _combine_add(b, a, v, dt):
         if dt.kind == "f":
             return b.fadd(a, v)
@@ -138,7 +147,7 @@ class IndexKernels:
                     if od.kind == "b" else constant(np.iinfo(od).max, od))
 
             def combine(a, v):
-                return select_max(b, a, v, od, is_max=False)
+                return self._extreme(b, a, v, od, False)
 
         def xval(off):
             return convert(b, load(b, self._at(b, ptrs, x, off), xd), xd, od)
@@ -187,6 +196,10 @@ class IndexKernels:
         kx = [x.strides[d] for d in kept]
         dt = x.dtype
         is_max = node.op == "argmax"
+        rshape, (rx,) = E.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
+        if len(rshape) == 1:
+            self._arg_two_pass(b, ptrs, out, x, kept, ko, rshape[0], rx[0], is_max)
+            return
         best = b.alloca(ll_type(dt), name="best")
         where = b.alloca(I64, name="where")
         count = b.alloca(I64, name="j")
@@ -218,6 +231,56 @@ class IndexKernels:
                                                              ridx))), dt)), "r")
             store(b, b.load(where, typ=I64),
                   self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
+        E.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
+
+    def _arg_two_pass(self, b, ptrs, out, x, kept, ko, n, stride, is_max):
+        """argmax/argmin over one (collapsed) run of `n` elements: first the extreme, a
+        reduction LLVM vectorises (NaN propagates: a NaN is the extreme), then the first
+        position holding it (the first NaN when it is NaN), a loop that stops there. The
+        one-pass compare-and-select chain runs at its latency, several times slower."""
+        dt = x.dtype
+        t = ll_type(dt)
+        acc = b.alloca(t, name="ext")
+        kx = [x.strides[d] for d in kept]
+        if dt.kind == "f":
+            init = constant(-np.inf if is_max else np.inf, dt)
+        elif dt.kind == "b":
+            init = constant(not is_max, dt)
+        else:
+            info = np.iinfo(dt)
+            init = constant(info.min if is_max else info.max, dt)
+
+        def outer(kidx):
+            xoff = E.index(b, x.offset, kx, kidx)
+
+            def at(j):
+                return load(b, self._at(b, ptrs, x, b.add(xoff, b.mul(j, E.i64(stride)))), dt)
+            b.store(init, acc)
+            with E.for_range(b, n, "r") as j:
+                b.store(self._extreme(b, b.load(acc, typ=t), at(j), dt, is_max), acc)
+            m = b.load(acc, typ=t)
+            # the first j with x[j] == m (or isnan(x[j]) when m is NaN): a loop with an exit
+            fn = b.function
+            pre = b.block
+            head, body, done = (fn.append_basic_block(f"find.{k}")
+                                for k in ("head", "body", "done"))
+            b.branch(head)
+            b.position_at_end(head)
+            j = b.phi(I64, name="j")
+            j.add_incoming(E.i64(0), pre)
+            b.cbranch(b.icmp_signed("<", j, E.i64(n - 1)), body, done)
+            b.position_at_end(body)
+            v = at(j)
+            if dt.kind == "f":
+                hit = b.select(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v),
+                               b.fcmp_ordered("==", v, m))
+            else:
+                hit = b.icmp_unsigned("==", v, m)
+            j.add_incoming(b.add(j, E.i64(1)), body)
+            b.cbranch(hit, done, head)
+            b.position_at_end(done)
+            # (the loop stops at n - 1 at the latest: the extreme is somewhere)
+            store(b, j, self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
         E.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
 
     # -- cumsum --------------------------------------------------------------------------------
