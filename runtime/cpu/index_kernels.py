@@ -35,6 +35,7 @@ write, so the wrap `k < 0 ? k + n : k` is all the indexing needs.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
 from compiler.ops.registry import normalize_axes
 
@@ -241,7 +242,11 @@ class IndexKernels:
         dt = x.dtype
         t = ll_type(dt)
         acc = b.alloca(t, name="ext")
+        res = b.alloca(I64, name="pos")
         kx = [x.strides[d] for d in kept]
+        # the search compares 32 bytes at a time where the run is contiguous
+        lanes = 32 // dt.itemsize if stride == 1 and dt.kind in "fiu" else 0
+        blocks = n // lanes if lanes else 0
         if dt.kind == "f":
             init = constant(-np.inf if is_max else np.inf, dt)
         elif dt.kind == "b":
@@ -259,28 +264,60 @@ class IndexKernels:
             with E.for_range(b, n, "r") as j:
                 b.store(self._extreme(b, b.load(acc, typ=t), at(j), dt, is_max), acc)
             m = b.load(acc, typ=t)
-            # the first j with x[j] == m (or isnan(x[j]) when m is NaN): a loop with an exit
+
+            def hit(v, m):  # v holds the extreme m (a NaN when m is one)
+                if dt.kind != "f":
+                    return b.icmp_unsigned("==", v, m)
+                return b.select(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v),
+                                b.fcmp_ordered("==", v, m))
             fn = b.function
+            after = fn.append_basic_block("found")
+            if blocks:
+                # whole blocks: a vector compare, the first set lane (cttz) of a hit
+                vt = ir.VectorType(t, lanes)
+                mv = ir.Constant(vt, None)
+                for k in range(lanes):
+                    mv = b.insert_element(mv, m, E.i64(k))
+                pre = b.block
+                vhead, vbody, vhit, vdone = (fn.append_basic_block(f"vfind.{k}")
+                                             for k in ("head", "body", "hit", "done"))
+                b.branch(vhead)
+                b.position_at_end(vhead)
+                q = b.phi(I64, name="q")
+                q.add_incoming(E.i64(0), pre)
+                b.cbranch(b.icmp_signed("<", q, E.i64(blocks)), vbody, vdone)
+                b.position_at_end(vbody)
+                vec = b.load(self._at(b, ptrs, x, b.add(xoff, b.mul(q, E.i64(lanes)))), typ=vt)
+                vec.align = dt.itemsize
+                mask = b.bitcast(hit(vec, mv), ir.IntType(lanes))
+                q.add_incoming(b.add(q, E.i64(1)), vbody)
+                b.cbranch(b.icmp_unsigned("!=", mask, ir.Constant(mask.type, 0)), vhit, vhead)
+                b.position_at_end(vhit)
+                cttz = self.module.globals.get(f"llvm.cttz.i{lanes}") or ir.Function(
+                    self.module, ir.FunctionType(mask.type, [mask.type, I1]),
+                    f"llvm.cttz.i{lanes}")
+                lane = b.zext(b.call(cttz, [mask, ir.Constant(I1, 1)]), I64)
+                b.store(b.add(b.mul(q, E.i64(lanes)), lane), res)
+                b.branch(after)
+                b.position_at_end(vdone)
+            # the rest one by one; the loop stops at n - 1 at the latest (the extreme is there)
             pre = b.block
             head, body, done = (fn.append_basic_block(f"find.{k}")
                                 for k in ("head", "body", "done"))
             b.branch(head)
             b.position_at_end(head)
             j = b.phi(I64, name="j")
-            j.add_incoming(E.i64(0), pre)
+            j.add_incoming(E.i64(blocks * lanes), pre)
             b.cbranch(b.icmp_signed("<", j, E.i64(n - 1)), body, done)
             b.position_at_end(body)
-            v = at(j)
-            if dt.kind == "f":
-                hit = b.select(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v),
-                               b.fcmp_ordered("==", v, m))
-            else:
-                hit = b.icmp_unsigned("==", v, m)
             j.add_incoming(b.add(j, E.i64(1)), body)
-            b.cbranch(hit, done, head)
+            b.cbranch(hit(at(j), m), done, head)
             b.position_at_end(done)
-            # (the loop stops at n - 1 at the latest: the extreme is somewhere)
-            store(b, j, self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
+            b.store(j, res)
+            b.branch(after)
+            b.position_at_end(after)
+            store(b, b.load(res, typ=I64),
+                  self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
         E.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
 
     # -- cumsum --------------------------------------------------------------------------------

@@ -152,3 +152,27 @@ def test_a_failed_call_leaves_the_program_usable():
     good = np.array([1, -2, 2, 0, 1])
     got, want = f(x.copy(), good, V5), cc.compile(_bad_add, backend="numpy")(x.copy(), good, V5)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_])
+def test_argmax_argmin_first_extreme_in_vector_blocks_and_the_tail(dtype):
+    """Rows of 37 (whole 32-byte blocks, then a tail): ties, NaNs and infinities placed in a
+    block, across blocks and in the tail; NumPy's answer (first extreme, first NaN) each time."""
+    rng = np.random.default_rng(5)
+    x = (rng.integers(-3, 4, (12, 37)) if dtype != np.bool_ else
+         rng.random((12, 37)) > 0.7).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[1, [5, 30]] = np.nan
+        x[2, 36] = np.nan
+        x[3, [0, 9]] = np.inf
+        x[3, 33] = -np.inf
+        x[4, :] = np.nan
+        x[5, 17] = -0.0
+        x[6, [33, 35]] = [np.inf, np.nan]
+    x[7, :] = x[7, 0]  # all tied: position 0
+    f = cc.compile(lambda t: (t.argmax(axis=1), t.argmin(axis=1), t.argmax(), t.argmin(),
+                              t.t().argmax(axis=0)), backend="cpu")
+    got = f(x)
+    want = (np.argmax(x, 1), np.argmin(x, 1), np.argmax(x), np.argmin(x), np.argmax(x, 1))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
