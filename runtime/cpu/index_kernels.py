@@ -41,7 +41,8 @@ from compiler.ops.registry import normalize_axes
 
 from . import emitter as E
 from .places import Place
-from .scalar import I1, I64, constant, convert, intrinsic2, ll_type, load, select_max, store
+from .scalar import (I1, I64, constant, convert, intrinsic2, ll_type, load, mem_type,
+                     select_max, store)
 
 # Ops whose kernel checks its indices and returns a status (the entry tests it).
 CHECKED_OPS = frozenset({"index_select", "index_add", "take_along_axis", "put_along_axis"})
@@ -198,26 +199,23 @@ class IndexKernels:
         dt = x.dtype
         is_max = node.op == "argmax"
         rshape, (rx,) = E.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
+        kshape, (kxc, koc) = E.collapse([x.shape[d] for d in kept],
+                                        [[x.strides[d] for d in kept], ko])
+        if len(rshape) == 1 and len(kshape) == 1 and abs(kxc[0]) < abs(rx[0]):
+            self._arg_columns(b, ptrs, out, x, kshape[0], kxc[0], koc[0], rshape[0], rx[0],
+                              is_max)
+            return
         if len(rshape) == 1:
             self._arg_two_pass(b, ptrs, out, x, kept, ko, rshape[0], rx[0], is_max)
             return
         best = b.alloca(ll_type(dt), name="best")
         where = b.alloca(I64, name="where")
         count = b.alloca(I64, name="j")
-        fl = dt.kind == "f"
 
         def step(v):
             j = b.load(count, typ=I64)
             cur = b.load(best, typ=ll_type(dt))
-            if fl:
-                better = b.fcmp_ordered(">" if is_max else "<", v, cur)
-                # a NaN beats every number; the first NaN stays (NaN > NaN is false)
-                better = b.or_(better, b.and_(b.fcmp_unordered("uno", v, v),
-                                               b.fcmp_ordered("ord", cur, cur)))
-            elif dt.kind == "i":
-                better = b.icmp_signed(">" if is_max else "<", v, cur)
-            else:  # bool, unsigned
-                better = b.icmp_unsigned(">" if is_max else "<", v, cur)
+            better = self._better(b, v, cur, dt, is_max)
             take = b.or_(b.icmp_signed("==", j, E.i64(0)), better)
             b.store(b.select(take, v, cur), best)
             b.store(b.select(take, j, b.load(where, typ=I64)), where)
@@ -233,6 +231,55 @@ class IndexKernels:
             store(b, b.load(where, typ=I64),
                   self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
         E.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
+
+    @staticmethod
+    def _better(b, v, cur, dt, is_max):
+        """Does `v` beat the best so far `cur`? Strictly (the first extreme stays); a NaN
+        beats every number and the first NaN stays (NaN > NaN is false)."""
+        if dt.kind == "f":
+            better = b.fcmp_ordered(">" if is_max else "<", v, cur)
+            return b.or_(better, b.and_(b.fcmp_unordered("uno", v, v),
+                                        b.fcmp_ordered("ord", cur, cur)))
+        if dt.kind == "i":
+            return b.icmp_signed(">" if is_max else "<", v, cur)
+        return b.icmp_unsigned(">" if is_max else "<", v, cur)  # bool, unsigned
+
+    def _arg_columns(self, b, ptrs, out, x, k, kx, ko, n, rx, is_max):
+        """argmax/argmin of `k` columns of `n` rows, the columns innermost in memory (an
+        argmax over axis 0): the best value and position of a chunk of columns live in two
+        small stack arrays, updated row by row, so each row update is a contiguous,
+        vectorisable loop instead of `k` strided scans."""
+        dt = x.dtype
+        chunk = 256
+        best = b.alloca(mem_type(dt), size=chunk, name="bestv")
+        where = b.alloca(I64, size=chunk, name="wherev")
+
+        def bp(lane):
+            return b.gep(best, [lane], inbounds=True, source_etype=mem_type(dt))
+
+        def wp(lane):
+            return b.gep(where, [lane], inbounds=True, source_etype=I64)
+
+        def xv(row, col):
+            return load(b, self._at(b, ptrs, x, b.add(E.i64(x.offset), b.add(
+                b.mul(row, E.i64(rx)), b.mul(col, E.i64(kx))))), dt)
+        with E.for_range(b, -(-k // chunk), "c") as c:
+            base = b.mul(c, E.i64(chunk))
+            rest = b.sub(E.i64(k), base)
+            m = b.select(b.icmp_signed("<", rest, E.i64(chunk)), rest, E.i64(chunk))
+            with E.for_range(b, m, "l") as lane:
+                store(b, xv(E.i64(0), b.add(base, lane)), bp(lane), dt)
+                b.store(E.i64(0), wp(lane))
+            with E.for_range(b, n - 1, "r") as r0:
+                r = b.add(r0, E.i64(1))
+                with E.for_range(b, m, "l") as lane:
+                    v, cur = xv(r, b.add(base, lane)), load(b, bp(lane), dt)
+                    better = self._better(b, v, cur, dt, is_max)
+                    store(b, b.select(better, v, cur), bp(lane), dt)
+                    b.store(b.select(better, r, b.load(wp(lane), typ=I64)), wp(lane))
+            with E.for_range(b, m, "l") as lane:
+                store(b, b.load(wp(lane), typ=I64), self._at(b, ptrs, out, b.add(
+                    E.i64(out.offset), b.mul(b.add(base, lane), E.i64(ko)))), out.dtype)
 
     def _arg_two_pass(self, b, ptrs, out, x, kept, ko, n, stride, is_max):
         """argmax/argmin over one (collapsed) run of `n` elements: first the extreme, a

@@ -171,8 +171,30 @@ def test_argmax_argmin_first_extreme_in_vector_blocks_and_the_tail(dtype):
         x[6, [33, 35]] = [np.inf, np.nan]
     x[7, :] = x[7, 0]  # all tied: position 0
     f = cc.compile(lambda t: (t.argmax(axis=1), t.argmin(axis=1), t.argmax(), t.argmin(),
-                              t.t().argmax(axis=0)), backend="cpu")
+                              t.t().argmax(axis=0), t.t().argmax(axis=1),
+                              t.t().argmin(axis=1)), backend="cpu")
     got = f(x)
-    want = (np.argmax(x, 1), np.argmin(x, 1), np.argmax(x), np.argmin(x), np.argmax(x, 1))
+    want = (np.argmax(x, 1), np.argmin(x, 1), np.argmax(x), np.argmin(x), np.argmax(x, 1),
+            np.argmax(x, 0), np.argmin(x, 0))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.bool_])
+def test_argmax_argmin_over_outer_axes_in_column_chunks(dtype):
+    """The columns-innermost form (an argmax over axis 0) keeps chunks of 256 columns: 600
+    columns are two whole chunks and a partial one; NaNs and ties in several rows."""
+    rng = np.random.default_rng(6)
+    x = (rng.integers(-2, 3, (7, 600)) if dtype != np.bool_ else
+         rng.random((7, 600)) > 0.8).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[3, ::7] = np.nan
+        x[5, ::5] = np.nan
+        x[:, 599] = np.nan
+    f = cc.compile(lambda t: (t.argmax(axis=0), t.argmin(axis=0, keepdim=True),
+                              t.reshape([7, 20, 30]).argmax(axis=0)), backend="cpu")
+    got = f(x)
+    want = (np.argmax(x, 0), np.argmin(x, 0, keepdims=True),
+            np.argmax(x.reshape(7, 20, 30), 0))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w, strict=True)
