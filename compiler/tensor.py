@@ -208,6 +208,12 @@ class Tensor:
 
     @property
     def grad(self):
+        tracer = self._tracer
+        if tracer.pending_grads and tracer.backward_loc is None:
+            # Data parallel: the first read after backward() averages the gradients over the
+            # ranks (compiler.distributed); backward()'s own accumulation reads the local one.
+            from .distributed import reduce_gradients
+            reduce_gradients(tracer, Tensor._fresh)
         return self._grad
 
     @grad.setter
@@ -1244,7 +1250,7 @@ def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
     n = int(np.prod(shape, dtype=np.int64))
     index = tracer.emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": uint64})
     index = tracer.emit("reshape", [index], {"shape": shape})
-    stream = tracer.random_streams
+    stream = tracer.stream_base + tracer.random_streams
     tracer.random_streams += 1
     out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
                                                             "dtype": draw}))

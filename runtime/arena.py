@@ -89,8 +89,9 @@ class ArenaExecutable:
                 continue
             b = plan.buffer_of[node.out]
             if b.kind == "arena":
+                # (a gradient packed into a bucket lies at its slot's offset there)
                 self._slot[t] = np.ndarray(node.out.shape, node.out.dtype, buffer=arena,
-                                           offset=b.offset)
+                                           offset=b.offset + plan.packed.get(node.out, 0))
             if self._ops[t].scratch is not None:
                 ws = plan.workspace.get(node)  # (none when every scratch array is empty)
                 specs = scratch_specs(node)

@@ -67,7 +67,10 @@ FALLBACK_OPS = frozenset({
     # reference, before the driver writes any caller's array) and reductions the reduction
     # emitter doesn't know yet (min, prod, argmax, argmin)
     "cumsum", "index_select", "index_add", "take_along_axis", "put_along_axis", "min", "prod",
-    "argmax", "argmin"})
+    "argmax", "argmin",
+    # data-parallel communication (issue 12): mpi4py posts and completes the all-reduce on the
+    # bucket's arena memory from the callback (the entry is not split; see executable.py)
+    "bucket_pack", "allreduce_start", "allreduce_wait"})
 # Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
 # for every op of that kind).
 NATIVE_OTHER = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",

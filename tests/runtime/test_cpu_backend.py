@@ -72,7 +72,9 @@ def test_the_fallback_list_is_exactly_the_known_gap():
     # The temporary gap: these still run the numpy reference through a callback from the
     # native entry. Shrinking it is welcome; growing it needs a reason in the report.
     assert FALLBACK_OPS == {"cumsum", "index_select", "index_add", "take_along_axis",
-                            "put_along_axis", "min", "prod", "argmax", "argmin"}
+                            "put_along_axis", "min", "prod", "argmax", "argmin",
+                            # issue 12: mpi4py runs the collectives from the callback
+                            "bucket_pack", "allreduce_start", "allreduce_wait"}
 
 
 # -- elementwise: bit-identical, transcendentals within 4 ulp -----------------------------------
