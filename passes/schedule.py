@@ -32,9 +32,11 @@ Algorithm (greedy list scheduling by freed-minus-allocated bytes, near-linear):
      positions (the fewest nodes whose moving explains the new order), grouped by source line.
   6. Communication (data-parallel training, compiler.ops.comm_ops): in the chosen order, each
      bucket's `bucket_pack` and `allreduce_start` move to right after the last of its
-     gradients, and each `allreduce_wait` to right before the first node that reads the
-     averaged bucket, so the reduction overlaps the rest of the program (both write only
-     over the bucket, which nothing else reads: guarantee 2 holds).
+     gradients; the nodes that depend on no averaged gradient keep their order and run
+     first, then those that do (the updates), each `allreduce_wait` right before the first
+     node that reads its bucket: the reductions overlap the rest of backward, as in PyTorch's
+     DDP. Guarantee 2 holds: starts and waits write only over their bucket, which nothing
+     else reads, and a node that reads what an update wrote depends on that update.
 The pipeline then plans both orders and keeps the written one when its real peak is lower
 (`compiler.pipeline`), so scheduling never costs memory.
 """
@@ -311,7 +313,16 @@ def place_communication(nodes: list[Node]) -> list[Node]:
         made = {id(n.out): i for i, n in enumerate(order)}
         after = max((made.get(id(v), -1) for v in pack.inputs), default=-1)
         order[after + 1:after + 1] = [pack, start]
-    for wait in [n for n in order if n.op == "allreduce_wait"]:
+    waits = [n for n in order if n.op == "allreduce_wait"]
+    averaged = {id(w.out) for w in waits}
+    later = []
+    for n in order:
+        if n.op != "allreduce_wait" and any(id(v) in averaged for v in n.inputs):
+            averaged.add(id(n.out))
+            later.append(n)
+    moved = {id(n) for n in later}
+    order = [n for n in order if id(n) not in moved] + later
+    for wait in waits:
         order.remove(wait)
         first = next((i for i, n in enumerate(order) if any(v is wait.out for v in n.inputs)),
                      len(order))

@@ -5,6 +5,6 @@ from .registry import (BOOL, CREATION, ELEMENTWISE, KINDS, MATMUL, OTHER, REDUCT
                        SCATTER, SUPPORTED_DTYPES, VIEW, OpDef, dtype_class, get, scratch_offsets,
                        scratch_specs, workspace_bytes)
 
-__all__ = ["COMM_OPS", "REGISTRY", "OpDef", "get", "KINDS", "ELEMENTWISE", "REDUCTION", "VIEW", "SCATTER",
-           "MATMUL", "CREATION", "OTHER", "SUPPORTED_DTYPES", "BOOL", "dtype_class",
+__all__ = ["COMM_OPS", "REGISTRY", "OpDef", "get", "KINDS", "ELEMENTWISE", "REDUCTION", "VIEW",
+           "SCATTER", "MATMUL", "CREATION", "OTHER", "SUPPORTED_DTYPES", "BOOL", "dtype_class",
            "scratch_specs", "scratch_offsets", "workspace_bytes"]
