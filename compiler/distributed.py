@@ -53,6 +53,9 @@ def _mpi():
 _COMMS: dict[int, object] = {}
 _REQUESTS: dict[tuple[int, int], object] = {}
 _TIMEOUTS: dict[int, float] = {}
+# Seconds spent blocked in waits, and how many: the communication that computation did not hide
+# (benchmarks/data_parallel.py reads and resets it).
+STATS = {"wait_seconds": 0.0, "waits": 0}
 
 
 def _register(comm, timeout) -> int:
@@ -121,7 +124,10 @@ def wait(key: int, bucket: int, buf: np.ndarray) -> None:
     req = _REQUESTS.pop((key, bucket), None)
     if req is None:
         raise CommunicationError(f"the all-reduce of bucket {bucket} was never started")
+    t0 = time.perf_counter()
     _wait_for(key, req, f"the all-reduce of bucket {bucket} ({buf.nbytes} B)")
+    STATS["wait_seconds"] += time.perf_counter() - t0
+    STATS["waits"] += 1
 
 
 def _wait_for(key: int, req, what: str) -> None:
