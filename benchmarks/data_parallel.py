@@ -77,8 +77,8 @@ def bench(name, fn, inputs, global_batch, comm, backend, repeat):
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         t_comm.append(time.perf_counter() - t0)
     # the slowest rank decides: take each figure's max over the ranks
-    figures = comm.allreduce(np.array([_median(t_step), _median(t_local), _median(t_comm),
-                                       _median(waited)]), op=MPI.MAX)
+    figures = np.array([_median(t_step), _median(t_local), _median(t_comm), _median(waited)])
+    comm.Allreduce(MPI.IN_PLACE, figures, op=MPI.MAX)
     step_s, local_s, comm_s, wait_s = figures
     grad = sum(b.gradient_bytes for b in plan.communication)
     hidden = min(max(1.0 - wait_s / comm_s, 0.0), 1.0) if comm_s > 0 else 1.0
