@@ -115,8 +115,8 @@ def allreduce_blocking(key: int, buf: np.ndarray) -> None:
 
 def start(key: int, bucket: int, buf: np.ndarray) -> None:
     MPI = _mpi()
-    if (key, bucket) in _REQUESTS:  # a run that raised between a start and its wait
-        _REQUESTS.pop((key, bucket)).Cancel()
+    # (a request left by a run that raised between a start and its wait is dropped: MPI can't
+    # cancel a collective, and the ranks have diverged anyway)
     _REQUESTS[(key, bucket)] = _COMMS[key].Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
 

@@ -214,3 +214,21 @@ def test_distributed_takes_an_mpi_config():
         cc.compile(_step, distributed="mpi")
     with pytest.raises(ValueError, match="positive"):
         cc.distributed.mpi(bucket_bytes=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("inplace", ["auto", "strict", "off"])
+def test_every_inplace_mode_under_the_sanitizer(backend, inplace):
+    # inplace="off": the all-reduce copies its bucket (the plan says so); the values are the
+    # same, with every dead buffer poisoned
+    a, b = _args(), _args()
+    step = cc.compile(_step, backend=backend, inplace=inplace, sanitize=True,
+                      distributed=cc.distributed.mpi())
+    la = step(*a)
+    lb = cc.compile(_step, backend=backend, inplace=inplace)(*b)
+    np.testing.assert_allclose(la, lb, rtol=1e-6)
+    for x, y in zip(a[2:], b[2:]):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6 * np.abs(y).max())
+    (bucket,) = step.lower(*a).plan.communication
+    assert bucket.in_place == (inplace != "off")
+    assert ("NOT in place" in bucket.text) == (inplace == "off")
