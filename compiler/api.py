@@ -404,6 +404,9 @@ class CompiledFunction:
         self.sanitize = sanitize
         if distributed is not None and not hasattr(distributed, "comm"):
             raise ValueError("distributed= takes cc.distributed.mpi(...)")
+        if distributed is not None and backend == "gpu":
+            raise ValueError("distributed= runs on the numpy and cpu backends; the gpu backend "
+                             "has no host staging of its buckets yet")
         self.distributed = distributed
         self._cache: dict = {}
         self.traces = 0          # how many times fn was traced

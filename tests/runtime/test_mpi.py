@@ -232,3 +232,8 @@ def test_every_inplace_mode_under_the_sanitizer(backend, inplace):
     (bucket,) = step.lower(*a).plan.communication
     assert bucket.in_place == (inplace != "off")
     assert ("NOT in place" in bucket.text) == (inplace == "off")
+
+
+def test_the_gpu_backend_says_it_has_no_data_parallel_path_yet():
+    with pytest.raises(ValueError, match="numpy and cpu"):
+        cc.compile(_step, backend="gpu", distributed=cc.distributed.mpi())
