@@ -148,7 +148,6 @@ def _wait_for(key: int, req, what: str) -> None:
 def check_signature(config: MpiConfig, text: str, loc=None) -> None:
     """Exchange a hash of `text` (the call's argument types) with every rank before running;
     different hashes raise `ShapeError` on every rank, naming what each rank was called with."""
-    MPI = _mpi()
     comm = config.comm
     mine = np.frombuffer(hashlib.sha256(text.encode()).digest()[:8], np.uint64).copy()
     everyone = np.empty(comm.Get_size(), np.uint64)
@@ -159,7 +158,6 @@ def check_signature(config: MpiConfig, text: str, loc=None) -> None:
     lines = "; ".join(f"rank {r}: {t}" for r, t in enumerate(texts))
     raise ShapeError(f"data-parallel step called with different arguments on different ranks "
                      f"(each rank must pass the same shapes and dtypes): {lines}", loc)
-    del MPI
 
 
 # -- trace time: the all-reduce nodes ---------------------------------------------------------
