@@ -342,11 +342,12 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None, param_names=None, schedule="auto"):
+                  sanitize=None, param_names=None, schedule="auto", fuse=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize, param_names=param_names, schedule=schedule)
+                        sanitize=sanitize, param_names=param_names, schedule=schedule,
+                        fuse=fuse)
 
 
 def _describe_sig(entry) -> str:
@@ -369,7 +370,7 @@ class CompiledFunction:
     `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto"):
+                 schedule="auto", fuse=None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
         if inplace not in INPLACE_MODES:
@@ -381,6 +382,9 @@ class CompiledFunction:
                              f"{SCHEDULE_MODES}")
         self.inplace = inplace
         self.schedule = schedule
+        from .pipeline import resolve_fuse
+        resolve_fuse(fuse, backend)  # a bad value fails here, not at the first call
+        self.fuse = fuse
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         self._cache: dict = {}
@@ -443,7 +447,7 @@ class CompiledFunction:
             with _no_gc():
                 graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
                 prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                     self.sanitize, names, self.schedule)
+                                     self.sanitize, names, self.schedule, self.fuse)
             prog._bind_call = self._bind_call
             self._cache[key] = prog
             self.traces += 1
@@ -492,14 +496,17 @@ class CompiledFunction:
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None,
-            schedule="auto"):
+            schedule="auto", fuse=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
     `sanitize=True` runs the planned program with every dead buffer poisoned (also switched
     on for every program by the environment variable COMPILER_SANITIZE=1). `schedule="auto"`
     reorders the program to lower its peak (passes.schedule; never above the written order's
-    plan); `"off"` keeps the order as written, so that its plan stays inspectable."""
+    plan); `"off"` keeps the order as written, so that its plan stays inspectable.
+    `fuse` (passes.fusion): elementwise chains and trees run as one fused node; None (the
+    default) means on for the native backends ("cpu", "gpu"), off for "numpy"."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule)
-    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule)
+        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
+                                          fuse)
+    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, fuse)

@@ -28,6 +28,9 @@ Algorithm:
      line and the line of the op that still needs the value.
   5. Requested inplace ops that dead-code elimination removed (`Graph.removed`) get a decision
      "removed: its result is never used" (strict mode has nothing to refuse there).
+  6. Requested inplace ops inside a fused node (`passes.fusion`) that the fused node itself
+     doesn't carry get a decision "fused into %N ...: no buffer": their value lives in
+     registers inside the fused loop, so nothing is copied and nothing is refused.
 
 Decisions are the pass's whole output: `plan_memory` rebuilds buffers from them, and the
 verifier re-checks them independently.
@@ -73,6 +76,25 @@ class Decision:
                 "requested": self.requested, "inplace": self.inplace, "reason": self.reason,
                 "input_index": self.input_index,
                 "value": self.node.out.ref() if self.node is not None else None}
+
+
+def fused_decisions(fused: Node) -> list[Decision]:
+    """Step 6: a decision for each requested inplace op inside `fused` (the root's own request
+    is the fused node's decision when the fused node carries it)."""
+    body = fused.attrs["body"]
+    out = []
+    for j, inner in enumerate(body.nodes):
+        if inner.inplace_of is None or (j == len(body) - 1 and fused.inplace_of is not None):
+            continue
+        kind, i = body.operands[j][inner.inplace_of]
+        target = fused.inputs[i].ref() if kind == "in" else body.nodes[i].out.ref()
+        if kind == "node" and body.nodes[i].op == "full":
+            kind = "const"
+        where = f"the fused loop, which reads {target}" if kind == "in" else "the fused loop"
+        out.append(Decision(op_name(inner), str(inner.loc), True, True,
+                            f"fused into {fused.out.ref()} (fused at {fused.loc}): computed in "
+                            f"{where}; no buffer", inner.inplace_of, inner))
+    return out
 
 
 def op_name(node: Node) -> str:
@@ -364,5 +386,8 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=(),
     for node in graph.removed:
         decisions.append(Decision(op_name(node), str(node.loc), True, False,
                                   "removed: its result is never used", node.inplace_of, node))
+    for node in graph.nodes:  # Step 6
+        if node.op == "fused":
+            decisions += fused_decisions(node)
     decisions.sort(key=lambda d: d.node.out.id)  # program order (ids grow as nodes are traced)
     return graph, decisions

@@ -1,5 +1,5 @@
 """The op registry. Importing this package registers every primitive op."""
-from . import elementwise, nn_ops, random_ops, shape_ops  # noqa: F401  (registration side effects)
+from . import elementwise, fused, nn_ops, random_ops, shape_ops  # noqa: F401  (registration side effects)
 from .registry import (BOOL, CREATION, ELEMENTWISE, KINDS, MATMUL, OTHER, REDUCTION, REGISTRY,
                        SCATTER, SUPPORTED_DTYPES, VIEW, OpDef, dtype_class, get, scratch_offsets,
                        scratch_specs, workspace_bytes)

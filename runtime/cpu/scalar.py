@@ -335,6 +335,9 @@ class Renderer:
         self.b = b
         self.args = args
         self.cache = {}
+        # Results by the identity of their Expr: a subexpression shared by several parents (a
+        # fused body's value used twice, Philox's words) is rendered once.
+        self.memo: dict[int, tuple] = {}
 
     def render(self, e, want=None):
         """(value, dtype) of `e`; a bare constant becomes `want` (or its own Python type)."""
@@ -351,6 +354,12 @@ class Renderer:
         return convert(self.b, v, d, dtype)
 
     def _r(self, e):
+        key = id(e)
+        if key not in self.memo:
+            self.memo[key] = (self._r1(e), e)  # (keeps e alive: its id stays unique)
+        return self.memo[key][0]
+
+    def _r1(self, e):
         b = self.b
         if e.op == "arg":
             if e.value not in self.cache:
