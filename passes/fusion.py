@@ -63,6 +63,8 @@ from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import FusedBody, expr_cost
 
+from .cse import last_reads
+from .schedule import compact_derivation
 from .simplify import dce
 
 MAX_COST = 320  # scalar operations per fused node ("a few hundred": ISSUE-NOTES §8)
@@ -88,11 +90,22 @@ def _root_value(v: Value) -> Value:
     return v
 
 
+class _Roots:
+    """value -> the value that owns its storage (through views), as a mapping."""
+
+    def __getitem__(self, v: Value) -> Value:
+        return _root_value(v)
+
+
+_ROOTS = _Roots()
+
+
 class _Group:
     def __init__(self, root: Node, cost: int):
         self.root = root
         self.members = [root]
         self.cost = cost
+        self.min_bytes = root.out.nbytes
         # The root's request chain: nodes whose value the next one on the chain overwrites.
         self.chain = {id(root)}
 
@@ -120,27 +133,31 @@ def fuse(graph: Graph, scratch: bool = True, max_cost: int = MAX_COST) -> Graph:
 
     group_of: dict[int, _Group] = {}
     groups: list[_Group] = []
+    member_ids: set[int] = set()
+    ctx = (graph.nodes, member_ids, last_reads(graph))
     for node in reversed(graph.nodes):  # Step 1
         if node.op == "full" or not _fusible(node):
             continue
         cost = node_cost(node)
-        g = _join(node, users, final, group_of, index, cost, max_cost, written_between)
+        g = _join(node, users, final, group_of, index, cost, max_cost, written_between, ctx)
         if g is None:
             g = _Group(node, cost)
             groups.append(g)
         else:
             g.members.append(node)
             g.cost += cost
+            g.min_bytes = min(g.min_bytes, node.out.nbytes)
             if _on_chain(node, users, g):
                 g.chain.add(id(node))
         group_of[id(node)] = g
+        member_ids.add(id(node))
     fused = [g for g in groups if len(g.members) > 1]
     if not fused:
         return graph
     return dce(_rewrite(graph, fused, group_of, scratch))  # Steps 2 and 3
 
 
-def _join(node, users, final, group_of, index, cost, max_cost, written_between):
+def _join(node, users, final, group_of, index, cost, max_cost, written_between, ctx):
     """The group `node` joins (step 1's conditions), or None."""
     us = users.get(node.out, [])
     if not us or id(node.out) in final:
@@ -152,12 +169,50 @@ def _join(node, users, final, group_of, index, cost, max_cost, written_between):
         return None
     if REGISTRY[node.op].random and any(REGISTRY[m.op].random for m in g.members):
         return None  # two Philox bodies in one loop: rarely worth its size
+    if compact_derivation(node, _ROOTS) is not None:
+        # relu's mask `out > 0`: the scheduler runs it early so that the float value dies;
+        # inside a later reader's loop it would keep that value alive instead
+        return None
     if node.inplace_of is not None and not _on_chain(node, users, g):
         return None  # a request off the root's chain keeps its own node and decision
-    hi = index[id(g.root)]
-    if any(written_between(v, index[id(node)], hi) for v in node.inputs):
+    lo, hi = index[id(node)], index[id(g.root)]
+    if any(written_between(v, lo, hi) for v in node.inputs):
+        return None
+    if not _extension_pays(node, g, lo, hi, ctx):
         return None
     return g
+
+
+GAP_SCAN = 64  # nodes looked at between a producer and its group's root (beyond: "a gap")
+
+
+def _extension_pays(node, g, lo, hi, ctx) -> bool:
+    """Fusing `node` moves its operand reads from its own point `lo` to the root's `hi`:
+    operands that died at `lo` now live until `hi`. That costs nothing when only members of
+    the group (or views, constants) run in between; otherwise only when the operands so
+    extended are no bigger than what fusing frees there (`node`'s own buffer, and the
+    group's smallest one). So a node that makes a smaller value from a bigger one (relu's
+    1-byte mask `out > 0`, taken early so the float output can die: the scheduler's
+    compact saved values) is not fused into a later reader across other work."""
+    nodes, members, last = ctx
+    gap = False
+    for t in range(lo + 1, min(hi, lo + 1 + GAP_SCAN)):
+        n = nodes[t]
+        if id(n) not in members and REGISTRY[n.op].kind != VIEW and n.op != "full":
+            gap = True
+            break
+    else:
+        gap = hi - lo - 1 > GAP_SCAN
+    if not gap:
+        return True
+    extended = 0
+    for v in {id(v): v for v in node.inputs}.values():
+        r = _root_value(v)
+        if r.producer is None or r.producer.op == "full":
+            continue  # a caller's array lives throughout; a constant is inlined
+        if last.get(id(r), hi) < hi:
+            extended += r.nbytes
+    return extended <= min(node.out.nbytes, g.min_bytes)
 
 
 def _on_chain(node, users, g) -> bool:

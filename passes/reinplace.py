@@ -84,7 +84,7 @@ def fused_decisions(fused: Node) -> list[Decision]:
     body = fused.attrs["body"]
     out = []
     for j, inner in enumerate(body.nodes):
-        if inner.inplace_of is None or (j == len(body) - 1 and fused.inplace_of is not None):
+        if inner.inplace_of is None or (j == len(body.nodes) - 1 and fused.inplace_of is not None):
             continue
         kind, i = body.operands[j][inner.inplace_of]
         target = fused.inputs[i].ref() if kind == "in" else body.nodes[i].out.ref()
@@ -118,7 +118,16 @@ def describe_value(v: Value) -> str:
     return f"{v.ref()} ({op_name(p)} at {p.loc})"
 
 
-def describe_reader(node: Node) -> str:
+def describe_reader(node: Node, root: Value | None = None, aliases=None) -> str:
+    """The node that reads a value, as the user wrote it; for a fused node, the op inside
+    it that reads `root`'s storage (its root value, by `aliases`)."""
+    if node.op == "fused" and root is not None:
+        body = node.attrs["body"]
+        for inner, ops in zip(body.nodes, body.operands):
+            if any(kind == "in" and aliases.root.get(node.inputs[i]) is root
+                   for kind, i in ops):
+                node = inner
+                break
     if node.phase == "backward" and node.grad_of is not None:
         return f"the backward of {op_name(node.grad_of)} at {node.grad_of.loc}"
     return f"{op_name(node)} at {node.loc}"
@@ -266,7 +275,7 @@ def read_later(node: Node, i: int, st: _State) -> str | None:
                                                                  node, a, st):
         return None
     return f"input {describe_value(a)} is read later by " \
-           f"{describe_reader(st.graph.nodes[later[0]])}"
+           f"{describe_reader(st.graph.nodes[later[0]], root, st.aliases)}"
 
 
 def _is_exact_writeback(s: Node, node: Node, a: Value, st: _State) -> bool:
