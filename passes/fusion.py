@@ -24,7 +24,10 @@ Guarantees:
     is still found; when it ends inside the body, the request's value has no buffer at all,
     and the reinplace pass reports it as "fused into %N: no buffer";
   - no external operand of a producer is read past an inplace write of it: moving the read
-    to the root's position would make that write a copy (or a strict refusal);
+    to the root's position would make that write a copy (or a strict refusal); and a group
+    whose request chain ends at an input stays unfused when a member reads another view of
+    that input's storage (the fused node could not write over it where the chain's own
+    node could);
   - a body's size is capped (MAX_COST scalar operations, `compiler.ops.fused.expr_cost`:
     transcendentals weigh 20-40, Philox's ~230 distinct operations count each once), so
     long chains become several fused nodes (LLVM at -O3 on a loop of 20,000 operations took
@@ -36,16 +39,22 @@ which a value used twice is one shared `Expr` object (render it once: memoize by
 The CPU emitter renders it as one loop over the output, like any elementwise op (broadcast and
 strided inputs, one pointer when the plan runs it in place); the CUDA emitter can do the same.
 
-Not fused (yet): reductions and row-wise ops (a producer into a reduction, softmax-like rows);
-they keep their own kernels, and elementwise trees around them are fused.
+Not fused (yet): reductions and row-wise ops (a producer into a reduction, softmax-like rows,
+layer_norm's mean/var/normalize); they keep their own kernels, and the elementwise trees
+around them are fused. Values the backward pass reads stay buffers (fusion never recomputes).
 
 Algorithm:
-  1. Walk the nodes in reverse program order. An elementwise node (not a view, not random
-     when it would join another group with a random op... see `_fusible`) joins the group of
-     its readers when all its readers are in one group, it is not a live output, it has that
-     group root's shape, its request (if any) is on the root's chain, none of its operands is
-     written in place between it and the root, and the group stays under MAX_COST; otherwise
-     it roots a new group.
+  1. Walk the nodes in reverse program order. An elementwise node (`broadcast_to`, whose
+     reference needs the whole shape, excepted; `full` constants are inlined in step 2)
+     joins the group of its readers when all hold: all its readers are in one group; it is
+     not returned nor an input's final value; it has the group root's shape; its request
+     (if any) is on the root's request chain; it is not a compact saved value
+     (`passes.schedule.compact_derivation`: relu's mask, which the scheduler runs early so
+     the bigger value dies); none of its operands is written in place between it and the
+     root; the operands whose lives the move to the root's point extends are no bigger than
+     the buffers fusing frees there, unless only members run in between
+     (`_extension_pays`); no second random op joins a body; the group stays under MAX_COST.
+     Otherwise it roots a new group.
   2. Groups of one node stay as they are. Every other group becomes one `fused` node at its
      root's position, with the root's location and phase and the root's output value (a copy
      with the same id: printed names stay stable); readers of changed values are copied with
@@ -151,7 +160,7 @@ def fuse(graph: Graph, scratch: bool = True, max_cost: int = MAX_COST) -> Graph:
                 g.chain.add(id(node))
         group_of[id(node)] = g
         member_ids.add(id(node))
-    fused = [g for g in groups if len(g.members) > 1]
+    fused = [g for g in groups if len(g.members) > 1 and not _target_conflict(g)]
     if not fused:
         return graph
     return dce(_rewrite(graph, fused, group_of, scratch))  # Steps 2 and 3
@@ -213,6 +222,24 @@ def _extension_pays(node, g, lo, hi, ctx) -> bool:
         if last.get(id(r), hi) < hi:
             extended += r.nbytes
     return extended <= min(node.out.nbytes, g.min_bytes)
+
+
+def _target_conflict(g: _Group) -> bool:
+    """Does the group's request chain end at an input whose storage another member reads
+    through another value (`a.flatten().add_(a.flatten()[::-1])`: the scaled reversed view is
+    a member)? The fused node would then read another part of the buffer it must write
+    (reinplace refuses), where the chain's own node reads only its own operands' buffers:
+    such a group stays unfused, so that `inplace="strict"` decides as it does without."""
+    members = {id(m.out) for m in g.members}
+    node = g.root
+    while node.inplace_of is not None and id(node.inputs[node.inplace_of]) in members:
+        node = node.inputs[node.inplace_of].producer
+    if node.inplace_of is None:
+        return False
+    target = node.inputs[node.inplace_of]
+    root = _root_value(target)
+    return any(v is not target and id(v) not in members and _root_value(v) is root
+               for m in g.members for v in m.inputs)
 
 
 def _on_chain(node, users, g) -> bool:

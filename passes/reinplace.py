@@ -78,9 +78,11 @@ class Decision:
                 "value": self.node.out.ref() if self.node is not None else None}
 
 
-def fused_decisions(fused: Node) -> list[Decision]:
+def fused_decisions(fused: Node, inplace: str = "auto") -> list[Decision]:
     """Step 6: a decision for each requested inplace op inside `fused` (the root's own request
-    is the fused node's decision when the fused node carries it)."""
+    is the fused node's decision when the fused node carries it). Its value has no buffer,
+    so nothing is copied: counted in place, except under inplace="off", which reports no
+    op in place."""
     body = fused.attrs["body"]
     out = []
     for j, inner in enumerate(body.nodes):
@@ -91,7 +93,7 @@ def fused_decisions(fused: Node) -> list[Decision]:
         if kind == "node" and body.nodes[i].op == "full":
             kind = "const"
         where = f"the fused loop, which reads {target}" if kind == "in" else "the fused loop"
-        out.append(Decision(op_name(inner), str(inner.loc), True, True,
+        out.append(Decision(op_name(inner), str(inner.loc), True, inplace != "off",
                             f"fused into {fused.out.ref()} (fused at {fused.loc}): computed in "
                             f"{where}; no buffer", inner.inplace_of, inner))
     return out
@@ -397,6 +399,6 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=(),
                                   "removed: its result is never used", node.inplace_of, node))
     for node in graph.nodes:  # Step 6
         if node.op == "fused":
-            decisions += fused_decisions(node)
+            decisions += fused_decisions(node, inplace)
     decisions.sort(key=lambda d: d.node.out.id)  # program order (ids grow as nodes are traced)
     return graph, decisions

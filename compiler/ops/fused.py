@@ -53,6 +53,24 @@ def expr_cost(e: S.Expr) -> int:
     return cost
 
 
+def postorder(e: S.Expr) -> list[S.Expr]:
+    """The distinct subexpressions of `e` (by identity), each after its operands: render
+    them in this order (one statement each, in C) and no recursion is needed. A fused body
+    is up to ~2 * MAX_COST levels deep, beyond Python's recursion limit for a naive walk."""
+    out, seen, stack = [], set(), [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if done:
+            out.append(x)
+            continue
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.append((x, True))
+        stack.extend((a, False) for a in reversed(x.args) if id(a) not in seen)
+    return out
+
+
 def substitute_shared(e: S.Expr, args: dict, memo: dict | None = None) -> S.Expr:
     """`e` with `arg(i)` replaced by `args[i]`, keeping shared subtrees shared (memoized by
     identity: Philox's expression is a tree of ~2,800 nodes over ~230 distinct ones)."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from compiler.ops.fused import postorder
+
 from .jit import LIBM
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -341,6 +343,9 @@ class Renderer:
 
     def render(self, e, want=None):
         """(value, dtype) of `e`; a bare constant becomes `want` (or its own Python type)."""
+        if e.args:  # operands first (a fused body is hundreds of levels deep: no recursion)
+            for x in postorder(e):
+                self._r(x)
         v, d = self._r(e)
         if isinstance(d, Weak):
             d = np.dtype(want) if want is not None else common_dtype([d])

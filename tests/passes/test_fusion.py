@@ -468,3 +468,19 @@ def test_compiler_dump_names_the_fusion_pass(capsys, monkeypatch):
     cc.compile(lambda x: (x * 2.0).exp(), fuse=True).lower(np.ones(3, np.float32))
     out = capsys.readouterr().out
     assert "--- after fuse ---" in out and "= fused %x {2 ops}" in out
+
+
+def test_a_chain_target_read_through_another_view_by_a_member_is_not_fused():
+    # found by the random programs: add_(alpha=) scales its operand, a reversed view of the
+    # target's storage; fused, that view would be read by the node that writes the target
+    def f(a):
+        a.flatten().add_(a.flatten()[::-1], alpha=0.5)
+        return a
+    a = np.random.default_rng(0).standard_normal((3, 4))
+    g = _fused(f, a)
+    assert "fused" not in _ops(g)
+    want = a.reshape(-1) + 0.5 * a.reshape(-1)[::-1]
+    for backend, fuse_opt in FUSED_BACKENDS:
+        got = a.copy()
+        cc.compile(f, backend=backend, fuse=fuse_opt, inplace="strict")(got)
+        np.testing.assert_array_equal(got.reshape(-1), want)
