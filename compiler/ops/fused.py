@@ -10,7 +10,9 @@ What each consumer of the op uses:
     the fused node's inputs `$0..$n-1`, built from the inner ops' own registry expressions
     (`expr_for`), each inner result cast to its dtype as the unfused op's store would. A value
     used twice inside the body is the *same* `Expr` object in the tree, so an emitter that
-    memoizes by identity (`runtime/cpu/scalar.Renderer`) computes it once;
+    memoizes by identity (`runtime/cpu/scalar.Renderer`) computes it once. The tree is up to
+    a few hundred levels deep: walk it with `postorder(expr)` (operands first), not by
+    recursion;
   - the numpy reference (`ref`): the inner ops' references in order, on whole arrays;
   - the numpy arena executor (`into`): the same, chunk by chunk (CHUNK output elements at a
     time), each inner value written into its row of the node's planned scratch (`scratch`:
