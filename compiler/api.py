@@ -361,11 +361,12 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None, param_names=None, schedule="auto"):
+                  sanitize=None, param_names=None, schedule="auto", fuse=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize, param_names=param_names, schedule=schedule)
+                        sanitize=sanitize, param_names=param_names, schedule=schedule,
+                        fuse=fuse)
 
 
 def _describe_sig(entry) -> str:
@@ -388,7 +389,7 @@ class CompiledFunction:
     `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto", distributed=None):
+                 schedule="auto", distributed=None, fuse=None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
         if inplace not in INPLACE_MODES:
@@ -400,6 +401,9 @@ class CompiledFunction:
                              f"{SCHEDULE_MODES}")
         self.inplace = inplace
         self.schedule = schedule
+        from .pipeline import resolve_fuse
+        resolve_fuse(fuse, backend)  # a bad value fails here, not at the first call
+        self.fuse = fuse
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
         if distributed is not None and not hasattr(distributed, "comm"):
@@ -469,7 +473,7 @@ class CompiledFunction:
                 graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs),
                                     distributed=self.distributed)
                 prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                     self.sanitize, names, self.schedule)
+                                     self.sanitize, names, self.schedule, self.fuse)
                 prog.distributed = self.distributed
             prog._bind_call = self._bind_call
             self._cache[key] = prog
@@ -519,7 +523,7 @@ class CompiledFunction:
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None,
-            schedule="auto", distributed=None):
+            schedule="auto", distributed=None, fuse=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
@@ -529,8 +533,10 @@ def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=Non
     plan); `"off"` keeps the order as written, so that its plan stays inspectable.
     `distributed=cc.distributed.mpi(comm)` makes the function the per-rank step of
     data-parallel training: every leaf's gradient is averaged over the ranks between
-    `backward()` and its first use (compiler.distributed)."""
+    `backward()` and its first use (compiler.distributed).
+    `fuse` (passes.fusion): elementwise chains and trees run as one fused node; None (the
+    default) means on for the native backends ("cpu", "gpu"), off for "numpy"."""
     if fn is None:
         return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
-                                          distributed)
-    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, distributed)
+                                          distributed, fuse)
+    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, distributed, fuse)

@@ -1162,7 +1162,8 @@ _UFUNC_OPERATORS = {
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
-        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to") or op.random:
+        # (`fused` is made by the fusion pass, never by the user)
+        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to", "fused") or op.random:
             continue
         if not hasattr(Tensor, name):
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))

@@ -572,7 +572,8 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     `no_inplace_peak_bytes`."""
     if decisions is None:  # Step 1
         _, decisions = reinplace(graph, inplace, donate)
-    reuse = {d.node: d.input_index for d in decisions if d.inplace}
+    nodes = set(graph.nodes)  # (not the requests inside fused nodes: their values have no buffer)
+    reuse = {d.node: d.input_index for d in decisions if d.inplace and d.node in nodes}
     buffers, buffer_of, live, workspace, packed = _build_buffers(graph, reuse)
     arena = _place(buffers, alignment)
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
@@ -616,7 +617,7 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
 
 
 def _without_reuse(d: Decision, auto_peak: int, off_peak: int) -> Decision:
-    if not d.inplace:
+    if not d.inplace or d.reason.startswith("fused into"):  # (no buffer either way)
         return d
     return Decision(d.op, d.loc, d.requested, False,
                     f"reuse would pack worse: the plan without it peaks at {off_peak} B, with "
