@@ -17,8 +17,9 @@ or source line, and run a graph on a backend::
     prog(np.ones(4, np.float32))
 
 Every pass is a function of a graph (and options) returning a new graph or an analysis object:
-`dce`, `cse`, `gemm_accumulate`, `recompute`, `schedule`, `alias_analysis`, `liveness`,
-`reinplace`, `plan_memory`, `verify_graph`, `verify_plan`. `pipeline()` lists the default order as
+`dce`, `cse`, `gemm_accumulate`, `recompute`, `fuse`, `schedule`, `alias_analysis`,
+`liveness`, `reinplace`, `plan_memory`, `verify_graph`, `verify_plan`. `pipeline()` lists the
+default order as
 (name, function-of-CompileState) pairs.
 Lookups: `graph.value("%3")`, `graph.nodes_at("model.py:12")`, `plan.buffer("%3")`,
 `plan.decision("%3")`, `plan.decisions_at(12)`.
@@ -44,7 +45,7 @@ def _signature(graph: Graph) -> tuple:
 
 def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy",
                inplace: str = "auto", donate=(), schedule: str = "auto",
-               recompute: str = "auto") -> CompileState:
+               fuse: bool | None = None, recompute: str = "auto") -> CompileState:
     """Run the default pipeline on `graph` up to and including the pass named `until` (all of
     it when None). Returns the CompileState: `.graph`, `.decisions`, `.plan`."""
     names = [name for name, _ in pipeline(backend, inplace, donate)]
@@ -52,7 +53,8 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
         raise CompilerError(f"unknown pass {until!r}: the pipeline is {', '.join(names)}")
     state = CompileState(graph, backend, inplace,
                          donated_names(graph, _signature(graph), donate,
-                                       [v.name for v in graph.inputs]), schedule, recompute)
+                                       [v.name for v in graph.inputs]), schedule, fuse,
+                         recompute)
     for name, run in pipeline(backend, inplace, donate):
         state = run(state)
         if name == until:
@@ -61,15 +63,18 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
 
 
 def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate=(),
-          sanitize: bool | None = None, schedule: str = "auto", recompute: str = "auto"):
+          sanitize: bool | None = None, schedule: str = "auto", fuse: bool | None = None,
+          recompute: str = "auto"):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
     from .api import build_program
     return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
-                         [v.name for v in graph.inputs], schedule, recompute)
+                         [v.name for v in graph.inputs], schedule, fuse, recompute)
 
 
 # The scheduling and recompute passes, bound after run_passes/build, whose `schedule=` and
 # `recompute=` options share their names.
 schedule = _passes.schedule
 recompute = _passes.recompute
+# The fusion pass, likewise (the `fuse=` option of run_passes/build shares its name).
+fuse = _passes.fuse

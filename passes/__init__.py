@@ -13,11 +13,12 @@ from .memory_plan import Buffer, MemoryPlan, plan_memory
 from .reinplace import Decision, reinplace
 from .gemm_accumulate import GemmDecision, gemm_accumulate
 from .recompute import RecomputeDecision, recompute
+from .fusion import fuse
 from .schedule import Schedule, schedule
 from .simplify import dce
 from .verify import PlanError, verify_graph, verify_plan
 
 __all__ = ["alias_analysis", "AliasInfo", "liveness", "Liveness", "reinplace", "Decision",
            "plan_memory", "MemoryPlan", "Buffer", "dce", "cse", "verify_graph", "verify_plan",
-           "PlanError", "schedule", "Schedule", "gemm_accumulate", "GemmDecision", "recompute",
-           "RecomputeDecision"]
+           "PlanError", "schedule", "Schedule", "gemm_accumulate", "GemmDecision", "fuse",
+           "recompute", "RecomputeDecision"]
