@@ -83,8 +83,8 @@ def plan_of(mod, ideas):
     with composed_functions() if "compact" not in ideas else contextlib.nullcontext():
         graph, sig = _trace(mod.train_step, mod.example_inputs(), user_loc())
     state = CompileState(graph, "numpy", "auto", donated_names(graph, sig, ()),
-                         "auto" if "schedule" in ideas else "off",
-                         "auto" if "recompute" in ideas else "off")
+                         schedule="auto" if "schedule" in ideas else "off",
+                         recompute="auto" if "recompute" in ideas else "off")
     t0 = time.perf_counter()
     for name, run in pipeline():
         if name == "gemm_accumulate" and "gemm" not in ideas:
