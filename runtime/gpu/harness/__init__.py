@@ -42,6 +42,7 @@ FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrap
 POISON = 0xFF   # arena and outputs before the run: NaN as float32/float64, -1 as an integer
 CANARY = 0xA5   # the slack around every buffer (cuda_host::CANARY)
 ALIGN = 256     # every buffer's start, as a CUDA allocation's
+SCHEDULES = ("forward", "reverse")
 
 _INT_CTYPES = {"int", "unsigned int", "long", "unsigned long", "long long",
                "unsigned long long", "short", "unsigned short", "char", "signed char",
@@ -102,10 +103,10 @@ def _scalar(ctype: str, value) -> str:
 def _argument(arg, where: str) -> str:
     kind = arg[0] if isinstance(arg, tuple) and arg else None
     if kind == "arena" and len(arg) == 2:
-        return f"cuda_host::Ptr{{arena + {int(arg[1])}LL}}"
+        return f"cuda_host_ptr{{arena + {int(arg[1])}LL}}"
     if kind in ("input", "output") and len(arg) == 3:
         table = "in" if kind == "input" else "out"
-        return f"cuda_host::Ptr{{{table}[{int(arg[1])}] + {int(arg[2])}LL}}"
+        return f"cuda_host_ptr{{{table}[{int(arg[1])}] + {int(arg[2])}LL}}"
     if kind == "scalar" and len(arg) == 3:
         return _scalar(arg[1], arg[2])
     raise HarnessError(f"{where}: argument {arg!r} is not one of launch.py's forms")
@@ -157,6 +158,13 @@ def _dim3(value, what: str, where: str) -> str:
     dims = tuple(int(v) for v in value)
     if len(dims) != 3 or min(dims) < 1:
         raise HarnessError(f"{where}: {what} {value!r} is not three positive sizes")
+    # the device's limits (CUDA Programming Guide, "Compute Capabilities"): a launch past
+    # them fails on a GPU with cudaErrorInvalidConfiguration, so it must fail here too
+    limits = (1024, 1024, 64) if what == "block" else (2 ** 31 - 1, 65535, 65535)
+    if any(d > m for d, m in zip(dims, limits)) or (what == "block" and math.prod(dims) > 1024):
+        raise HarnessError(f"{where}: {what} {dims} exceeds the device's limits "
+                           f"({'at most 1024 threads, ' if what == 'block' else ''}"
+                           f"each dimension at most {limits})")
     return f"dim3({dims[0]}u, {dims[1]}u, {dims[2]}u)"
 
 
@@ -204,9 +212,9 @@ def translation_unit(module: GpuModule) -> str:
     out.append("};")
     out.append('extern "C" __attribute__((visibility("default"))) int harness_run('
                "char *arena, char **in, char **out, const long long *guards, int nguards, "
-               "char *err, int errlen) {")
+               "int schedule, char *err, int errlen) {")
     out.append(f"    return cuda_host::run_steps(__harness_steps, {len(module.launches)}, "
-               "arena, in, out, guards, nguards, err, errlen);")
+               "arena, in, out, guards, nguards, schedule, err, errlen);")
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -272,7 +280,7 @@ def compile_module(module: GpuModule) -> ctypes.CDLL:
     dll.harness_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
                                   ctypes.POINTER(ctypes.c_void_p),
                                   ctypes.POINTER(ctypes.c_longlong), ctypes.c_int,
-                                  ctypes.c_char_p, ctypes.c_int]
+                                  ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     _LOADED[key] = dll
     return dll
 
@@ -364,15 +372,21 @@ def _check_bounds(module: GpuModule, sizes: dict):
                                    f"({sizes[key]} bytes)")
 
 
-def run_on_cpu(module: GpuModule, inputs=(), outputs=()) -> HarnessResult:
+def run_on_cpu(module: GpuModule, inputs=(), outputs=(), schedule: str = "forward"
+               ) -> HarnessResult:
     """Run every launch of `module` in order on the host and return the outputs and inputs.
 
     `inputs`: the caller's arguments (arrays or scalars), copied into host buffers (C order)
     and never written; inputs that share memory share one buffer. `outputs`: one spec per
     returned buffer, an array (its shape and dtype) or a pair (shape, dtype); each is
     allocated per call. Returns copies of both, after the run.
+
+    `schedule`: "forward" runs the threads of a block, and the blocks, in index order up to
+    each barrier; "reverse" backwards. A race (a missing barrier) that one order hides, the
+    other often shows, so tests run both.
     """
-    dll = compile_module(module)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
     arrays = [np.ascontiguousarray(x) if isinstance(x, np.ndarray) else np.asarray(x)
               for x in inputs]
     buffers, place = _input_buffers(arrays)
@@ -388,6 +402,7 @@ def run_on_cpu(module: GpuModule, inputs=(), outputs=()) -> HarnessResult:
     sizes.update({("input", i): a.nbytes for i, a in enumerate(arrays)})
     sizes.update({("output", i): b.nbytes for i, b in enumerate(outs)})
     _check_bounds(module, sizes)
+    dll = compile_module(module)
 
     ptrs = ctypes.c_void_p * max(1, len(arrays), len(outs))
     in_ptrs = ptrs(*[buf.address + off for buf, off in place])
@@ -395,8 +410,8 @@ def run_on_cpu(module: GpuModule, inputs=(), outputs=()) -> HarnessResult:
     guards = [g for b in [arena, *buffers, *outs] for g in b.guards]
     guard_arr = (ctypes.c_longlong * (2 * len(guards)))(*[v for g in guards for v in g])
     err = ctypes.create_string_buffer(2048)
-    if dll.harness_run(arena.address, in_ptrs, out_ptrs, guard_arr, len(guards), err,
-                         len(err)):
+    if dll.harness_run(arena.address, in_ptrs, out_ptrs, guard_arr, len(guards),
+                       SCHEDULES.index(schedule), err, len(err)):
         raise HarnessError(err.value.decode(errors="replace"))
 
     def array(buf, offset, shape, dtype):

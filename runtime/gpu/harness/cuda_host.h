@@ -7,9 +7,11 @@
 // Execution model (deterministic):
 //  - blocks run one after another; the threads of a block run as fibers on one OS thread;
 //  - a fiber runs until it reaches a barrier (`__syncthreads`, a warp collective) or returns;
-//    the scheduler sweeps the fibers in thread order, so a missing `__syncthreads()` shows up
-//    as a read of a value another thread has not written yet (shared memory is poisoned with
-//    0xFF bytes, NaN as a float, before every block);
+//    the scheduler runs one warp as far as it gets (its lanes in order) before the next warp,
+//    in thread order (or, with the "reverse" schedule, lanes, warps and blocks backwards), so
+//    a missing `__syncthreads()` shows up as a read of a value another warp has not written
+//    yet, or has already overwritten (shared memory is poisoned with 0xFF bytes, NaN as a
+//    float, before every block); each schedule catches races the other can miss;
 //  - `__syncthreads()` releases the block when all its threads wait at the same call site;
 //    any other state with no fiber runnable (a thread returned or waits elsewhere) is a
 //    deadlock on a GPU, and here an error naming the kernel, block and lines;
@@ -102,6 +104,7 @@ inline char error[1024];
 inline bool failed = false;
 inline int block_aggregate = 0;          // __syncthreads_count/_and/_or of the last barrier
 inline const char *kernel_name = "";
+inline bool reverse = false;             // the schedule: sweep threads and blocks backwards
 
 __attribute__((noinline)) inline void yield() {
     if (!_setjmp(fibers[current].ctx)) _longjmp(sched, 1);
@@ -198,12 +201,22 @@ inline int deadlock() {
 inline int run_block() {
     for (int i = 0; i < nfibers; i++) fibers[i].state = READY;
     for (;;) {
+        // warp by warp, each as far as it gets before the next one starts
         bool ran = false;
-        for (int i = 0; i < nfibers; i++) {
-            if (fibers[i].state != READY) continue;
-            switch_to(i);
-            if (failed) return 1;
-            ran = true;
+        int nwarps = (nfibers + 31) / 32;
+        for (int wk = 0; wk < nwarps; wk++) {
+            int base = 32 * (reverse ? nwarps - 1 - wk : wk);
+            int lanes = nfibers - base < 32 ? nfibers - base : 32;
+            for (bool again = true; again;) {
+                again = false;
+                for (int k = 0; k < lanes; k++) {
+                    int i = base + (reverse ? lanes - 1 - k : k);
+                    if (fibers[i].state != READY) continue;
+                    switch_to(i);
+                    if (failed) return 1;
+                    ran = again = true;
+                }
+            }
         }
         if (ran) continue;
         int at_barrier = 0, done = 0;
@@ -302,9 +315,11 @@ inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), v
     gridDim = grid;
     for (int i = 0; i < nfibers; i++)
         fibers[i].tid = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
+    for (unsigned zz = 0; zz < grid.z; zz++)
+        for (unsigned yy = 0; yy < grid.y; yy++)
+            for (unsigned xx = 0; xx < grid.x; xx++) {
+                unsigned x = reverse ? grid.x - 1 - xx : xx, y = reverse ? grid.y - 1 - yy : yy,
+                         z = reverse ? grid.z - 1 - zz : zz;
                 blockIdx = {x, y, z};
                 if (shared_hi > shared_lo) memset(shared_lo, 0xFF, shared_hi - shared_lo);
                 if (dyn_bytes) memset(dyn, 0xFF, dyn_bytes);
@@ -334,12 +349,6 @@ void gemm(bool ta, bool tb, long m, long n, long k, T alpha, const T *A, long ld
             c = beta == T(0) ? T(alpha * acc) : T(alpha * acc + (double)beta * c);
         }
 }
-
-// A pointer argument of a launch: converts to whatever pointer type the kernel declares.
-struct Ptr {
-    char *p;
-    template <class T> operator T *() const { return (T *)p; }
-};
 
 // ---- running a program: its launches in order, faults and buffer overruns as errors ------
 inline sigjmp_buf trap_env;
@@ -373,8 +382,10 @@ inline long overrun(const long long *guards, int nguards) {
 }
 
 inline int run_steps(const Step *steps, int nsteps, char *arena, char **in, char **out,
-                     const long long *guards, int nguards, char *err, int errlen) {
+                     const long long *guards, int nguards, int schedule, char *err,
+                     int errlen) {
     pthread_mutex_lock(&lock);
+    reverse = schedule == 1;
     static char altstack[1 << 16];
     stack_t alt = {}, old_alt;
     alt.ss_sp = altstack;
@@ -447,6 +458,13 @@ int launch_kernel(const char *name, dim3 grid, dim3 block, size_t dyn_bytes, F &
 }
 
 }  // namespace cuda_host
+
+// A pointer argument of a launch: converts to whatever pointer type the kernel declares.
+// (In the global namespace: argument-dependent lookup must not find cuda_host's functions.)
+struct cuda_host_ptr {
+    char *p;
+    template <class T> operator T *() const { return (T *)p; }
+};
 
 // ---- synchronization -----------------------------------------------------------------------
 #define __syncthreads() cuda_host::block_sync(__LINE__, 0)
