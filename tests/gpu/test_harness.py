@@ -122,6 +122,10 @@ extern "C" __global__ void votes(const float *__restrict__ x, unsigned *out) {
     unsigned b = __ballot_sync(0xffffffffu, x[t] > 0.0f);
     int all = __all_sync(0xffffffffu, x[t] > -10.0f);
     int count = __syncthreads_count(x[t] > 0.0f);
+#if __CUDA_ARCH__ >= 700
+    __syncwarp();
+    __syncwarp(__activemask());
+#endif
     if (t == 0) { out[0] = b; out[1] = all; out[2] = count; }
     if (t == 40) out[3] = b;   // the second warp's ballot
 }

@@ -46,6 +46,7 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static __attribute__((section("cuda_shared")))
 #define __cuda_dynamic_shared__
+#define __CUDA_ARCH__ 800   // the architecture NVRTC compiles for (compute_80)
 
 // ---- built-in variables and vector types ---------------------------------------------------
 struct uint3 { unsigned int x, y, z; };
@@ -104,6 +105,7 @@ inline char error[1024];
 inline bool failed = false;
 inline int block_aggregate = 0;          // __syncthreads_count/_and/_or of the last barrier
 inline const char *kernel_name = "";
+inline int waiting[32];                  // per warp: lanes waiting in a collective
 inline bool reverse = false;             // the schedule: sweep threads and blocks backwards
 
 __attribute__((noinline)) inline void yield() {
@@ -200,6 +202,7 @@ inline int deadlock() {
 // Run one block: every fiber starts the kernel; sweep until all have returned.
 inline int run_block() {
     for (int i = 0; i < nfibers; i++) fibers[i].state = READY;
+    memset(waiting, 0, sizeof waiting);
     for (;;) {
         // warp by warp, each as far as it gets before the next one starts
         bool ran = false;
@@ -263,6 +266,11 @@ __attribute__((noinline)) inline uint64_t warp_collective(unsigned mask, int op,
     me.mask = mask; me.op = op; me.arg = arg; me.width = width; me.value = value;
     me.line = line;
     unsigned members = mask & exists;
+    // most arrivals are not the last: count before looking at every lane
+    if (++waiting[lin / 32] < __builtin_popcount(members)) {
+        yield();
+        return fibers[current].result;
+    }
     for (int l = 0; l < 32; l++) {
         if (!(members >> l & 1)) continue;
         Fiber &o = fibers[base + l];
@@ -292,6 +300,7 @@ __attribute__((noinline)) inline uint64_t warp_collective(unsigned mask, int op,
                             ? fibers[base + src].value : POISON;   // an inactive source
         o.state = READY;
     }
+    waiting[lin / 32] -= __builtin_popcount(members);
     return me.result;
 }
 
@@ -471,14 +480,17 @@ struct cuda_host_ptr {
 #define __syncthreads_count(p) cuda_host::block_sync(__LINE__, (p))
 #define __syncthreads_and(p) (cuda_host::block_sync(__LINE__, (p)) == (int)cuda_host::nfibers)
 #define __syncthreads_or(p) (cuda_host::block_sync(__LINE__, (p)) != 0)
-#define __syncwarp(...) cuda_host::syncwarp(__LINE__, ##__VA_ARGS__)
+#define __syncwarp(...) cuda_host::SyncWarp{__LINE__}(__VA_ARGS__)   // (mask optional)
 inline void __threadfence() { asm volatile("" ::: "memory"); }
 inline void __threadfence_block() { asm volatile("" ::: "memory"); }
 
 namespace cuda_host {
-inline void syncwarp(int line, unsigned mask = 0xffffffffu) {
-    warp_collective(mask, W_SYNC, 0, 32, 0, line);
-}
+struct SyncWarp {
+    int line;
+    void operator()(unsigned mask = 0xffffffffu) const {
+        warp_collective(mask, W_SYNC, 0, 32, 0, line);
+    }
+};
 template <class T> T shfl(unsigned mask, T v, int op, int arg, int width, int line) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
                   "warp shuffle of a value wider than 8 bytes");
