@@ -400,6 +400,11 @@ extern "C" __global__ void wild(float *out) {
 extern "C" __global__ void divide(int *out, int d) {
     out[threadIdx.x] = 7 / d;
 }
+#define SYNC(what) __sync##what()
+extern "C" __global__ void pasted_barrier(float *out) {   // hidden from the harness's scan
+    out[threadIdx.x] = 1.0f;
+    SYNC(threads);
+}
 """
 
 FAULT_CASES = {
@@ -412,6 +417,9 @@ FAULT_CASES = {
     "wild": ((), r"kernel wild, node 4\), block \(0, 0, 0\), thread \(1, 0, 0\): a memory "
                  r"fault"),
     "divide": ((("scalar", "int", 0),), r"thread \(0, 0, 0\): SIGFPE"),
+    # a kernel run without fibers that reaches a barrier anyway: an error, never a wrong value
+    "pasted_barrier": ((), r"block \(0, 0, 0\): the kernel reaches a barrier or warp "
+                           r"collective at line 30, but the harness's scan"),
 }
 
 

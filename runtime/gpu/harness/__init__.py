@@ -168,6 +168,42 @@ def _dim3(value, what: str, where: str) -> str:
     return f"dim3({dims[0]}u, {dims[1]}u, {dims[2]}u)"
 
 
+_BARRIER = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|"
+                      r"__any_sync|__all_sync|__activemask)\b")
+_FUNCTION = re.compile(r"\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{")
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(.*(?:\\\n.*)*)", re.M)
+_NOT_FUNCTIONS = {"if", "for", "while", "switch", "return", "sizeof"}
+
+
+def blocking_functions(source: str) -> set[str]:
+    """The functions (and macros) of `source` that may reach a barrier or a warp collective,
+    directly or through what they call: a conservative scan of the text (a kernel it misses
+    fails loudly at run time, see cuda_host::not_direct). Kernels outside it run without
+    fibers."""
+    bodies: dict[str, list[str]] = {}
+    for m in _FUNCTION.finditer(source):
+        if m.group(1) in _NOT_FUNCTIONS:
+            continue
+        depth, end = 0, m.end() - 1
+        for end in range(m.end() - 1, len(source)):
+            depth += {"{": 1, "}": -1}.get(source[end], 0)
+            if depth == 0:
+                break
+        bodies.setdefault(m.group(1), []).append(source[m.end():end])
+    for m in _DEFINE.finditer(source):
+        bodies.setdefault(m.group(1), []).append(m.group(2))
+    text = {name: "\n".join(parts) for name, parts in bodies.items()}
+    blocking = {name for name, body in text.items() if _BARRIER.search(body)}
+    while True:
+        calls = re.compile(r"\b(?:" + "|".join(map(re.escape, blocking)) + r")\b") \
+            if blocking else None
+        more = {name for name, body in text.items()
+                if name not in blocking and calls is not None and calls.search(body)}
+        if not more:
+            return blocking
+        blocking |= more
+
+
 def translation_unit(module: GpuModule) -> str:
     """The C++ that g++ compiles: the header, the kernels and the driver."""
     source = _EXTERN_SHARED.sub(r"extern\1\2__cuda_dynamic_shared__", module.source)
@@ -185,6 +221,7 @@ def translation_unit(module: GpuModule) -> str:
     else:
         dyn = "nullptr, 0"
     steps = []
+    blocking = blocking_functions(module.source)
     for i, launch in enumerate(module.launches):
         where = f"launch {i} ({launch.kernel}, node {launch.node})"
         out.append(f"static int __harness_step{i}(char *arena, char **in, char **out) {{")
@@ -201,7 +238,7 @@ def translation_unit(module: GpuModule) -> str:
             out.append(f'    return cuda_host::launch_kernel("{launch.kernel}", '
                        f'{_dim3(launch.grid, "grid", where)}, '
                        f'{_dim3(launch.block, "block", where)}, {int(launch.shared_bytes)}, '
-                       f'call, {dyn});')
+                       f'call, {dyn}, {str(launch.kernel in blocking).lower()});')
         else:
             raise HarnessError(f"{where}: unknown library {launch.library!r}")
         out.append("}")

@@ -106,6 +106,8 @@ inline bool failed = false;
 inline int block_aggregate = 0;          // __syncthreads_count/_and/_or of the last barrier
 inline const char *kernel_name = "";
 inline int waiting[32];                  // per warp: lanes waiting in a collective
+inline bool direct = false;              // the launch runs without fibers (run_direct)
+inline jmp_buf direct_env;
 inline bool reverse = false;             // the schedule: sweep threads and blocks backwards
 
 __attribute__((noinline)) inline void yield() {
@@ -236,7 +238,10 @@ inline int run_block() {
     }
 }
 
+[[noreturn]] inline void not_direct(int line);
+
 __attribute__((noinline)) inline int block_sync(int line, int pred) {
+    if (direct) not_direct(line);
     Fiber &f = fibers[current];
     f.state = WAIT_BLOCK;
     f.line = line;
@@ -250,6 +255,7 @@ __attribute__((noinline)) inline int block_sync(int line, int pred) {
 // "Warp Shuffle Functions": an out-of-segment source returns the caller's own value).
 __attribute__((noinline)) inline uint64_t warp_collective(unsigned mask, int op, int arg,
                                                         int width, uint64_t value, int line) {
+    if (direct) not_direct(line);
     Fiber &me = fibers[current];
     int lin = linear(me.tid), lane = lin % 32, base = lin - lane;
     unsigned exists = nfibers - base >= 32 ? ~0u : (1u << (nfibers - base)) - 1;
@@ -306,8 +312,40 @@ __attribute__((noinline)) inline uint64_t warp_collective(unsigned mask, int op,
 
 // Launch: every block of the grid in turn. `shared_lo..hi` is the static shared memory
 // (section `cuda_shared`), `dyn` the dynamic shared memory; both are poisoned per block.
+// A kernel that can't block (no barrier or warp collective in anything it calls, as the
+// driver's scan of the source found) runs without fibers: each thread is a plain call, far
+// cheaper than two context switches. A barrier reached anyway is an error, not a wrong answer.
+[[noreturn]] inline void not_direct(int line) {
+    fail("the kernel reaches a barrier or warp collective at line %d, but the harness's scan "
+         "of the source found none, so it runs without fibers", line);
+    _longjmp(direct_env, 1);
+}
+
+__attribute__((noinline)) inline int run_direct(dim3 grid, dim3 block) {
+    direct = true;
+    if (_setjmp(direct_env)) {
+        direct = false;
+        return 1;
+    }
+    int n = (int)(block.x * block.y * block.z);
+    for (unsigned zz = 0; zz < grid.z; zz++)
+        for (unsigned yy = 0; yy < grid.y; yy++)
+            for (unsigned xx = 0; xx < grid.x; xx++) {
+                blockIdx = {reverse ? grid.x - 1 - xx : xx, reverse ? grid.y - 1 - yy : yy,
+                            reverse ? grid.z - 1 - zz : zz};
+                for (int k = 0; k < n; k++) {
+                    unsigned i = reverse ? n - 1 - k : k;
+                    threadIdx = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+                    body(body_arg);
+                }
+            }
+    direct = false;
+    return 0;
+}
+
 inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), void *arg,
-                  char *shared_lo, char *shared_hi, char *dyn, size_t dyn_bytes) {
+                  char *shared_lo, char *shared_hi, char *dyn, size_t dyn_bytes,
+                  bool may_block) {
     failed = false;
     kernel_name = name;
     long threads = (long)block.x * block.y * block.z;
@@ -322,6 +360,16 @@ inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), v
     body_arg = arg;
     blockDim = block;
     gridDim = grid;
+    if (!may_block) {   // shared memory is poisoned once per launch, not per block
+        if (shared_hi > shared_lo) memset(shared_lo, 0xFF, shared_hi - shared_lo);
+        if (dyn_bytes) memset(dyn, 0xFF, dyn_bytes);
+        if (!run_direct(grid, block)) return 0;
+        char what[sizeof error];
+        memcpy(what, error, sizeof error);
+        snprintf(error, sizeof error, "block (%u, %u, %u): %s", blockIdx.x, blockIdx.y,
+                 blockIdx.z, what);
+        return 1;
+    }
     for (int i = 0; i < nfibers; i++)
         fibers[i].tid = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
     for (unsigned zz = 0; zz < grid.z; zz++)
@@ -455,13 +503,13 @@ template <class F> void thunk(void *f) { (*(F *)f)(); }
 // One kernel launch of a program: the call `f` runs in every thread of every block.
 template <class F>
 int launch_kernel(const char *name, dim3 grid, dim3 block, size_t dyn_bytes, F &f, char *dyn,
-                  size_t dyn_capacity) {
+                  size_t dyn_capacity, bool may_block) {
     if (dyn_bytes > dyn_capacity)
         return fail("%zu bytes of dynamic shared memory, but the source declares no "
                     "`extern __shared__` array", dyn_bytes);
     in_kernel = true;
     int rc = launch(name, grid, block, thunk<F>, &f, __start_cuda_shared, __stop_cuda_shared,
-                    dyn, dyn_bytes);
+                    dyn, dyn_bytes, may_block);
     in_kernel = false;
     return rc;
 }
@@ -529,13 +577,17 @@ inline unsigned lanes() {
 #define __ballot_sync(m, p) cuda_host::ballot(__LINE__, (m), (p))
 #define __any_sync(m, p) (cuda_host::ballot(__LINE__, (m), (p)) != 0)
 #define __all_sync(m, p) (cuda_host::ballot(__LINE__, (m), (p)) == ((m) & cuda_host::lanes()))
-inline unsigned __activemask() {
-    int lin = cuda_host::linear(threadIdx), base = lin - lin % 32;
+#define __activemask() cuda_host::activemask(__LINE__)
+namespace cuda_host {
+inline unsigned activemask(int line) {
+    if (direct) not_direct(line);
+    int lin = linear(threadIdx), base = lin - lin % 32;
     unsigned live = 0;
-    for (int l = 0; l < 32 && base + l < cuda_host::nfibers; l++)
-        live |= (cuda_host::fibers[base + l].state != cuda_host::DONE) << l;
+    for (int l = 0; l < 32 && base + l < nfibers; l++)
+        live |= (fibers[base + l].state != DONE) << l;
     return live;
 }
+}  // namespace cuda_host
 
 // ---- atomics: a fiber is never interrupted between the read and the write -----------------
 template <class T> T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
