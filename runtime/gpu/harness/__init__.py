@@ -21,6 +21,7 @@ block and thread):
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import hashlib
 import math
@@ -29,6 +30,7 @@ import os
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +65,7 @@ class HarnessCompileError(HarnessError):
 class HarnessResult:
     outputs: list          # the returned buffers, as arrays of the requested shapes
     inputs: list           # the inputs after the run (mutated ones hold their new values)
+    arena: np.ndarray      # the arena's bytes after the run
 
 
 # ---- the translation unit ------------------------------------------------------------------
@@ -172,6 +175,7 @@ _BARRIER = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot
                       r"__any_sync|__all_sync|__activemask)\b")
 _FUNCTION = re.compile(r"\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{")
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(.*(?:\\\n.*)*)", re.M)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _NOT_FUNCTIONS = {"if", "for", "while", "switch", "return", "sizeof"}
 
 
@@ -180,6 +184,7 @@ def blocking_functions(source: str) -> set[str]:
     directly or through what they call: a conservative scan of the text (a kernel it misses
     fails loudly at run time, see cuda_host::not_direct). Kernels outside it run without
     fibers."""
+    source = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
     bodies: dict[str, list[str]] = {}
     for m in _FUNCTION.finditer(source):
         if m.group(1) in _NOT_FUNCTIONS:
@@ -258,7 +263,7 @@ def translation_unit(module: GpuModule) -> str:
 
 # ---- compiling, with a cache on disk -------------------------------------------------------
 
-_LOADED: dict[str, ctypes.CDLL] = {}
+_LOADED: dict = {}   # key -> the library's entry point
 _GXX_VERSION: list[str] = []
 
 
@@ -291,13 +296,13 @@ def available() -> bool:
     return os.name == "posix"
 
 
-def compile_module(module: GpuModule) -> ctypes.CDLL:
-    """Build (or fetch from the cache) the shared library that runs `module`."""
-    unit = translation_unit(module)
-    key = hashlib.sha256("\0".join(
+def _key(unit: str) -> str:
+    return hashlib.sha256("\0".join(
         [_gxx_version(), " ".join(FLAGS), HEADER.read_text(), unit]).encode()).hexdigest()[:32]
-    if key in _LOADED:
-        return _LOADED[key]
+
+
+def _build(unit: str, key: str) -> Path:
+    """The library of `unit` in the cache, built unless it is there already."""
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     lib = folder / f"{key}.so"
@@ -312,14 +317,40 @@ def compile_module(module: GpuModule) -> ctypes.CDLL:
                 raise HarnessCompileError("g++ could not build the module:\n"
                                           + run.stderr[-6000:])
             os.replace(built, lib)   # atomic: a concurrent build of the same key is harmless
-    dll = ctypes.CDLL(str(lib))
-    dll.harness_run.restype = ctypes.c_int
-    dll.harness_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                  ctypes.POINTER(ctypes.c_void_p),
-                                  ctypes.POINTER(ctypes.c_longlong), ctypes.c_int,
-                                  ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    _LOADED[key] = dll
-    return dll
+    return lib
+
+
+def compile_module(module: GpuModule):
+    """The entry point (a ctypes function) of `module`'s library: built, or from the cache
+    (in this process, or on disk)."""
+    unit = translation_unit(module)
+    key = _key(unit)
+    if key not in _LOADED:
+        entry = ctypes.CDLL(str(_build(unit, key))).harness_run
+        entry.restype = ctypes.c_int
+        entry.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                          ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+                          ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        _LOADED[key] = entry
+    return _LOADED[key]
+
+
+def prebuild(modules, jobs: int | None = None) -> None:
+    """Build the libraries of many modules at once, `jobs` g++ processes side by side (one per
+    core by default), so that a test over many programs spends less wall time compiling;
+    later `run_on_cpu` calls find them in the cache. A module g++ refuses raises here."""
+    todo = {}
+    for module in modules:
+        unit = translation_unit(module)
+        key = _key(unit)
+        if key not in _LOADED and not (cache_dir() / f"{key}.so").exists():
+            todo[key] = unit
+    if not todo:
+        return
+    workers = max(1, min(len(todo), jobs or os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:   # threads: each waits on its g++ process
+        for future in [pool.submit(_build, unit, key) for key, unit in todo.items()]:
+            future.result()
 
 
 # ---- guarded host buffers ------------------------------------------------------------------
@@ -439,7 +470,7 @@ def run_on_cpu(module: GpuModule, inputs=(), outputs=(), schedule: str = "forwar
     sizes.update({("input", i): a.nbytes for i, a in enumerate(arrays)})
     sizes.update({("output", i): b.nbytes for i, b in enumerate(outs)})
     _check_bounds(module, sizes)
-    dll = compile_module(module)
+    entry = compile_module(module)
 
     ptrs = ctypes.c_void_p * max(1, len(arrays), len(outs))
     in_ptrs = ptrs(*[buf.address + off for buf, off in place])
@@ -447,8 +478,8 @@ def run_on_cpu(module: GpuModule, inputs=(), outputs=(), schedule: str = "forwar
     guards = [g for b in [arena, *buffers, *outs] for g in b.guards]
     guard_arr = (ctypes.c_longlong * (2 * len(guards)))(*[v for g in guards for v in g])
     err = ctypes.create_string_buffer(2048)
-    if dll.harness_run(arena.address, in_ptrs, out_ptrs, guard_arr, len(guards),
-                       SCHEDULES.index(schedule), err, len(err)):
+    if entry(arena.address, in_ptrs, out_ptrs, guard_arr, len(guards),
+             SCHEDULES.index(schedule), err, len(err)):
         raise HarnessError(err.value.decode(errors="replace"))
 
     def array(buf, offset, shape, dtype):
@@ -457,4 +488,51 @@ def run_on_cpu(module: GpuModule, inputs=(), outputs=(), schedule: str = "forwar
 
     return HarnessResult(
         outputs=[array(b, 0, shape, dtype) for b, (shape, dtype) in zip(outs, specs)],
-        inputs=[array(buf, off, a.shape, a.dtype) for (buf, off), a in zip(place, arrays)])
+        inputs=[array(buf, off, a.shape, a.dtype) for (buf, off), a in zip(place, arrays)],
+        arena=arena.data.copy())
+
+
+# ---- a whole program -----------------------------------------------------------------------
+
+class HostExecutable:
+    """A gpu executable (`runtime.gpu.executable.GpuExecutable`: its `module`, `places`,
+    `plan`, per-call output buffers) whose launch list runs on the host: `run(inputs) ->
+    (outputs, mutations)` as every backend's executable, so a `Program` runs through it with
+    all of its call semantics (argument binding, write-back of mutated arguments, the
+    returned structure)."""
+
+    def __init__(self, gpu, schedule: str = "forward"):
+        self.gpu, self.schedule = gpu, schedule
+        self.graph, self.plan, self.source = gpu.graph, gpu.plan, gpu.source
+        self.module = gpu.module
+
+    def run(self, inputs):
+        flat = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in inputs]
+        sizes = [max(b.size, 1) for b in self.gpu._output_buffers]
+        result = run_on_cpu(self.module, flat, [((n,), np.uint8) for n in sizes],
+                            self.schedule)
+
+        def host(v):
+            place = self.gpu.places[id(v)]
+            kind, k = place.slot
+            if kind == "input":
+                storage = result.inputs[k]
+            elif kind == "output":
+                storage = result.outputs[k]
+            else:
+                storage = result.arena[self.plan.buffers[k].offset:]
+            item = place.dtype.itemsize
+            return np.ndarray(place.shape, place.dtype, buffer=storage,
+                              offset=place.offset * item,
+                              strides=tuple(s * item for s in place.strides)).copy()
+        outs = [host(v) for v in self.graph.outputs]
+        muts = {k: host(v) for k, v in self.graph.mutations.items()}
+        return outs, muts
+
+
+def on_host(prog, schedule: str = "forward"):
+    """A copy of `prog` (a `Program` lowered with backend="gpu") whose calls run its launch
+    list on the host, through this harness, instead of on a device through CuPy."""
+    host = copy.copy(prog)
+    host._exec = HostExecutable(prog._exec, schedule)
+    return host

@@ -372,15 +372,28 @@ inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), v
     }
     for (int i = 0; i < nfibers; i++)
         fibers[i].tid = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+    // The static shared memory of every kernel of the module is one section: poison it all
+    // once per launch, then per block only the bytes the first block wrote (this kernel's).
+    if (shared_hi > shared_lo) memset(shared_lo, 0xFF, shared_hi - shared_lo);
+    char *used_lo = nullptr, *used_hi = nullptr;
+    bool first = true;
     for (unsigned zz = 0; zz < grid.z; zz++)
         for (unsigned yy = 0; yy < grid.y; yy++)
             for (unsigned xx = 0; xx < grid.x; xx++) {
                 unsigned x = reverse ? grid.x - 1 - xx : xx, y = reverse ? grid.y - 1 - yy : yy,
                          z = reverse ? grid.z - 1 - zz : zz;
                 blockIdx = {x, y, z};
-                if (shared_hi > shared_lo) memset(shared_lo, 0xFF, shared_hi - shared_lo);
+                if (used_hi > used_lo) memset(used_lo, 0xFF, used_hi - used_lo);
                 if (dyn_bytes) memset(dyn, 0xFF, dyn_bytes);
-                if (run_block()) {
+                int rc = run_block();
+                if (first && !rc) {
+                    first = false;
+                    for (char *p = shared_lo; p < shared_hi; p++)
+                        if ((unsigned char)*p != 0xFF) { used_lo = p; break; }
+                    for (char *p = shared_hi; used_lo && p > used_lo; p--)
+                        if ((unsigned char)p[-1] != 0xFF) { used_hi = p; break; }
+                }
+                if (rc) {
                     char what[sizeof error];
                     memcpy(what, error, sizeof error);
                     reset_fibers();
@@ -392,19 +405,37 @@ inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), v
 }
 
 // cuBLAS's GEMM, column-major: C = alpha op(A) op(B) + beta C, C m x n; C is not read when
-// beta == 0 (BLAS semantics: a NaN in C does not survive). Accumulates in double.
+// beta == 0 (BLAS semantics: a NaN in C does not survive). Accumulates in double, over p in
+// order, a column of C at a time, with op(B)'s column gathered first so that every inner
+// loop walks memory contiguously.
 template <class T>
-void gemm(bool ta, bool tb, long m, long n, long k, T alpha, const T *A, long lda,
-          const T *B, long ldb, T beta, T *C, long ldc) {
-    for (long j = 0; j < n; j++)
-        for (long i = 0; i < m; i++) {
-            double acc = 0;
-            for (long p = 0; p < k; p++)
-                acc += (double)(ta ? A[p + i * lda] : A[i + p * lda])
-                     * (double)(tb ? B[j + p * ldb] : B[p + j * ldb]);
-            T &c = C[i + j * ldc];
-            c = beta == T(0) ? T(alpha * acc) : T(alpha * acc + (double)beta * c);
+__attribute__((optimize("O3"))) void gemm(bool ta, bool tb, long m, long n, long k, T alpha,
+                                          const T *A, long lda, const T *B, long ldb, T beta,
+                                          T *C, long ldc) {
+    double *acc = new double[m + k + 1], *col = acc + m;
+    for (long j = 0; j < n; j++) {
+        for (long p = 0; p < k; p++) col[p] = tb ? B[j + p * ldb] : B[p + j * ldb];
+        if (ta) {
+            for (long i = 0; i < m; i++) {
+                const T *a = A + i * lda;
+                double s = 0.0;
+                for (long p = 0; p < k; p++) s += (double)a[p] * col[p];
+                acc[i] = s;
+            }
+        } else {
+            for (long i = 0; i < m; i++) acc[i] = 0.0;
+            for (long p = 0; p < k; p++) {
+                const T *a = A + p * lda;
+                const double b = col[p];
+                for (long i = 0; i < m; i++) acc[i] += (double)a[i] * b;
+            }
         }
+        for (long i = 0; i < m; i++) {
+            T &c = C[i + j * ldc];
+            c = beta == T(0) ? T(alpha * acc[i]) : T(alpha * acc[i] + (double)beta * c);
+        }
+    }
+    delete[] acc;
 }
 
 // ---- running a program: its launches in order, faults and buffer overruns as errors ------
@@ -430,10 +461,14 @@ inline const unsigned char CANARY = 0xA5;
 
 // The bytes around each buffer that no kernel may write (`guards`: pairs address, length).
 inline long overrun(const long long *guards, int nguards) {
+    static unsigned char canaries[4096];
+    if (canaries[0] != CANARY) memset(canaries, CANARY, sizeof canaries);
     for (int g = 0; g < nguards; g++) {
         const unsigned char *p = (const unsigned char *)guards[2 * g];
-        for (long long i = 0; i < guards[2 * g + 1]; i++)
-            if (p[i] != CANARY) return g;
+        for (long long at = 0, n; at < guards[2 * g + 1]; at += n) {
+            n = guards[2 * g + 1] - at < 4096 ? guards[2 * g + 1] - at : 4096;
+            if (memcmp(p + at, canaries, n)) return g;
+        }
     }
     return -1;
 }
