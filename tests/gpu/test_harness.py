@@ -477,3 +477,24 @@ def test_libraries_are_cached_by_source(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("*.so"))) == 1
     assert harness.compile_module(module) is harness.compile_module(module)
     np.testing.assert_array_equal(first, 2 * X_ELEM[:100])
+
+
+def test_prebuild_puts_modules_with_the_same_kernel_names_in_one_library(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setenv("INPLACE_HARNESS_CACHE", str(tmp_path))
+    modules = [GpuModule(ELEMENTWISE + WARP_SUM + "// batch test\n", [
+        Launch("axpb", (2, 1, 1), (64, 1, 1), 0, (
+            ("input", 0, 0), ("arena", 0), ("scalar", "long long", 100),
+            ("scalar", "float", a), ("scalar", "float", 1.0))),
+        Launch("warp_sum", (1, 1, 1), (64, 1, 1), 16, (
+            ("input", 1, 0), ("output", 0, 0), ("scalar", "int", 100)))],
+        arena_bytes=512) for a in (2.0, 3.0)]
+    harness.prebuild(modules)
+    assert len(list(tmp_path.glob("*.so"))) == 1 and len(list(tmp_path.glob("*.entry"))) == 2
+    x64 = X_ROWS64[0, :100].copy()
+    for module, a in zip(modules, (2.0, 3.0)):
+        got = run_on_cpu(module, [X_ELEM[:100], x64], [((1,), np.float64)])
+        np.testing.assert_allclose(got.outputs[0], [x64.sum()], rtol=1e-12)
+        np.testing.assert_array_equal(got.arena[:400].view(np.float32),
+                                      np.float32(a) * X_ELEM[:100] + np.float32(1.0))
+    assert len(list(tmp_path.glob("*.so"))) == 1   # nothing was built again

@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,9 +143,15 @@ def _gemm_call(launch: Launch, where: str) -> str:
     ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc = launch.args
     ta, tb = _trans(ta, where), _trans(tb, where)
     m, n, k, lda, ldb, ldc = (int(_plain(x, where)) for x in (m, n, k, lda, ldb, ldc))
-    ctype = alpha[1] if isinstance(alpha, tuple) and alpha[0] == "scalar" else "float"
+    # sgemm or dgemm: the launch's dtype (launch.py), else the type of a scalar alpha
+    dtype = getattr(launch, "dtype", None)
+    if dtype is not None:
+        ctype = {"float32": "float", "float64": "double"}.get(np.dtype(dtype).name)
+    else:
+        ctype = alpha[1] if isinstance(alpha, tuple) and alpha[0] == "scalar" else None
     if ctype not in _FLOAT_CTYPES:
-        raise HarnessError(f"{where}: GEMM alpha of type {ctype!r}: float or double")
+        raise HarnessError(f"{where}: a GEMM of {dtype or 'unknown type'}: the launch needs "
+                           f"dtype float32 or float64 (sgemm, dgemm)")
     # cuBLAS's CUBLAS_STATUS_INVALID_VALUE conditions
     if min(m, n, k) < 0 or lda < max(1, k if ta else m) or ldb < max(1, n if tb else k) \
             or ldc < max(1, m):
@@ -209,19 +216,33 @@ def blocking_functions(source: str) -> set[str]:
         blocking |= more
 
 
-def translation_unit(module: GpuModule) -> str:
-    """The C++ that g++ compiles: the header, the kernels and the driver."""
+_ENTRY_PARAMS = ("char *arena, char **in, char **out, const long long *guards, int nguards, "
+                 "int schedule, char **stacks, int nstacks, long stack_size, char *err, "
+                 "int errlen")
+_EXTERN_C = re.compile(r'\bextern\s+"C"\s*')
+
+
+def _program(module: GpuModule, namespace: str | None = None) -> str:
+    """The kernels and the driver of `module`, and its entry: `harness_run`, or in a batch
+    (`namespace`: the source's `extern "C"` dropped, so that kernels of different modules
+    may share names) `harness_run_<namespace>`."""
     source = _EXTERN_SHARED.sub(r"extern\1\2__cuda_dynamic_shared__", module.source)
+    if namespace:
+        source = _EXTERN_C.sub("", source)
     dynamic = list(dict.fromkeys(_DYNAMIC_NAME.findall(source)))
+    # the symbols of `extern __shared__` arrays (Itanium C++ ABI names inside a namespace)
+    symbol = {name: f"_ZN{len(namespace)}{namespace}{len(name)}{name}E" if namespace else name
+              for name in dynamic}
     dyn_bytes = max([ln.shared_bytes for ln in module.launches if ln.library is None] + [0])
-    out = [f'#include "{HEADER}"', '#line 1 "kernels.cu"', source, "",
-           '#line 1 "driver.cpp"']
+    out = [f"namespace {namespace} {{" if namespace else "", '#line 1 "kernels.cu"', source,
+           "", '#line 1 "driver.cpp"']
     if dynamic:
         # one storage for every `extern __shared__` name: the names alias, as on a GPU
         out.append(f'alignas(256) static unsigned char __harness_dyn[{max(dyn_bytes, 1)}] '
-                   f'asm("{dynamic[0]}") __attribute__((used));')
+                   f'asm("{symbol[dynamic[0]]}") __attribute__((used));')
         for name in dynamic[1:]:
-            out.append(f'asm(".globl {name}\\n.hidden {name}\\n.set {name}, {dynamic[0]}");')
+            out.append(f'asm(".globl {symbol[name]}\\n.hidden {symbol[name]}\\n'
+                       f'.set {symbol[name]}, {symbol[dynamic[0]]}");')
         dyn = f"(char *)__harness_dyn, {max(dyn_bytes, 1)}"
     else:
         dyn = "nullptr, 0"
@@ -252,13 +273,21 @@ def translation_unit(module: GpuModule) -> str:
     out.append("static const cuda_host::Step __harness_steps[] = {")
     out += steps or ['    {"", -1, nullptr},']
     out.append("};")
-    out.append('extern "C" __attribute__((visibility("default"))) int harness_run('
-               "char *arena, char **in, char **out, const long long *guards, int nguards, "
-               "int schedule, char *err, int errlen) {")
-    out.append(f"    return cuda_host::run_steps(__harness_steps, {len(module.launches)}, "
-               "arena, in, out, guards, nguards, schedule, err, errlen);")
+    if namespace:
+        out.append("}")
+    scope = f"{namespace}::" if namespace else ""
+    out.append(f'extern "C" __attribute__((visibility("default"))) int '
+               f'harness_run{"_" + namespace if namespace else ""}({_ENTRY_PARAMS}) {{')
+    out.append(f"    return cuda_host::run_steps({scope}__harness_steps, "
+               f"{len(module.launches)}, arena, in, out, guards, nguards, schedule, stacks, "
+               "nstacks, stack_size, err, errlen);")
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def translation_unit(module: GpuModule) -> str:
+    """The C++ that g++ compiles: the header, the kernels and the driver."""
+    return f'#include "{HEADER}"\n' + _program(module)
 
 
 # ---- compiling, with a cache on disk -------------------------------------------------------
@@ -320,36 +349,86 @@ def _build(unit: str, key: str) -> Path:
     return lib
 
 
+def _entry(lib: Path, name: str):
+    entry = getattr(ctypes.CDLL(str(lib)), name)
+    entry.restype = ctypes.c_int
+    entry.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                      ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+                      ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                      ctypes.c_int, ctypes.c_long, ctypes.c_char_p, ctypes.c_int]
+    return entry
+
+
 def compile_module(module: GpuModule):
     """The entry point (a ctypes function) of `module`'s library: built, or from the cache
-    (in this process, or on disk)."""
+    (in this process, or on disk: its own library or a batch `prebuild` made)."""
     unit = translation_unit(module)
     key = _key(unit)
     if key not in _LOADED:
-        entry = ctypes.CDLL(str(_build(unit, key))).harness_run
-        entry.restype = ctypes.c_int
-        entry.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                          ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-                          ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        _LOADED[key] = entry
+        folder = cache_dir()
+        batch = folder / f"{key}.entry"
+        if not (folder / f"{key}.so").exists() and batch.exists():
+            lib, name = batch.read_text().split()
+            _LOADED[key] = _entry(folder / lib, name)
+        else:
+            _LOADED[key] = _entry(_build(unit, key), "harness_run")
     return _LOADED[key]
 
 
-def prebuild(modules, jobs: int | None = None) -> None:
-    """Build the libraries of many modules at once, `jobs` g++ processes side by side (one per
-    core by default), so that a test over many programs spends less wall time compiling;
-    later `run_on_cpu` calls find them in the cache. A module g++ refuses raises here."""
+def _batchable(module: GpuModule) -> bool:
+    """Whether the module can share a translation unit: no preprocessor lines (macros would
+    leak into the next module) and no `extern "C" {` block (a namespace can't hold it)."""
+    return "#" not in module.source and not re.search(r'extern\s+"C"\s*\{', module.source)
+
+
+def _build_batch(group) -> None:
+    """One library for `group` ((key, module) pairs), each module in namespace m<key>; a
+    `<key>.entry` file points its key at it. If g++ refuses the batch, each module is built
+    alone (so a failure raises with that module's own log)."""
+    text = f'#include "{HEADER}"\n' + "".join(_program(m, f"m{k}") for k, m in group)
+    try:
+        lib = _build(text, _key(text))
+    except HarnessCompileError:
+        for k, m in group:
+            _build(translation_unit(m), k)
+        return
+    for k, _ in group:
+        tmp = cache_dir() / f"{k}.entry.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(f"{lib.name} harness_run_m{k}")
+        os.replace(tmp, cache_dir() / f"{k}.entry")
+
+
+def prebuild(modules, jobs: int | None = None, batch: int = 24,
+             batch_chars: int = 400_000) -> None:
+    """Build the libraries of many modules ahead of their runs, so that a test over many
+    programs spends less time compiling: up to `batch` modules (and `batch_chars` of source)
+    share one translation unit (the header is parsed once, g++ starts once), and `jobs` g++
+    processes run side by side (one per core by default). Later `run_on_cpu` calls find
+    the libraries in the cache. A module g++ refuses raises here, with its log."""
+    folder = cache_dir()
     todo = {}
     for module in modules:
-        unit = translation_unit(module)
-        key = _key(unit)
-        if key not in _LOADED and not (cache_dir() / f"{key}.so").exists():
-            todo[key] = unit
-    if not todo:
+        key = _key(translation_unit(module))
+        if key not in _LOADED and not (folder / f"{key}.so").exists() \
+                and not (folder / f"{key}.entry").exists():
+            todo[key] = module
+    groups, singles, size = [[]], [], 0
+    for key, module in todo.items():
+        if not _batchable(module):
+            singles.append((key, module))
+            continue
+        if len(groups[-1]) >= batch or (groups[-1] and size + len(module.source) > batch_chars):
+            groups.append([])
+            size = 0
+        groups[-1].append((key, module))
+        size += len(module.source)
+    work = [(_build_batch, g) for g in groups if g]
+    work += [(lambda km: _build(translation_unit(km[1]), km[0]), s) for s in singles]
+    if not work:
         return
-    workers = max(1, min(len(todo), jobs or os.cpu_count() or 1))
+    workers = max(1, min(len(work), jobs or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:   # threads: each waits on its g++ process
-        for future in [pool.submit(_build, unit, key) for key, unit in todo.items()]:
+        for future in [pool.submit(fn, arg) for fn, arg in work]:
             future.result()
 
 
@@ -380,6 +459,32 @@ class _Guarded:
         self.address = base + start
         self.guards = [(base + page, start - page),
                        (base + start + nbytes, page + span - start - nbytes)]
+
+
+class _Stacks:
+    """The fiber stacks of every library in the process: one pool (a guard page below each),
+    grown to the most threads per block any module has launched; one run at a time uses it
+    (`_RUN_LOCK`). 256 KiB each, committed only where touched."""
+
+    BYTES = 256 * 1024
+
+    def __init__(self):
+        self._maps, self._addresses = [], []
+
+    def get(self, n: int):
+        page = mmap.PAGESIZE
+        while len(self._addresses) < n:
+            m = mmap.mmap(-1, self.BYTES + page)
+            base = np.frombuffer(m, np.uint8).ctypes.data
+            if _LIBC.mprotect(base, page, 0):
+                raise OSError(ctypes.get_errno(), "mprotect failed")
+            self._maps.append(m)
+            self._addresses.append(base + page)
+        return (ctypes.c_void_p * max(n, 1))(*self._addresses[:n])
+
+
+_STACKS = _Stacks()
+_RUN_LOCK = threading.Lock()
 
 
 def _output_spec(spec, i):
@@ -478,8 +583,12 @@ def run_on_cpu(module: GpuModule, inputs=(), outputs=(), schedule: str = "forwar
     guards = [g for b in [arena, *buffers, *outs] for g in b.guards]
     guard_arr = (ctypes.c_longlong * (2 * len(guards)))(*[v for g in guards for v in g])
     err = ctypes.create_string_buffer(2048)
-    if entry(arena.address, in_ptrs, out_ptrs, guard_arr, len(guards),
-             SCHEDULES.index(schedule), err, len(err)):
+    threads = max([math.prod(ln.block) for ln in module.launches if ln.library is None] + [0])
+    with _RUN_LOCK:
+        failed = entry(arena.address, in_ptrs, out_ptrs, guard_arr, len(guards),
+                       SCHEDULES.index(schedule), _STACKS.get(threads), threads,
+                       _Stacks.BYTES, err, len(err))
+    if failed:
         raise HarnessError(err.value.decode(errors="replace"))
 
     def array(buf, offset, shape, dtype):

@@ -22,7 +22,6 @@
 // packages (R. S. Engelschall, "Portable Multithreading", USENIX ATC 2000).
 #pragma once
 #include <math.h>      // the C++ wrapper: float overloads and isnan/isinf in the global namespace
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -30,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 #include <type_traits>
@@ -79,7 +77,6 @@ namespace cuda_host {
 
 enum State { READY, WAIT_BLOCK, WAIT_WARP, DONE };
 enum WarpOp { W_SYNC, W_IDX, W_UP, W_DOWN, W_XOR, W_BALLOT };
-constexpr size_t STACK = 256 * 1024;
 constexpr uint64_t POISON = ~0ull;
 
 struct Fiber {
@@ -97,7 +94,7 @@ struct Fiber {
 
 inline Fiber *fibers = nullptr;
 inline int nfibers = 0, capacity = 0, current = 0;
-inline long page = sysconf(_SC_PAGESIZE);
+inline long stack_bytes = 0;             // each fiber's stack: given by the caller, per run
 inline jmp_buf sched;
 inline void (*body)(void *) = nullptr;   // the kernel call of the running launch
 inline void *body_arg = nullptr;
@@ -131,8 +128,8 @@ __attribute__((noinline)) inline void switch_to(int i) {
         if (!f.started) {
             f.started = true;
             getcontext(&f.uctx);
-            f.uctx.uc_stack.ss_sp = f.stack + page;       // above the guard page
-            f.uctx.uc_stack.ss_size = STACK - page;
+            f.uctx.uc_stack.ss_sp = f.stack;
+            f.uctx.uc_stack.ss_size = stack_bytes;
             f.uctx.uc_link = nullptr;
             makecontext(&f.uctx, (void (*)())fiber_main, 0);
             setcontext(&f.uctx);
@@ -142,21 +139,20 @@ __attribute__((noinline)) inline void switch_to(int i) {
     asm volatile("" ::: "memory");
 }
 
-inline bool reserve(int n) {
-    if (n <= capacity) return true;
-    Fiber *grown = new Fiber[n];
-    for (int i = 0; i < capacity; i++) grown[i].stack = fibers[i].stack;
-    delete[] fibers;
-    fibers = grown;
-    for (int i = capacity; i < n; i++) {
-        void *p = mmap(nullptr, STACK, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) return false;
-        mprotect(p, page, PROT_NONE);   // a stack overflow faults instead of corrupting
-        fibers[i].stack = (char *)p;
-    }
+// The fiber stacks come from the Python driver, one pool for the whole process (each with a
+// guard page below it): a pool per library would soon exhaust the kernel's map count. So no
+// fiber outlives a run (see run_steps), and one run at a time uses the pool.
+inline void take_stacks(char **stacks, int n, long bytes) {
+    fibers = new Fiber[n > 0 ? n : 1];
+    for (int i = 0; i < n; i++) fibers[i].stack = stacks[i];
     capacity = n;
-    return true;                        // (every fiber restarts: `started` is false again)
+    stack_bytes = bytes;
+}
+
+inline void drop_stacks() {
+    delete[] fibers;
+    fibers = nullptr;
+    capacity = 0;
 }
 
 // After an error the suspended fibers are abandoned: they start afresh next time.
@@ -354,7 +350,8 @@ inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), v
                     block.x, block.y, block.z);
     if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.y > 65535 || grid.z > 65535)
         return fail("invalid grid (%u, %u, %u)", grid.x, grid.y, grid.z);
-    if (!reserve((int)threads)) return fail("out of memory for %ld fiber stacks", threads);
+    if (threads > capacity) return fail("%ld threads per block, %d fiber stacks", threads,
+                                        capacity);
     nfibers = (int)threads;
     body = fn;
     body_arg = arg;
@@ -443,7 +440,6 @@ inline sigjmp_buf trap_env;
 inline volatile sig_atomic_t trap_signal = 0;
 inline void *trap_address = nullptr;
 inline bool in_kernel = false;
-inline pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;   // the scheduler's state is global
 
 inline void on_trap(int sig, siginfo_t *info, void *) {
     trap_signal = sig;
@@ -474,10 +470,11 @@ inline long overrun(const long long *guards, int nguards) {
 }
 
 inline int run_steps(const Step *steps, int nsteps, char *arena, char **in, char **out,
-                     const long long *guards, int nguards, int schedule, char *err,
-                     int errlen) {
-    pthread_mutex_lock(&lock);
+                     const long long *guards, int nguards, int schedule, char **stacks,
+                     int nstacks, long stack_size, char *err, int errlen) {
+    // (the caller runs one program at a time: the scheduler's state and the stacks are global)
     reverse = schedule == 1;
+    take_stacks(stacks, nstacks, stack_size);
     static char altstack[1 << 16];
     stack_t alt = {}, old_alt;
     alt.ss_sp = altstack;
@@ -529,7 +526,7 @@ inline int run_steps(const Step *steps, int nsteps, char *arena, char **in, char
     in_kernel = false;
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], nullptr);
     sigaltstack(&old_alt, nullptr);
-    pthread_mutex_unlock(&lock);
+    drop_stacks();
     return rc;
 }
 
