@@ -322,13 +322,12 @@ def test_cublas_gemm_launches_honour_flags_scalars_and_leading_dimensions(dtype)
     ldc = 7
     c_bytes = ldc * n * size
     launches = []
-    for j, (ta, tb, lda, ldb) in enumerate(cases):
-        sc = lambda v, t="int": ("scalar", t, v)   # noqa: E731
+    for j, (ta, tb, lda, ldb) in enumerate(cases):   # as the emitter writes them
         launches.append(Launch("gemm", (1, 1, 1), (1, 1, 1), 0, (
-            sc(ta), sc(tb), sc(m), sc(n), sc(k), sc(1.5, ctype), ("input", 0, 0), sc(lda),
-            ("input", 1, 0), sc(ldb), sc(0.0, ctype), ("arena", j * 256), sc(ldc)),
-            library="cublas"))
-    # the accumulate form: C1 += -0.5 * op(A) op(B) of case 0
+            "NT"[ta], "NT"[tb], m, n, k, 1.5, ("input", 0, 0), lda, ("input", 1, 0), ldb,
+            0.0, ("arena", j * 256), ldc), library="cublas", dtype=np.dtype(dtype).name))
+    # the accumulate form, C1 += -0.5 * op(A) op(B) of case 0, with cublasOperation_t flags
+    # and scalar arguments (alpha's type says which GEMM)
     launches.append(Launch("gemm", (1, 1, 1), (1, 1, 1), 0, (
         ("scalar", "int", 0), ("scalar", "int", 0), m, n, k, ("scalar", ctype, -0.5),
         ("input", 0, 0), 6, ("input", 1, 0), 7, ("scalar", ctype, 1.0), ("arena", 256), ldc),
