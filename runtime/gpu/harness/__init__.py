@@ -31,6 +31,7 @@ import re
 import subprocess
 import tempfile
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,6 @@ class HarnessResult:
 _EXTERN_SHARED = re.compile(r"\bextern((?:\s+__align__\s*\([^)]*\))*)(\s+)__shared__\b")
 _DYNAMIC_NAME = re.compile(r"\bextern[^;]*?__cuda_dynamic_shared__[^;]*?\b([A-Za-z_]\w*)"
                            r"\s*\[\s*\]\s*;")
-_IDENT = re.compile(r"[A-Za-z_]\w*\Z")
 
 
 def _c_int(ctype: str, value) -> str:
@@ -192,16 +192,17 @@ def blocking_functions(source: str) -> set[str]:
     fails loudly at run time, see cuda_host::not_direct). Kernels outside it run without
     fibers."""
     source = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+    close, open_ = {}, []   # each "{" -> its "}"
+    for m in re.finditer(r"[{}]", source):
+        if m.group() == "{":
+            open_.append(m.start())
+        elif open_:
+            close[open_.pop()] = m.start()
     bodies: dict[str, list[str]] = {}
     for m in _FUNCTION.finditer(source):
-        if m.group(1) in _NOT_FUNCTIONS:
-            continue
-        depth, end = 0, m.end() - 1
-        for end in range(m.end() - 1, len(source)):
-            depth += {"{": 1, "}": -1}.get(source[end], 0)
-            if depth == 0:
-                break
-        bodies.setdefault(m.group(1), []).append(source[m.end():end])
+        if m.group(1) not in _NOT_FUNCTIONS:
+            end = close.get(m.end() - 1, len(source))
+            bodies.setdefault(m.group(1), []).append(source[m.end():end])
     for m in _DEFINE.finditer(source):
         bodies.setdefault(m.group(1), []).append(m.group(2))
     text = {name: "\n".join(parts) for name, parts in bodies.items()}
@@ -248,6 +249,7 @@ def _program(module: GpuModule, namespace: str | None = None) -> str:
         dyn = "nullptr, 0"
     steps = []
     blocking = blocking_functions(module.source)
+    called = set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", module.source))
     for i, launch in enumerate(module.launches):
         where = f"launch {i} ({launch.kernel}, node {launch.node})"
         out.append(f"static int __harness_step{i}(char *arena, char **in, char **out) {{")
@@ -256,8 +258,7 @@ def _program(module: GpuModule, namespace: str | None = None) -> str:
             out.append(f"    {_gemm_call(launch, where)}")
             out.append("    return 0;")
         elif launch.library is None:
-            if not _IDENT.match(launch.kernel) or not re.search(
-                    rf"\b{launch.kernel}\s*\(", module.source):
+            if launch.kernel not in called:
                 raise HarnessError(f"{where}: no kernel {launch.kernel!r} in the source")
             args = ", ".join(_argument(a, where) for a in launch.args)
             out.append(f"    auto call = [=] {{ {launch.kernel}({args}); }};")
@@ -288,6 +289,22 @@ def _program(module: GpuModule, namespace: str | None = None) -> str:
 def translation_unit(module: GpuModule) -> str:
     """The C++ that g++ compiles: the header, the kernels and the driver."""
     return f'#include "{HEADER}"\n' + _program(module)
+
+
+_UNITS: dict = {}   # id(module) -> (weak reference, launch count, source, unit, key)
+
+
+def _unit_and_key(module: GpuModule) -> tuple[str, str]:
+    """`translation_unit(module)` and its cache key, remembered per module object (a program
+    runs many times; scanning a large source each time would cost more than the run)."""
+    memo = _UNITS.get(id(module))
+    if memo is not None and memo[0]() is module and memo[1] == len(module.launches) \
+            and memo[2] is module.source:
+        return memo[3], memo[4]
+    unit = translation_unit(module)
+    key = _key(unit)
+    _UNITS[id(module)] = (weakref.ref(module), len(module.launches), module.source, unit, key)
+    return unit, key
 
 
 # ---- compiling, with a cache on disk -------------------------------------------------------
@@ -362,8 +379,7 @@ def _entry(lib: Path, name: str):
 def compile_module(module: GpuModule):
     """The entry point (a ctypes function) of `module`'s library: built, or from the cache
     (in this process, or on disk: its own library or a batch `prebuild` made)."""
-    unit = translation_unit(module)
-    key = _key(unit)
+    unit, key = _unit_and_key(module)
     if key not in _LOADED:
         folder = cache_dir()
         batch = folder / f"{key}.entry"
@@ -408,7 +424,7 @@ def prebuild(modules, jobs: int | None = None, batch: int = 24,
     folder = cache_dir()
     todo = {}
     for module in modules:
-        key = _key(translation_unit(module))
+        _, key = _unit_and_key(module)
         if key not in _LOADED and not (folder / f"{key}.so").exists() \
                 and not (folder / f"{key}.entry").exists():
             todo[key] = module
