@@ -198,3 +198,91 @@ def test_random_programs_match_the_numpy_backend(random_programs):
             failures.append(f"{rp}\n{str(e)[:800]}")
     assert not failures, f"{len(failures)} of {len(random_programs)} differ:\n" + \
         "\n\n".join(failures)
+
+
+def _without(src: str, at: int) -> str:
+    return src[:at] + "/* removed */" + src[at + len("__syncthreads();"):]
+
+
+def _block_reduce_barriers(src: str) -> list[int]:
+    import re
+    start = src.index("__device__ T block_reduce(")
+    body = src[start:src.index("\n}\n", start)]
+    return [start + m.start() for m in re.finditer(r"__syncthreads\(\);", body)]
+
+
+def test_the_emitters_block_reduction_fails_without_each_of_its_barriers():
+    """The emitter's `block_reduce` (warp shuffles, then shared memory across warps) with one
+    of its three `__syncthreads()` removed at a time must give a wrong answer (or a deadlock)
+    under some schedule:
+      - in the generated CUDA C of a softmax and a row sum, for the 2nd and 3rd barrier (the
+        launches get 2 blocks for 6 rows: the kernels are grid-stride loops, so a block
+        reduces several rows). The 1st ("sh is free") guards a reuse of the same shared
+        array by the next call, which none of these kernels makes (softmax's two reductions
+        use two arrays; a row sum's result is read by thread 0 only);
+      - in a kernel over the emitter's prelude that makes that reuse (a row's mean, then its
+        variance, into one array, every thread using both), for all three."""
+    import dataclasses
+
+    import compiler.nn.functional as F
+    from runtime.gpu.emitter import BLOCK_PRELUDE
+    from runtime.gpu.launch import GpuModule, Launch
+    from runtime.gpu.scalar import PRELUDE
+
+    def f(x):
+        return F.softmax(x, axis=1), x.sum(axis=1)
+
+    x = np.random.default_rng(5).standard_normal((6, 300))
+    x32 = x.astype(np.float32)
+    prog = cc.compile(f, backend="gpu").lower(x32)
+    want = cc.compile(f, backend="numpy")(x32)
+    module = prog._exec.module
+    launches = [dataclasses.replace(ln, grid=(2, 1, 1)) for ln in module.launches]
+    src = module.source
+    sites = _block_reduce_barriers(src)
+    assert len(sites) == 3
+    programs = [GpuModule(s, launches, module.arena_bytes, module.arena_alignment)
+                for s in [src] + [_without(src, at) for at in sites[1:]]]
+
+    norm = PRELUDE + BLOCK_PRELUDE + r"""
+extern "C" __global__ void row_norm(const double *__restrict__ x, double *__restrict__ y) {
+  __shared__ double sh[32];
+  for (long long o = blockIdx.x; o < 6LL; o += gridDim.x) {
+    double a = 0.0, b = 0.0;
+    for (long long j = threadIdx.x; j < 300LL; j += blockDim.x) a += x[o * 300LL + j];
+    const double mean = block_reduce<SumOp>(a, 0.0, sh) / 300.0;
+    for (long long j = threadIdx.x; j < 300LL; j += blockDim.x) {
+      const double d = x[o * 300LL + j] - mean;
+      b += d * d;
+    }
+    const double var = block_reduce<SumOp>(b, 0.0, sh) / 300.0;
+    for (long long j = threadIdx.x; j < 300LL; j += blockDim.x)
+      y[o * 300LL + j] = (x[o * 300LL + j] - mean) / sqrt(var + 1e-5);
+  }
+}
+"""
+    launch = [Launch("row_norm", (2, 1, 1), (256, 1, 1), 0, (("input", 0, 0),
+                                                             ("output", 0, 0)))]
+    norms = [GpuModule(s, launch) for s in [norm] + [_without(norm, at)
+                                                      for at in _block_reduce_barriers(norm)]]
+    harness.prebuild(programs + norms)
+    mean = x.mean(axis=1, keepdims=True)
+    want_norm = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+
+    def right(module, schedule):
+        try:
+            if module in norms:
+                got = harness.run_on_cpu(module, [x], [(x.shape, np.float64)],
+                                         schedule).outputs
+                return np.allclose(got[0], want_norm, rtol=1e-10, atol=1e-12)
+            got = harness.on_host(prog, schedule, module)(x32.copy())
+        except harness.HarnessError:
+            return False
+        return all(np.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(got, want))
+
+    for intact in (programs[0], norms[0]):
+        assert all(right(intact, schedule) for schedule in SCHEDULES)
+    unnoticed = [k for k, module in enumerate(programs[1:] + norms[1:])
+                 if all(right(module, schedule) for schedule in SCHEDULES)]
+    assert not unnoticed, f"copies without a barrier that still gave the right answer: " \
+        f"{unnoticed}"

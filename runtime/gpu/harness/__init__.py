@@ -626,10 +626,11 @@ class HostExecutable:
     all of its call semantics (argument binding, write-back of mutated arguments, the
     returned structure)."""
 
-    def __init__(self, gpu, schedule: str = "forward"):
+    def __init__(self, gpu, schedule: str = "forward", module: GpuModule | None = None):
         self.gpu, self.schedule = gpu, schedule
-        self.graph, self.plan, self.source = gpu.graph, gpu.plan, gpu.source
-        self.module = gpu.module
+        self.graph, self.plan = gpu.graph, gpu.plan
+        self.module = gpu.module if module is None else module   # (tests run edited ones)
+        self.source = self.module.source
 
     def run(self, inputs):
         flat = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in inputs]
@@ -655,9 +656,10 @@ class HostExecutable:
         return outs, muts
 
 
-def on_host(prog, schedule: str = "forward"):
+def on_host(prog, schedule: str = "forward", module: GpuModule | None = None):
     """A copy of `prog` (a `Program` lowered with backend="gpu") whose calls run its launch
-    list on the host, through this harness, instead of on a device through CuPy."""
+    list (or `module`'s, an edited copy of it) on the host, through this harness, instead of
+    on a device through CuPy."""
     host = copy.copy(prog)
-    host._exec = HostExecutable(prog._exec, schedule)
+    host._exec = HostExecutable(prog._exec, schedule, module)
     return host
