@@ -11,15 +11,19 @@
 //    in thread order (or, with the "reverse" schedule, lanes, warps and blocks backwards), so
 //    a missing `__syncthreads()` shows up as a read of a value another warp has not written
 //    yet, or has already overwritten (shared memory is poisoned with 0xFF bytes, NaN as a
-//    float, before every block); each schedule catches races the other can miss;
+//    float: the kernel's static shared variables and its dynamic shared memory before every
+//    block); each schedule catches races the other can miss;
 //  - `__syncthreads()` releases the block when all its threads wait at the same call site;
 //    any other state with no fiber runnable (a thread returned or waits elsewhere) is a
 //    deadlock on a GPU, and here an error naming the kernel, block and lines;
 //  - warp shuffles, votes and `__syncwarp` are collectives over the lanes of their mask: the
-//    last lane to arrive computes every lane's result (Volta+ semantics: no lockstep).
-// Fibers are created with makecontext once, then switched with _setjmp/_longjmp, which (unlike
-// swapcontext) makes no sigprocmask system call: the classic trick of user-level thread
-// packages (R. S. Engelschall, "Portable Multithreading", USENIX ATC 2000).
+//    last lane to arrive computes every lane's result (Volta+ semantics: no lockstep);
+//  - a kernel that can't block (the driver's scan of the source) runs each thread as a plain
+//    call, without fibers.
+// Fibers start with makecontext (once per run), then switch with _setjmp/_longjmp, which,
+// unlike swapcontext, makes no sigprocmask system call: the classic trick of user-level
+// thread packages (R. S. Engelschall, "Portable Multithreading", USENIX ATC 2000).
+// Faults (SIGSEGV, SIGBUS, SIGFPE) while a program runs become errors (run_steps).
 #pragma once
 #include <math.h>      // the C++ wrapper: float overloads and isnan/isinf in the global namespace
 #include <setjmp.h>
@@ -30,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
-#include <unistd.h>
 #include <type_traits>
 
 // ---- qualifiers ----------------------------------------------------------------------------
@@ -307,7 +310,7 @@ __attribute__((noinline)) inline uint64_t warp_collective(unsigned mask, int op,
 }
 
 // Launch: every block of the grid in turn. `shared_lo..hi` is the static shared memory
-// (section `cuda_shared`), `dyn` the dynamic shared memory; both are poisoned per block.
+// (section `cuda_shared`, every kernel's), `dyn` the dynamic shared memory.
 // A kernel that can't block (no barrier or warp collective in anything it calls, as the
 // driver's scan of the source found) runs without fibers: each thread is a plain call, far
 // cheaper than two context switches. A barrier reached anyway is an error, not a wrong answer.
