@@ -1,6 +1,10 @@
-"""Shared pytest setup: deterministic single-threaded BLAS, repo root importable."""
+"""Shared pytest setup: deterministic single-threaded BLAS, repo root importable, the cpu
+backend's disk cache in a private temporary directory."""
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 # Must happen before numpy is imported anywhere: BLAS reads these once, at load time.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -10,6 +14,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 # Every compiled program in the tests runs in sanitizer mode: each arena buffer is poisoned
 # when it dies, so a plan that lets live values share memory fails loudly (DESIGN §4).
 os.environ.setdefault("COMPILER_SANITIZE", "1")
+
+# The suite never reads or writes the user's real compile cache (~/.cache/inplace-compiler):
+# one fresh directory per session, inherited by the subprocesses tests start, removed at exit.
+_CACHE_DIR = tempfile.mkdtemp(prefix="inplace-compiler-test-cache-")
+os.environ["COMPILER_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:

@@ -64,7 +64,6 @@ class CpuExecutable:
         self.fallback_nodes = emitter.fallback_nodes
         self._output_buffers = emitter.output_buffers
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
-        self.optimized_ir = self._compiled.optimized_ir
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
         self.arena = None  # allocated at the first call, then reused
@@ -72,6 +71,11 @@ class CpuExecutable:
         self._error = None
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
+
+    @property
+    def optimized_ir(self) -> str:
+        """The LLVM IR after -O3 (for a disk-cache hit, optimised again when asked)."""
+        return self._compiled.optimized_ir
 
     def check_memory(self, loc=None):
         """Raise `InsufficientMemoryError` before a call that can't get its memory (the
