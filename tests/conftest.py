@@ -24,3 +24,36 @@ atexit.register(shutil.rmtree, _CACHE_DIR, True)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+import pytest  # noqa: E402
+
+from tests.backends import AVAILABLE  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "pins_numpy_plan: the test pins the numpy pipeline's plan (the cpu "
+        "pipeline fuses), so `each_backend` runs it on numpy only")
+
+
+def pytest_generate_tests(metafunc):
+    if "each_backend" in metafunc.fixturenames:
+        pinned = metafunc.definition.get_closest_marker("pins_numpy_plan")
+        metafunc.parametrize("each_backend", ["numpy"] if pinned else AVAILABLE, indirect=True)
+
+
+@pytest.fixture
+def each_backend(request, monkeypatch):
+    """Runs the test once per available backend (numpy, cpu, ...): `cc.compile` called without
+    `backend=` compiles for it. A module opts in with
+    `pytestmark = pytest.mark.usefixtures("each_backend")`; a test that pins the numpy
+    pipeline's plan carries `@pytest.mark.pins_numpy_plan` and runs on numpy only."""
+    import compiler as cc
+    backend = request.param
+    real = cc.compile
+
+    def compile_for_backend(fn=None, **options):
+        options.setdefault("backend", backend)
+        return real(fn, **options)
+    monkeypatch.setattr(cc, "compile", compile_for_backend)
+    return backend
