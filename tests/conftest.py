@@ -32,22 +32,24 @@ from tests.backends import AVAILABLE  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "pins_numpy_plan: the test pins the numpy pipeline's plan (the cpu "
-        "pipeline fuses), so `each_backend` runs it on numpy only")
+        "markers", "backends(*names): `each_backend` runs the test on these backends only "
+        "(e.g. a test that pins the numpy pipeline's plan, which the cpu pipeline's fusion "
+        "changes, or one that runs no backend at all)")
 
 
 def pytest_generate_tests(metafunc):
     if "each_backend" in metafunc.fixturenames:
-        pinned = metafunc.definition.get_closest_marker("pins_numpy_plan")
-        metafunc.parametrize("each_backend", ["numpy"] if pinned else AVAILABLE, indirect=True)
+        only = metafunc.definition.get_closest_marker("backends")
+        names = [b for b in AVAILABLE if only is None or b in only.args]
+        metafunc.parametrize("each_backend", names, indirect=True)
 
 
 @pytest.fixture
 def each_backend(request, monkeypatch):
     """Runs the test once per available backend (numpy, cpu, ...): `cc.compile` called without
     `backend=` compiles for it. A module opts in with
-    `pytestmark = pytest.mark.usefixtures("each_backend")`; a test that pins the numpy
-    pipeline's plan carries `@pytest.mark.pins_numpy_plan` and runs on numpy only."""
+    `pytestmark = pytest.mark.usefixtures("each_backend")`; `@pytest.mark.backends("numpy")`
+    keeps one test to the backends it names."""
     import compiler as cc
     backend = request.param
     real = cc.compile
