@@ -66,6 +66,7 @@ class CpuExecutable:
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
+        self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self.arena = None  # allocated at the first call, then reused
         self._sizes = self._buffer_sizes()
         self._error = None
@@ -164,7 +165,7 @@ class CpuExecutable:
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         self._error = None
         self._entry(arena.ctypes.data, ctypes.addressof(in_ptrs),
-                    ctypes.addressof(out_ptrs), ctypes.cast(self._cb, ctypes.c_void_p).value)
+                    ctypes.addressof(out_ptrs), self._cb_address)
         self._run_inputs = None
         if self._error is not None:
             raise self._error
