@@ -10,6 +10,8 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
+
+pytestmark = pytest.mark.usefixtures("each_backend")
 from tests.error_lines import error_checker
 
 line_of, check_error = error_checker(__file__)
