@@ -10,9 +10,9 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
+from tests.error_lines import error_checker
 
 pytestmark = pytest.mark.usefixtures("each_backend")
-from tests.error_lines import error_checker
 
 line_of, check_error = error_checker(__file__)
 _THIS = os.path.basename(__file__)
