@@ -215,6 +215,9 @@ def cache(action: str) -> int:
     """`python -m compiler cache info|clear`."""
     from runtime.cpu import disk_cache
     if action == "clear":
+        if disk_cache.cache_dir() is None:
+            print("the disk cache is off (COMPILER_CACHE_DIR is empty): nothing to clear")
+            return 0
         n = disk_cache.clear()
         print(f"removed {n} entries from {disk_cache.cache_dir()}")
         return 0
