@@ -36,7 +36,9 @@ def program(x):
 def _early_death_plan(backend="numpy"):
     """A plan with a liveness bug: a's buffer is said to die at node 1 (its read by the multiply
     at node 2 is forgotten), so the allocator packs c into a's space."""
-    prog = cc.compile(program, backend=backend, inplace="off", sanitize=False).lower(X)
+    # (fuse=False: fusion would take these values into one loop, where no buffer can die)
+    prog = cc.compile(program, backend=backend, inplace="off", sanitize=False,
+                      fuse=False).lower(X)
     buf = prog.plan.buffer_of
     a, c = (next(v for v in prog.graph.all_values() if v.ref() == r) for r in ("%1", "%3"))
     ba, bc = buf[a], buf[c]
@@ -88,7 +90,7 @@ def test_a_sanitized_call_starts_from_an_all_poison_arena(backend):
     # not carry data from the allocator or from an earlier call into a sanitized run: a kernel
     # that reads past its buffer (a vector loop's tail) then reads poison, not a plausible
     # number. Here the arena holds an earlier unsanitized call's data, and padding.
-    prog = cc.compile(program, backend=backend, sanitize=False).lower(X)
+    prog = cc.compile(program, backend=backend, sanitize=False, fuse=False).lower(X)
     exe = _executable(backend, prog.graph, prog.plan, False)
     exe._allocate()
     exe.arena[...] = 0x3C
@@ -125,7 +127,8 @@ def test_an_integer_buffer_that_dies_too_early_reads_all_ones(backend):
         b = a + 1
         return (a + b).sum()
     x = np.arange(12, dtype=np.int64).reshape(3, 4)
-    prog = cc.compile(ints, backend=backend, inplace="off", sanitize=False).lower(x)
+    prog = cc.compile(ints, backend=backend, inplace="off", sanitize=False,
+                      fuse=False).lower(x)
     a = next(n.out for n in prog.graph.nodes if n.op == "multiply")
     buf = prog.plan.buffer_of[a]
     reads = [t for t, n in enumerate(prog.graph.nodes) if a in n.inputs]
