@@ -16,8 +16,8 @@ BLAS call's (transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) with 
 above, so the harness can run it with a reference GEMM. They are cuBLAS's own, column-major:
 transa/transb are "N" or "T", m, n, k and the leading dimensions ints, alpha and beta Python
 floats, and `dtype` says which gemm ("float32": sgemm, "float64": dgemm). As in BLAS, with
-beta == 0 C is not read (it may hold anything, NaN included: a fresh arena buffer). (The emitter passes a
-row-major C = A @ B as C^T = B^T A^T, so no operand is copied.)
+beta == 0 C is not read (it may hold anything, NaN included: a fresh arena buffer). (The
+emitter passes a row-major C = A @ B as C^T = B^T A^T, so no operand is copied.)
 """
 from __future__ import annotations
 
