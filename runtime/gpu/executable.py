@@ -114,7 +114,7 @@ class GpuExecutable:
         handle = None
         for ln in self.module.launches:
             if ln.library == "cublas":
-                if handle is None:
+                if handle is None:  # on this call's stream (a graph capture's, too)
                     handle = cupy.cuda.device.get_cublas_handle()
                     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
                     cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
