@@ -120,7 +120,7 @@ class GpuExecutable:
                     cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
                 (ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = ln.args
                 dt = np.dtype(ln.dtype)
-                al, be = np.array(alpha, dt), np.array(beta, dt)
+                al, be = np.array(alpha[2], dt), np.array(beta[2], dt)
                 gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm
                 gemm(handle, _CUBLAS_OP[ta], _CUBLAS_OP[tb], m, n, k, al.ctypes.data,
                      self._pointer(a, inputs, outputs), lda,
