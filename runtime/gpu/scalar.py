@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.ops.fused import postorder
+
 BOOL = np.dtype(np.bool_)
 
 # register types (C spelling) and in-memory types
@@ -188,8 +190,8 @@ class Renderer:
     def __init__(self, lines: list, args, prefix: str = "t", indent: str = "    "):
         self.lines, self.args, self.prefix, self.indent = lines, args, prefix, indent
         self.n = 0
-        # by identity: a subexpression shared in the tree (Philox's words, a fused body's
-        # reused values) is one statement; the entry keeps `e` alive so its id stays unique
+        # (C name, dtype) by the identity of the Expr: a subexpression shared by several
+        # parents (a fused body's value read twice, Philox's words) is one temporary.
         self.memo: dict[int, tuple] = {}
 
     def _tmp(self, dtype, text: str) -> str:
@@ -199,8 +201,9 @@ class Renderer:
         return name
 
     def render(self, e, want=None) -> tuple[str, np.dtype]:
-        for x in _postorder(e):  # operands first: a deep tree needs no recursion
-            self._r(x)
+        if e.args:  # operands first: a fused body is hundreds of levels deep (no recursion)
+            for x in postorder(e):
+                self._r(x)
         v, d = self._r(e)
         if isinstance(d, Weak):
             d = np.dtype(want) if want is not None else common_dtype([d])
@@ -216,7 +219,7 @@ class Renderer:
     def _r(self, e):
         key = id(e)
         if key not in self.memo:
-            self.memo[key] = (self._r1(e), e)
+            self.memo[key] = (self._r1(e), e)  # (keeps e alive: its id stays unique)
         return self.memo[key][0]
 
     def _r1(self, e):
@@ -298,22 +301,6 @@ class Renderer:
                 return self._tmp(t, f"pow{sfx}({vals[0]}, {vals[1]})"), t
             return self._tmp(t, f"np_ipow<{ctype(t)}>({vals[0]}, {vals[1]})"), t
         raise NotImplementedError(f"scalar function {e.op} has no CUDA rendering")
-
-
-def _postorder(e) -> list:
-    """The distinct subexpressions of `e` (by identity), each after its operands."""
-    out, seen, stack = [], set(), [(e, False)]
-    while stack:
-        x, done = stack.pop()
-        if done:
-            out.append(x)
-            continue
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        stack.append((x, True))
-        stack.extend((a, False) for a in reversed(x.args) if id(a) not in seen)
-    return out
 
 
 def d_value(w):
