@@ -76,14 +76,19 @@ class CpuExecutable:
                              for k, d in emitter.const_data.items()}
         self._output_buffers = emitter.output_buffers
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
-        self.optimized_ir = self._compiled.optimized_ir
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
+        self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self.arena = None  # allocated at the first call, then reused
         self._sizes = self._buffer_sizes()
         self._error = None
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
+
+    @property
+    def optimized_ir(self) -> str:
+        """The LLVM IR after -O3 (for a disk-cache hit, optimised again when asked)."""
+        return self._compiled.optimized_ir
 
     def check_memory(self, loc=None):
         """Raise `InsufficientMemoryError` before a call that can't get its memory (the
@@ -194,8 +199,7 @@ class CpuExecutable:
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         self._error = None
         status = self._entry(arena.ctypes.data, ctypes.addressof(in_ptrs),
-                             ctypes.addressof(out_ptrs),
-                             ctypes.cast(self._cb, ctypes.c_void_p).value)
+                             ctypes.addressof(out_ptrs), self._cb_address)
         self._run_inputs = None
         if self._error is not None:
             raise self._error
