@@ -6,6 +6,8 @@ Environment switches:
                                      `llvm` (`llvm-opt`) prints the cpu backend's LLVM
                                      IR (after -O3); `cuda` the gpu backend's CUDA C
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
+  COMPILER_CUDA_GRAPH=1              gpu backend: capture the launch list as a CUDA graph (at
+                                     the second call) and replay it
 """
 from __future__ import annotations
 
@@ -284,7 +286,8 @@ def _lower(state, backend, sanitize):
         return executable
     if backend == "gpu":
         from runtime.gpu import GpuExecutable
-        executable = GpuExecutable(state.graph, state.plan)
+        graph_capture = os.environ.get("COMPILER_CUDA_GRAPH", "") not in ("", "0")
+        executable = GpuExecutable(state.graph, state.plan, use_graph=graph_capture)
         if "cuda" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(executable.source)
         return executable

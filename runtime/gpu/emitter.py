@@ -509,9 +509,10 @@ class ModuleEmitter:
         ta, lda = blas_layout(m, k, *a_strides)
         tb, ldb = blas_layout(k, n, *b_strides)
         item = np.dtype(dt).itemsize
-        args = (tb, ta, n, m, k, float(alpha),
+        ct = ctype(dt)
+        args = (tb, ta, n, m, k, ("scalar", ct, float(alpha)),
                 self._slot_arg(b.slot, b_off * item), ldb,
-                self._slot_arg(a.slot, a_off * item), lda, float(beta),
+                self._slot_arg(a.slot, a_off * item), lda, ("scalar", ct, float(beta)),
                 self._slot_arg(c.slot, c_off * item), ldc)
         self.launches.append(Launch("gemm", (1, 1, 1), (1, 1, 1), 0, args, node=t,
                                     library="cublas", dtype=np.dtype(dt).name))

@@ -114,13 +114,13 @@ class GpuExecutable:
         handle = None
         for ln in self.module.launches:
             if ln.library == "cublas":
-                if handle is None:
+                if handle is None:  # on this call's stream (a graph capture's, too)
                     handle = cupy.cuda.device.get_cublas_handle()
                     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
                     cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
                 (ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = ln.args
                 dt = np.dtype(ln.dtype)
-                al, be = np.array(alpha, dt), np.array(beta, dt)
+                al, be = np.array(alpha[2], dt), np.array(beta[2], dt)
                 gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm
                 gemm(handle, _CUBLAS_OP[ta], _CUBLAS_OP[tb], m, n, k, al.ctypes.data,
                      self._pointer(a, inputs, outputs), lda,

@@ -269,3 +269,24 @@ def test_seed_programs_on_the_device(title):
     out = cc.compile(fn, backend="gpu")(*call)
     if check is not None:
         assert check(out, *args)
+
+
+def test_cupy_without_a_device_raises_a_device_error_not_a_cupy_traceback(monkeypatch):
+    """CuPy imports without a GPU and fails at the first device call
+    (`cudaErrorInsufficientDriver`, TOOLCHAIN.md): the call says so as a `DeviceError`."""
+    import types
+
+    class CUDARuntimeError(RuntimeError):
+        pass
+
+    def no_device():
+        raise CUDARuntimeError("cudaErrorInsufficientDriver: CUDA driver version is "
+                               "insufficient for CUDA runtime version")
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_device))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    fn = cc.compile(lambda x: x * 3.0, backend="gpu")
+    x = np.ones(3, np.float32)
+    with pytest.raises(DeviceError, match="no usable CUDA device: cudaErrorInsufficientDriver"):
+        fn(x)
+    np.testing.assert_array_equal(x, np.ones(3, np.float32))
