@@ -227,7 +227,8 @@ def numpy_transformer_step(x, target, ln1_w, ln1_b, wq, wk, wv, wo, ln2_w, ln2_b
     loss = np.float32((diff * diff).mean())
     # backward
     dy = diff * np.float32(2.0 / diff.size)
-    flat = (lambda z: z.reshape(-1, z.shape[-1]))
+    def flat(z):
+        return z.reshape(-1, z.shape[-1])
     dw_fc2, db_fc2 = flat(m).T @ flat(dy), dy.sum(axis=(0, 1))
     du = dy @ w_fc2.T
     du *= cdf + u * np.exp(-0.5 * u * u) * np.float32(1 / math.sqrt(2 * math.pi))
@@ -256,7 +257,8 @@ def numpy_transformer_step(x, target, ln1_w, ln1_b, wq, wk, wv, wo, ln2_w, ln2_b
 def make_numpy_hand(workload, quick):
     args = inputs(workload, quick)
     idx = PARAM_ARGS.get(workload, ())
-    params = (lambda: [args[i] for i in idx])
+    def params():
+        return [args[i] for i in idx]
     x = args[0]
     if workload == "add100":
         def step():
@@ -340,15 +342,17 @@ def torch_steps(torch):
 
 
 def _torch_peak_bytes(torch, fn, args) -> int | None:
-    """Peak of the CPU allocator's bytes during one call, from the profiler's memory events
-    (allocations positive, frees negative, in time order), relative to the bytes before."""
+    """Peak of the CPU allocator's bytes during one call, relative to the bytes before: the
+    running sum of the profiler's raw memory events (every allocation positive, every free
+    negative, in time order; kineto's records, since the aggregated per-op figures net out
+    what an op allocates and frees inside itself)."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn(*args)
-    events = [(e.time_range.start, e.cpu_memory_usage) for e in prof.events()
-              if e.name == "[memory]"]
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]")
     live = peak = 0
-    for _, nbytes in sorted(events, key=lambda t: t[0]):
+    for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
     return peak if events else None
@@ -649,6 +653,10 @@ def table(results, columns, checks) -> str:
     return "\n".join(lines)
 
 
+def fmt_bytes(n):
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
 def memory_table(results, columns) -> str:
     cols = [c for c in ("cpu", "numpy", "torch", "jax.jit") if c in columns]
     names = {"cpu": "ours (peak - inputs)", "numpy": "ours, numpy backend",
@@ -656,7 +664,7 @@ def memory_table(results, columns) -> str:
     lines = ["| workload | " + " | ".join(names[c] for c in cols) + " |",
              "|" + "---|" * (len(cols) + 1)]
     for w, (_, mem) in results.items():
-        cells = [f"{mem[c] / 2**20:.2f} MiB" if mem.get(c) is not None else "—" for c in cols]
+        cells = [fmt_bytes(mem[c]) if mem.get(c) is not None else "—" for c in cols]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -723,7 +731,8 @@ def main(argv=None):
     if "cpu" not in columns:
         ap.error("the cpu column is the baseline of every ratio")
     workloads = a.workloads.split(",") if a.workloads else list(WORKLOADS)
-    log = (lambda s: print(s, file=sys.stderr, flush=True))
+    def log(s):
+        print(s, file=sys.stderr, flush=True)
     log(f"pinned to core {core}; one thread; {runs} runs; columns {', '.join(columns)}"
         + (f"; not installed: {', '.join(missing)}" if missing else ""))
     results, checks = {}, {}
