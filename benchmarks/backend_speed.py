@@ -67,8 +67,8 @@ from examples import mlp as ex_mlp  # noqa: E402
 from examples import transformer_block as ex_tf  # noqa: E402
 
 WORKLOADS = ("add100", "add100_", "relu", "relu_", "mlp", "transformer")
-COLUMNS = ("cpu", "numpy", "numpy-hand", "torch", "torch.compile", "jax.jit", "paddle")
-ALWAYS = ("cpu", "numpy", "numpy-hand")
+COLUMNS = ("cpu", "numpy", "numpy-hand", "torch", "torch.compile", "jax.jit", "paddle",
+           "blas-gemms")
 
 
 def sizes(quick: bool) -> dict:
@@ -85,8 +85,8 @@ def inputs(workload: str, quick: bool) -> tuple:
     """Fresh numpy inputs of a workload (the same values for every column)."""
     s = sizes(quick)
     rng = np.random.default_rng(0)
-    if workload.startswith("add"):
-        return (np.zeros(s["add"], np.float32),)
+    if workload.startswith("add"):  # random values: a reassociated sum would differ
+        return (rng.standard_normal(s["add"]).astype(np.float32),)
     if workload.startswith("relu"):
         return (rng.standard_normal(s["relu"]).astype(np.float32),)
     if workload == "mlp":
@@ -355,7 +355,7 @@ def _torch_peak_bytes(torch, fn, args) -> int | None:
     for _, nbytes in events:
         live += nbytes
         peak = max(peak, live)
-    return peak if events else None
+    return peak
 
 
 def make_torch(workload, quick, compiled=False):
@@ -515,6 +515,76 @@ def make_paddle(workload, quick):
     return Runner(step, params)
 
 
+# -- the GEMMs of our program, alone through BLAS -----------------------------------------------
+def _gemm_calls(graph):
+    """(m, n, k, trans_a, trans_b, alpha, beta, batch) of each GEMM our cpu backend makes for
+    `graph`: matmul and gemm (GEMM-accumulate) nodes; an operand made by a transpose of the
+    last two axes is a BLAS flag (the emitter never copies it); [B, M, K] @ [K, N] is one
+    [B*M, K] @ [K, N] GEMM; other batches are one GEMM per batch element."""
+    calls = []
+    for node in graph.nodes:
+        if node.op not in ("matmul", "gemm"):
+            continue
+        x, y = node.inputs[0], node.inputs[1]
+        if node.op == "gemm":
+            ta, tb = bool(node.attrs["trans_a"]), bool(node.attrs["trans_b"])
+            xs = x.shape[::-1] if ta else x.shape
+            ys = y.shape[::-1] if tb else y.shape
+            calls.append((xs[0], ys[1], xs[1], ta, tb, float(node.attrs["alpha"]),
+                          float(node.attrs["beta"]), 1))
+            continue
+
+        def flag(v):
+            p = v.producer
+            if p is None or p.op != "transpose":
+                return False
+            perm = list(p.attrs.get("perm", ()))
+            n = len(perm)
+            return n >= 2 and perm == list(range(n - 2)) + [n - 1, n - 2]
+        m, k, n = x.shape[-2], x.shape[-1], y.shape[-1]
+        batch = int(np.prod(node.out.shape[:-2], dtype=np.int64))
+        if len(y.shape) == 2 and not flag(x):
+            m, batch = m * batch, 1
+        calls.append((m, n, k, flag(x), flag(y), 1.0, 0.0, batch))
+    return calls
+
+
+def make_blas_gemms(workload, quick):
+    """Only the GEMMs our cpu program for this step makes, through the same cblas_sgemm of
+    numpy's OpenBLAS that the generated code calls (the MLP target of issue 8)."""
+    if workload not in ("mlp", "transformer"):
+        raise ValueError("only the training steps have GEMMs")
+    import ctypes
+
+    from runtime.cpu import jit
+    args = inputs(workload, quick)
+    graph = cc.compile(OURS[workload], backend="cpu").lower(*args).graph
+    sgemm = getattr(jit.openblas(), jit.BLAS_GEMM["float32"])
+    i64, f32 = ctypes.c_int64, ctypes.c_float
+    sgemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, f32,
+                      ctypes.c_void_p, i64, ctypes.c_void_p, i64, f32, ctypes.c_void_p, i64]
+    sgemm.restype = None
+    rng = np.random.default_rng(0)
+    prepared = []
+    for m, n, k, ta, tb, alpha, beta, batch in _gemm_calls(graph):
+        a = rng.standard_normal((batch, k, m) if ta else (batch, m, k)).astype(np.float32)
+        b = rng.standard_normal((batch, n, k) if tb else (batch, k, n)).astype(np.float32)
+        c = np.zeros((batch, m, n), np.float32)
+        lda, ldb = a.shape[-1], b.shape[-1]
+        for j in range(batch):
+            prepared.append((112 if ta else 111, 112 if tb else 111, m, n, k, alpha,
+                             a[j].ctypes.data, lda, b[j].ctypes.data, ldb, beta,
+                             c[j].ctypes.data, n))
+        prepared.append((a, b, c))  # keeps the arrays alive
+
+    def step():
+        for call in prepared:
+            if len(call) == 13:
+                ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc = call
+                sgemm(101, ta, tb, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc)
+    return Runner(step, note="the GEMMs alone")
+
+
 MAKERS = {
     "cpu": lambda w, q: make_ours(w, q, "cpu"),
     "numpy": lambda w, q: make_ours(w, q, "numpy"),
@@ -523,7 +593,9 @@ MAKERS = {
     "torch.compile": lambda w, q: make_torch(w, q, compiled=True),
     "jax.jit": make_jax,
     "paddle": make_paddle,
+    "blas-gemms": make_blas_gemms,
 }
+NOT_THE_SAME = {"blas-gemms"}  # a part of the computation: not checked, no memory
 PEER_MODULE = {"torch": "torch", "torch.compile": "torch", "jax.jit": "jax", "paddle": "paddle"}
 
 
@@ -579,6 +651,8 @@ def reference(workload, quick):
 def time_workload(workload, columns, quick, runs, warmup, log):
     runners = {}
     for c in columns:
+        if c in NOT_THE_SAME and workload not in ("mlp", "transformer"):
+            continue
         t0 = time.perf_counter()
         try:
             runners[c] = MAKERS[c](workload, quick)
@@ -739,7 +813,7 @@ def main(argv=None):
     for w in workloads:
         ref = reference(w, a.quick)
         for c in columns:
-            if c == "numpy":
+            if c == "numpy" or c in NOT_THE_SAME:
                 continue
             try:
                 checks[(w, c)] = check_same(w, c, a.quick, ref)
