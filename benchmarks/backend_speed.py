@@ -617,19 +617,23 @@ def _as_numpy(v):
     return np.asarray(v)
 
 
-def check_same(workload, column, quick, reference) -> str | None:
-    """Run one step of `column` from fresh inputs; None if it computes what our numpy backend
-    does (the output, or every parameter's update), else what differs."""
-    r = MAKERS[column](workload, quick)
-    before = [p.copy() for p in r.params()]
+def _first_step(r: Runner):
+    """Run a fresh runner's first step: (its output, each parameter's update in float64)."""
+    before = [np.array(p, copy=True) for p in r.params()]
     out = _as_numpy(r.step())
-    after = r.params()
+    out = None if out is None else np.array(out, copy=True)  # it may be the caller's array
+    return out, [np.asarray(a, np.float64) - b for a, b in zip(r.params(), before)]
+
+
+def check_same(workload, first, reference) -> str | None:
+    """None if a column's first step (`_first_step` of a fresh runner) computed what our
+    numpy backend's did (the output, or every parameter's update), else what differs."""
+    out, deltas = first
     ref_out, ref_delta = reference
     if workload in ("mlp", "transformer"):
         if not np.allclose(out, ref_out, rtol=1e-4, atol=1e-6):
             return f"loss {float(out)!r} vs {float(ref_out)!r}"
-        for k, (a, b, d) in enumerate(zip(after, before, ref_delta)):
-            delta = np.asarray(a, np.float64) - b
+        for k, (delta, d) in enumerate(zip(deltas, ref_delta)):
             err = np.abs(delta - d).max()
             if err > 2e-3 * np.abs(d).max() + 1e-8:
                 return f"parameter {k}: update differs by {err:.3g} (max |update| " \
@@ -640,28 +644,34 @@ def check_same(workload, column, quick, reference) -> str | None:
     return None
 
 
-def reference(workload, quick):
-    r = make_ours(workload, quick, "numpy")
-    before = [p.copy() for p in r.params()]
-    out = _as_numpy(r.step())
-    return out, [np.asarray(a, np.float64) - b for a, b in zip(r.params(), before)]
-
-
 # -- timing -----------------------------------------------------------------------------------
 def time_workload(workload, columns, quick, runs, warmup, log):
-    runners = {}
-    for c in columns:
+    """Build each column (our numpy backend first: its first step is the reference), check
+    its first step against the reference, warm it up, then time all of them interleaved.
+    (times per column, memory per column, check result per column)."""
+    runners, checks, ref = {}, {}, None
+    for c in ["numpy"] + [c for c in columns if c != "numpy"]:
         if c in NOT_THE_SAME and workload not in ("mlp", "transformer"):
             continue
         t0 = time.perf_counter()
         try:
-            runners[c] = MAKERS[c](workload, quick)
+            r = MAKERS[c](workload, quick)
+            first = _first_step(r)
+            if c == "numpy":
+                ref = first
+            elif c not in NOT_THE_SAME:
+                checks[c] = check_same(workload, first, ref)
+                if checks[c]:
+                    log(f"  {workload}/{c} DIFFERS from our numpy backend: {checks[c]}")
             for _ in range(warmup):
-                runners[c].step()
+                r.step()
         except Exception as e:  # a peer that can't run this workload: reported, not fatal
+            if c == "numpy":
+                raise
             log(f"  {workload}/{c}: can't run ({type(e).__name__}: {str(e)[:200]})")
-            runners.pop(c, None)
             continue
+        if c in columns:
+            runners[c] = r
         log(f"  {workload}/{c}: ready in {time.perf_counter() - t0:.1f} s")
     times = {c: [] for c in runners}
     order = list(runners)
@@ -671,7 +681,7 @@ def time_workload(workload, columns, quick, runs, warmup, log):
             t0 = time.perf_counter()
             runners[c].step()
             times[c].append(time.perf_counter() - t0)
-    return times, {c: r.memory for c, r in runners.items()}
+    return times, {c: r.memory for c, r in runners.items()}, checks
 
 
 def compile_time_child(workload, quick):
@@ -811,17 +821,9 @@ def main(argv=None):
         + (f"; not installed: {', '.join(missing)}" if missing else ""))
     results, checks = {}, {}
     for w in workloads:
-        ref = reference(w, a.quick)
-        for c in columns:
-            if c == "numpy" or c in NOT_THE_SAME:
-                continue
-            try:
-                checks[(w, c)] = check_same(w, c, a.quick, ref)
-            except Exception as e:
-                checks[(w, c)] = f"{type(e).__name__}: {str(e)[:200]}"
-            if checks[(w, c)]:
-                log(f"  {w}/{c} DIFFERS from our numpy backend: {checks[(w, c)]}")
-        results[w] = time_workload(w, columns, a.quick, runs, a.warmup, log)
+        times, memory, checked = time_workload(w, columns, a.quick, runs, a.warmup, log)
+        results[w] = (times, memory)
+        checks.update({(w, c): v for c, v in checked.items()})
     print(f"Median of {runs} interleaved runs (p25..p75), pinned to one core, one thread; "
           f"**ratio** = time / our cpu backend's time (below 1: faster than ours).\n")
     print(table(results, columns, checks))
