@@ -342,9 +342,9 @@ def _two_over_pi_table():
 def _const_table(module: ir.Module, name: str, values) -> ir.GlobalVariable:
     g = module.globals.get(name)
     if g is None:
-        ty = ir.ArrayType(I64, len(values))
+        ty = ir.ArrayType(I32, len(values))
         g = ir.GlobalVariable(module, ty, name)
-        g.initializer = ir.Constant(ty, [ir.Constant(I64, v) for v in values])
+        g.initializer = ir.Constant(ty, [ir.Constant(I32, v) for v in values])
         g.global_constant = True
         g.linkage = "internal"
     return g
@@ -379,7 +379,9 @@ def _reduce_pio2_f32(b: ir.IRBuilder, x):
     c = []
     for j in range(3):
         g = _const_table(b.module, f"two_over_pi_{j}", words[j])
-        c.append(b.load(b.gep(g, [ir.Constant(I64, 0), e], inbounds=True), typ=I64))
+        # 32-bit words, widened: LLVM then knows each product is 32 x 32 bits (one pmuludq)
+        c.append(b.zext(b.load(b.gep(g, [ir.Constant(I64, 0), e], inbounds=True), typ=I32),
+                        I64))
     hi, mid, lo = (b.mul(m, w) for w in c)
     res = b.add(b.add(b.shl(hi, ir.Constant(I64, 32)), mid), b.lshr(lo, ir.Constant(I64, 32)))
     n_large = b.lshr(b.add(res, ir.Constant(I64, 1 << 61)), ir.Constant(I64, 62))
