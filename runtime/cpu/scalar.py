@@ -11,11 +11,13 @@ Semantics chosen to be bit-identical to numpy where DESIGN asks for it:
   - float -> int casts truncate (`fptosi`), frozen so that an out-of-range value is some
     integer, never poison; float -> bool is `x != 0` (NaN is True), as in numpy;
   - arithmetic carries no fast-math flags;
-  - `exp` and float32 `erf` are generated code (`fast_exp`, `fast_erf32`: they vectorise,
-    ~1 ulp); the other transcendental
-    functions call glibc's libm (registered with the JIT by address; see `jit.LIBM`), which
-    LLVM can't vectorise; both differ from numpy's own SIMD kernels by an ulp or two, within
-    the 4-ulp tolerance of ISSUE-NOTES; `sqrt` and `abs` are exact LLVM intrinsics.
+  - `exp`, `log`, float32 `erf`, `tanh`, `sin`, `cos` and `tan` are generated code
+    (`fast_exp`, `fast_log`, `fast_erf32`, `fast_tanh32`, `fast_trig32`: they vectorise,
+    within 1 ulp of the correctly rounded value); the other transcendental functions (and
+    float64 tanh, sin, cos, tan, erf) call glibc's libm (registered with the JIT by address;
+    see `jit.LIBM`), which LLVM can't vectorise; both differ from numpy's own SIMD kernels by
+    up to 3 ulp (NumPy's error), within the 4-ulp tolerance of ISSUE-NOTES; `sqrt` and `abs`
+    are exact LLVM intrinsics.
 """
 from __future__ import annotations
 
