@@ -1,0 +1,39 @@
+"""The launch list: what the GPU backend runs, as data.
+
+The CUDA C emitter produces one module of `__global__` kernels (`GpuModule.source`) and the list
+of launches that runs the whole schedule (`GpuModule.launches`). Two consumers read exactly this
+list (ISSUE-NOTES §11): the CuPy runtime on a device, and the CPU fiber harness in tests, so the
+harness checks the launches the device would run.
+
+Kernel arguments are given in the order of the kernel's parameters:
+  ("arena", byte_offset)            pointer into the planned arena
+  ("input", index, byte_offset)     pointer into the caller's argument `index`
+  ("output", index, byte_offset)    pointer into returned buffer `index` (allocated per call)
+  ("scalar", ctype, value)          a value passed by value: ctype is a C type name
+                                    ("long long", "int", "float", "double", "unsigned long long")
+A GEMM is a launch too, with `kernel` = "gemm" and `library` = "cublas": its args are the
+BLAS call's (transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) with pointers given as
+above, so the harness can run it with a reference GEMM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str                       # a __global__ function of the module (or "gemm")
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int                 # dynamic shared memory per block
+    args: tuple                       # see the module docstring
+    node: int | None = None           # index in the schedule of the node it implements
+    library: str | None = None        # None: a kernel of the module; "cublas": a GEMM call
+
+
+@dataclass
+class GpuModule:
+    source: str                                   # CUDA C, one translation unit
+    launches: list[Launch] = field(default_factory=list)
+    arena_bytes: int = 0
+    arena_alignment: int = 256
