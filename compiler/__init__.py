@@ -8,8 +8,8 @@ from . import creation as _creation
 from .api import CompiledFunction, Program, compile, trace
 from .creation import (arange, concat, full, full_like, ones, ones_like, rand, randn, stack,
                        where, where_, zeros, zeros_like)
-from .errors import (CompilerError, DataError, InplaceError, InsufficientMemoryError,
-                     RetraceWarning, ShapeError, TraceError)
+from .errors import (CompilerError, DataError, DeviceError, InplaceError,
+                     InsufficientMemoryError, RetraceWarning, ShapeError, TraceError)
 from .ir import Graph, Loc, Node, Value
 from .pipeline import pipeline
 from .tensor import Tensor, to_tensor
@@ -25,5 +25,5 @@ __all__ = [
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
     "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
-    "passes", "DataError", "RetraceWarning", "optimizer",
+    "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError",
 ]

@@ -8,7 +8,9 @@ import sys
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the seed experiments and example models")
+    demo = sub.add_parser("demo", help="run the seed experiments and example models")
+    demo.add_argument("--backend", choices=("numpy", "cpu", "gpu"), default="numpy",
+                      help="the backend that runs the programs (default: numpy)")
     plan = sub.add_parser(
         "plan", help="print the memory plan of an example program",
         description="Print the memory plan of a program file. The file must define "
@@ -25,7 +27,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from . import cli
     if args.command == "demo":
-        return cli.demo()
+        from .errors import CompilerError
+        try:
+            return cli.demo(backend=args.backend)
+        except CompilerError as e:  # e.g. backend="gpu" with no CuPy or no device
+            print(f"error: demo --backend {args.backend}: {e.bare_message}", file=sys.stderr)
+            return 2
     try:
         return cli.plan(args.path, inplace=args.inplace,
                         fmt="json" if args.json else "dot" if args.dot else "report",

@@ -44,3 +44,8 @@ class SignatureError(ShapeError, TraceError):
 class InsufficientMemoryError(CompilerError, MemoryError):
     """A call whose plan needs more memory than the machine has available: raised before
     anything is allocated or written. Planning (`fn.lower`) never allocates."""
+
+
+class DeviceError(CompilerError, RuntimeError):
+    """A program for the gpu backend that can't be compiled or run here: no CuPy, no CUDA
+    device, or a kernel NVRTC rejects (the message carries NVRTC's log)."""

@@ -4,7 +4,7 @@ Environment switches:
   COMPILER_DUMP=name[,name...]|all   print the graph and the pass's analysis (decisions,
                                      the plan) after those passes; unknown names raise;
                                      `llvm` (`llvm-opt`) prints the cpu backend's LLVM
-                                     IR (after -O3)
+                                     IR (after -O3); `cuda` the gpu backend's CUDA C
   COMPILER_SANITIZE=1                run planned programs in sanitizer mode (poison dead buffers)
 """
 from __future__ import annotations
@@ -160,7 +160,7 @@ def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]
     return tuple(names)
 
 
-DUMP_EXTRAS = ("all", "llvm", "llvm-opt")  # COMPILER_DUMP names beside the passes'
+DUMP_EXTRAS = ("all", "llvm", "llvm-opt", "cuda")  # COMPILER_DUMP names beside the passes'
 
 
 def dump_request(pass_names) -> set[str]:
@@ -218,6 +218,12 @@ def _lower(state, backend, sanitize):
         from runtime.cpu import CpuExecutable
         executable = CpuExecutable(state.graph, state.plan, sanitize=sanitize)
         if "llvm" in os.environ.get("COMPILER_DUMP", "").split(","):
+            print(executable.source)
+        return executable
+    if backend == "gpu":
+        from runtime.gpu import GpuExecutable
+        executable = GpuExecutable(state.graph, state.plan)
+        if "cuda" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(executable.source)
         return executable
     raise CompilerError(f"the {backend!r} backend is not available in this build yet; use "

@@ -13,7 +13,11 @@ Kernel arguments are given in the order of the kernel's parameters:
                                     ("long long", "int", "float", "double", "unsigned long long")
 A GEMM is a launch too, with `kernel` = "gemm" and `library` = "cublas": its args are the
 BLAS call's (transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) with pointers given as
-above, so the harness can run it with a reference GEMM.
+above, so the harness can run it with a reference GEMM. They are cuBLAS's own, column-major:
+transa/transb are "N" or "T", m, n, k and the leading dimensions ints, alpha and beta Python
+floats, and `dtype` says which gemm ("float32": sgemm, "float64": dgemm). As in BLAS, with
+beta == 0 C is not read (it may hold anything, NaN included: a fresh arena buffer). (The emitter passes a
+row-major C = A @ B as C^T = B^T A^T, so no operand is copied.)
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ class Launch:
     args: tuple                       # see the module docstring
     node: int | None = None           # index in the schedule of the node it implements
     library: str | None = None        # None: a kernel of the module; "cublas": a GEMM call
+    dtype: str | None = None          # a GEMM's element type ("float32" | "float64")
 
 
 @dataclass

@@ -1,0 +1,209 @@
+"""The "gpu" backend's runnable program: the CUDA C module, its launch list, and CuPy.
+
+Building one (`GpuExecutable(graph, plan)`) needs no device: the emitter renders the CUDA C
+(`source`) and the launch list (`module.launches`); nothing touches CuPy until the first call.
+A call:
+
+  - allocates the arena once, as ONE device allocation of `plan.arena_bytes` (256-byte
+    aligned: CuPy's allocations are, and every planned offset is a multiple of 256), reused by
+    every later call;
+  - copies numpy arguments to the device (CuPy arrays are used where they lie), allocates the
+    per-call output buffers, runs the whole launch list from this one Python call (RawModule
+    kernels, cuBLAS for the gemm launches), and copies the outputs and mutated arguments back
+    into numpy arrays: the caller's mutated arrays are updated in place;
+  - optionally (`graph=True`) captures the launch list as a CUDA graph at the second call and
+    replays it afterwards (inputs are staged into fixed device buffers so the captured pointers
+    stay valid).
+
+Anything that keeps a call from running (no CuPy, no device, NVRTC rejecting the source)
+raises `DeviceError` saying which, never a raw CuPy exception.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.errors import DeviceError, InsufficientMemoryError
+
+from .emitter import ModuleEmitter
+
+_CUBLAS_OP = {"N": 0, "T": 1}  # CUBLAS_OP_N, CUBLAS_OP_T
+
+
+def _cupy(loc=None):
+    """CuPy and a usable device, or a `DeviceError` that says what is missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError("the gpu backend needs CuPy to run a program: pip install "
+                          "cupy-cuda12x (lowering and prog.source work without it)", loc) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError: no driver, or an insufficient one
+        raise DeviceError(f"the gpu backend found no usable CUDA device: {e}", loc) from None
+    if count < 1:
+        raise DeviceError("the gpu backend found no CUDA device", loc)
+    return cupy
+
+
+class GpuExecutable:
+    """A planned graph as CUDA C plus a launch list; runs on a CUDA device through CuPy."""
+
+    def __init__(self, graph, plan, use_graph: bool = False):
+        self.graph, self.plan = graph, plan
+        emitter = ModuleEmitter(graph, plan)
+        self.module = emitter.module
+        self.source = emitter.source
+        self.places = emitter.places
+        self._output_buffers = emitter.output_buffers
+        self.use_graph = use_graph
+        self._kernels = None
+        self._arena = None
+        self._cuda_graph = None
+        self._staged = None
+        self.calls = 0
+
+    @property
+    def launches(self):
+        return self.module.launches
+
+    def check_memory(self, loc=None):
+        """Raise `InsufficientMemoryError` when the device can't hold the arena (before
+        anything is allocated or written); `DeviceError` when there is no device."""
+        cupy = _cupy(loc)
+        if self._arena is not None:
+            return
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        need = self.plan.arena_bytes + self.plan.output_bytes
+        if need > free:
+            raise InsufficientMemoryError(f"{self.graph.name}: its arena and outputs need "
+                                          f"{need} bytes of device memory; {free} are free",
+                                          loc)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _load(self, cupy):
+        if self._kernels is not None:
+            return
+        try:
+            mod = cupy.RawModule(code=self.source, options=("--std=c++17",))
+            names = {ln.kernel for ln in self.module.launches if ln.library is None}
+            self._kernels = {n: mod.get_function(n) for n in names}
+        except cupy.cuda.compiler.CompileException as e:
+            raise DeviceError(f"NVRTC could not compile the generated CUDA C of "
+                              f"{self.graph.name}:\n{e}") from None
+        except Exception as e:
+            raise DeviceError(f"loading the CUDA module of {self.graph.name} failed: "
+                              f"{type(e).__name__}: {e}") from None
+        try:
+            self._arena = cupy.empty(max(self.plan.arena_bytes, 1), cupy.uint8)
+        except cupy.cuda.memory.OutOfMemoryError:
+            raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
+                                          f"{self.plan.arena_bytes} bytes on the device") \
+                from None
+        assert self._arena.data.ptr % self.module.arena_alignment == 0
+
+    # -- a call ------------------------------------------------------------------------------------
+    def _pointer(self, arg, inputs, outputs) -> int:
+        kind = arg[0]
+        if kind == "arena":
+            return self._arena.data.ptr + arg[1]
+        base = inputs[arg[1]] if kind == "input" else outputs[arg[1]]
+        return base.data.ptr + arg[2]
+
+    def _run_launches(self, cupy, inputs, outputs):
+        from cupy_backends.cuda.libs import cublas
+        handle = None
+        for ln in self.module.launches:
+            if ln.library == "cublas":
+                if handle is None:
+                    handle = cupy.cuda.device.get_cublas_handle()
+                    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+                    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+                (ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = ln.args
+                dt = np.dtype(ln.dtype)
+                al, be = np.array(alpha, dt), np.array(beta, dt)
+                gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm
+                gemm(handle, _CUBLAS_OP[ta], _CUBLAS_OP[tb], m, n, k, al.ctypes.data,
+                     self._pointer(a, inputs, outputs), lda,
+                     self._pointer(b, inputs, outputs), ldb, be.ctypes.data,
+                     self._pointer(c, inputs, outputs), ldc)
+                continue
+            args = []
+            for a in ln.args:
+                if a[0] == "scalar":
+                    args.append(np.dtype({"long long": np.int64, "int": np.int32,
+                                          "float": np.float32, "double": np.float64,
+                                          "unsigned long long": np.uint64}[a[1]]).type(a[2]))
+                else:
+                    # a pointer is passed by value as its 64-bit address
+                    args.append(np.uint64(self._pointer(a, inputs, outputs)))
+            self._kernels[ln.kernel](ln.grid, ln.block, tuple(args), shared_mem=ln.shared_bytes)
+
+    def run(self, inputs):
+        """(outputs, mutations) as numpy arrays, like the other backends' executables."""
+        cupy = _cupy()
+        try:
+            self._load(cupy)
+            self.calls += 1
+            if self.use_graph:
+                dev_in = self._stage(cupy, inputs)
+            else:
+                dev_in = [cupy.asarray(np.ascontiguousarray(a)).reshape(-1).view(cupy.uint8)
+                          if a.size else cupy.empty(1, cupy.uint8) for a in inputs]
+            if self.use_graph and self._staged_outputs is not None:
+                outputs = self._staged_outputs
+            else:
+                outputs = [cupy.empty(max(b.size, 1), cupy.uint8) for b in self._output_buffers]
+            if self.use_graph:
+                self._launch_graph(cupy, dev_in, outputs)
+            else:
+                self._run_launches(cupy, dev_in, outputs)
+            cupy.cuda.get_current_stream().synchronize()
+        except (DeviceError, InsufficientMemoryError):
+            raise
+        except Exception as e:
+            if type(e).__module__.startswith(("cupy", "cupy_backends")):
+                raise DeviceError(f"running {self.graph.name} on the device failed: "
+                                  f"{type(e).__name__}: {e}") from None
+            raise
+
+        def host(v):
+            place = self.places[id(v)]
+            kind, k = place.slot
+            storage = {"input": lambda: dev_in[k], "output": lambda: outputs[k],
+                       "arena": lambda: self._arena[self.plan.buffers[k].offset:]}[kind]()
+            item = place.dtype.itemsize
+            arr = cupy.ndarray(place.shape, place.dtype, storage.data + place.offset * item,
+                               strides=tuple(s * item for s in place.strides))
+            return cupy.asnumpy(arr)  # the report says so: results come back as numpy arrays
+        outs = [host(v) for v in self.graph.outputs]
+        muts = {k: host(v) for k, v in self.graph.mutations.items()}
+        return outs, muts
+
+    _staged_outputs = None
+
+    def _stage(self, cupy, inputs):
+        """Fixed device buffers for the inputs (a captured graph holds their addresses)."""
+        if self._staged is None:
+            self._staged = [cupy.empty(max(a.nbytes, 1), cupy.uint8) for a in inputs]
+            self._staged_outputs = [cupy.empty(max(b.size, 1), cupy.uint8)
+                                    for b in self._output_buffers]
+        for buf, a in zip(self._staged, inputs):
+            if a.size:
+                buf[:a.nbytes].set(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+        return self._staged
+
+    def _launch_graph(self, cupy, dev_in, outputs):
+        """The launch list captured once as a CUDA graph (at the second call: the first one
+        runs eagerly, so cuBLAS's handle and workspace exist before capture), replayed after."""
+        if self._cuda_graph is not None:
+            self._cuda_graph.launch()
+            return
+        if self.calls < 2:
+            self._run_launches(cupy, dev_in, outputs)
+            return
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            self._run_launches(cupy, dev_in, outputs)
+            self._cuda_graph = stream.end_capture()
+        self._cuda_graph.launch()
