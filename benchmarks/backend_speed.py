@@ -801,6 +801,8 @@ def main(argv=None):
     ap.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
     ap.add_argument("--core", type=int, help="the core to pin to (default: the last allowed)")
     ap.add_argument("--no-compile-time", action="store_true")
+    ap.add_argument("--compile-workloads", default="mlp,transformer",
+                    help="the steps whose compile time is measured (default: both)")
     ap.add_argument("--plot", help="save a bar chart of the ratios here (matplotlib)")
     ap.add_argument("--json", help="save the raw times here")
     ap.add_argument("--compile-child", help=argparse.SUPPRESS)
@@ -837,8 +839,8 @@ def main(argv=None):
     print(memory_table(results, columns))
     compile_rows = {}
     if not a.no_compile_time:
-        for w in ("mlp", "transformer"):
-            if w in workloads:
+        for w in a.compile_workloads.split(","):
+            if w in ("mlp", "transformer"):
                 compile_rows[w] = compile_times(w, a.quick, repeat=1 if a.quick else 3)
         if compile_rows:
             print("\nCompile time, trace to runnable on cpu (fresh process each; median of "
