@@ -1,6 +1,6 @@
 """Lowering a planned graph to one LLVM module with one entry function.
 
-    void run(i8* arena, i8** inputs, i8** outputs, void (*fallback)(i64 node, i8** ptrs))
+    i64 run(i8* arena, i8** inputs, i8** outputs, void (*fallback)(i64 node, i8** ptrs))
 
 `run` executes the whole schedule: for each node, in the plan's order, it calls that node's
 kernel with one pointer per distinct buffer the node touches (the arena at the buffer's
@@ -13,11 +13,15 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
     vectorise without runtime overlap checks (TOOLCHAIN.md's in-place pitfall);
   - shapes, strides and offsets are compile-time constants (the program is specialised for
     one signature), so every index is affine in the loop counters;
-  - views emit no code: they are places (`places.py`).
+  - views emit no code: they are places (`places.py`);
+  - it returns 0, or `t + 1` when node `t` found data out of range (an index, a computed
+    label: `index_kernels.py`) and stopped before writing anything; the driver then raises
+    the numpy backend's `DataError` for that node.
 
 Kernels by kind (`native_ops()`; `FALLBACK_OPS` is the explicit list of ops that call back
 into the numpy reference through `fallback`: empty today, the mechanism stays so that an op
-added to the registry before its kernel works on cpu, visibly, instead of failing):
+added to the registry before its kernel works on cpu, visibly, instead of failing; issue 10's
+scans, gathers, scatters and min/prod/argmax/argmin are in `index_kernels.py`):
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
     (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions
@@ -53,6 +57,7 @@ from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 
 from . import jit
+from .index_kernels import IndexKernels
 from .places import Place, buffer_slots, compute_places, contiguous_strides
 from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
                      ll_type, load, mem_type, select_max, store)
@@ -62,17 +67,14 @@ POISON = 0xFF
 
 # Ops that run through the numpy reference via the fallback callback: a temporary gap, listed
 # here so that it is explicit (a test pins this set; empty today). Everything else is native.
-FALLBACK_OPS = frozenset({
-    # issue 10's gathers, scatters and scans (their index range checks raise from the
-    # reference, before the driver writes any caller's array) and reductions the reduction
-    # emitter doesn't know yet (min, prod, argmax, argmin)
-    "cumsum", "index_select", "index_add", "take_along_axis", "put_along_axis", "min", "prod",
-    "argmax", "argmin"})
+FALLBACK_OPS: frozenset = frozenset()
 # Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
 # for every op of that kind).
 NATIVE_OTHER = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",
                           "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange",
-                          "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
+                          "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
+                          "cumsum", "index_select", "index_add", "take_along_axis",
+                          "put_along_axis"})
 
 
 def native_ops() -> set[str]:
@@ -164,7 +166,7 @@ def collapse(shape, stride_lists):
 
 
 # -- the module ---------------------------------------------------------------------------
-class ModuleEmitter:
+class ModuleEmitter(IndexKernels):
     """Builds the module for one planned graph. `ir_text` is the result."""
 
     def __init__(self, graph, plan, sanitize: bool = False, name: str = "program",
@@ -182,14 +184,14 @@ class ModuleEmitter:
         self.module.data_layout = jit.target_data()
         self.blas_ok = jit.has_blas()
         self._consts = 0
+        self.const_data: dict[int, bytearray] = {}
         self._emit_entry()
         self.ir_text = str(self.module)
 
     # -- entry ------------------------------------------------------------------------------
     def _emit_entry(self):
         cb_type = ir.FunctionType(ir.VoidType(), [I64, PTR])
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR]),
-                         "run")
+        fn = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR, PTR, PTR]), "run")
         arena, ins, outs, cb = fn.args
         for a, n in zip(fn.args, ("arena", "inputs", "outputs", "fallback")):
             a.name = n
@@ -222,14 +224,15 @@ class ModuleEmitter:
                 dies_after.setdefault(buf.end, []).append(buf)
         for t, node in enumerate(self.graph.nodes):
             kind = REGISTRY[node.op].kind
-            if kind != VIEW and node.out.size > 0:
+            # (a checked node runs on an empty output too: its indices may still be bad)
+            if kind != VIEW and (node.out.size > 0 or self._checked(node)):
                 self._emit_node(t, node, cb, cb_type)
                 if self.profile:
                     b.call(_Callee(cb, cb_type), [i64(-1 - t), ir.Constant(PTR, None)])
             if self.sanitize:
                 for buf in dies_after.get(t, ()):
                     self._memset(b, slot_ptr(("arena", buf.id)), buf.size)
-        b.ret_void()
+        b.ret(i64(0))
 
     def _memset(self, b, ptr, size):
         fn = self.module.globals.get("llvm.memset.p0.i64") or ir.Function(
@@ -244,13 +247,16 @@ class ModuleEmitter:
                 and self.plan.reuse[node] not in opdef.overwrites:
             raise NotImplementedError(f"the plan runs {op} in place; the cpu backend only "
                                       "writes elementwise ops and scatters over an input")
-        if op in FALLBACK_OPS or node in self.checked_while_running:
-            # (a label check on computed data raises from the reference implementation: the
-            # driver keeps the caller's arrays untouched until the run has finished)
+        if op in FALLBACK_OPS:
             self._emit_fallback(t, node, cb, cb_type)
             return
         out = self.places[id(node.out)]
         ins = [self.places[id(v)] for v in node.inputs]
+        kern = self._index_kernel(node)
+        if kern is not None:  # index_kernels.py
+            self._kernel(t, node, [out] + ins, lambda b, p: kern(b, p, node, out, *ins),
+                         checked=self._checked(node))
+            return
         if op in ("constant", "arange"):
             value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
             src = self._const_place(value)
@@ -300,14 +306,16 @@ class ModuleEmitter:
         g.align = 64
         g.initializer = ir.Constant(arr_t, data)
         self._const_globals[k] = g
+        self.const_data[k] = data  # (the driver reads an index constant on a DataError)
         return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
 
-    def _kernel(self, t, node, places, emit):
+    def _kernel(self, t, node, places, emit, checked=False):
         """A function `k<t>_<op>` with one noalias pointer per distinct slot, called from the
-        entry; `emit(builder, {slot: ptr})` fills its body."""
+        entry; `emit(builder, {slot: ptr})` fills its body. A `checked` kernel returns an i64
+        (nonzero: data out of range, nothing written) and the entry returns `t + 1` on it."""
         slots = list(dict.fromkeys(p.slot for p in places))
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR] * len(slots)),
-                         f"k{t}_{node.op}")
+        fn = ir.Function(self.module, ir.FunctionType(I64 if checked else ir.VoidType(),
+                                                      [PTR] * len(slots)), f"k{t}_{node.op}")
         fn.linkage = "internal"
         # Kept out of line: a kernel is a loop nest that gains nothing from being inlined into
         # `run`, and one giant function costs the optimiser far more than many small ones.
@@ -319,8 +327,15 @@ class ModuleEmitter:
             ptrs[slot] = a
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         emit(b, ptrs)
-        b.ret_void()
-        self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
+        if not checked:
+            b.ret_void()
+            self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
+            return
+        b.ret(i64(0))
+        e = self.entry_builder
+        status = e.call(fn, [self.slot_ptr(s) for s in slots])
+        with e.if_then(e.icmp_signed("!=", status, i64(0)), likely=False):
+            e.ret(i64(t + 1))
 
     def _emit_fallback(self, t, node, cb, cb_type):
         """Hand the node to the numpy reference: an array of (operand..., output) buffer

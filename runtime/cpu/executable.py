@@ -12,6 +12,12 @@ Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebu
 operands as numpy views from the buffer pointers it gets, runs the op's reference and writes
 the result into the planned place. An exception there is kept and re-raised after the native
 call returns (ctypes would otherwise print and swallow it).
+
+Data out of range (an index, a computed class label): the native entry returns `t + 1` when
+node `t` found some, before that node wrote anything (`index_kernels.py`); the driver then runs
+that node's reference on its operands, still as they were, which raises the numpy backend's
+own `DataError`, naming the user's line. Nothing was written into a caller's array: the driver
+runs programs with such checks on private copies (`compiler.api.Program.__call__`).
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from runtime.reference import run_node
 from . import jit
 from .emitter import ModuleEmitter
 
-_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.c_void_p)
 _FALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
 ALIGN = 64
@@ -66,6 +72,8 @@ class CpuExecutable:
         self.source = emitter.ir_text          # the LLVM IR as emitted (readable)
         self.places = emitter.places
         self.fallback_nodes = emitter.fallback_nodes
+        self._const_data = {k: np.frombuffer(bytes(d), np.uint8)
+                             for k, d in emitter.const_data.items()}
         self._output_buffers = emitter.output_buffers
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
         self.optimized_ir = self._compiled.optimized_ir
@@ -153,6 +161,25 @@ class CpuExecutable:
         return [(self.graph.nodes[t], float(np.median([r[t] for r in runs])))
                 for t in sorted(runs[0])]
 
+    def _raise_data_error(self, node, flat, outputs):
+        """`node` found data out of range and stopped before writing: its reference, run on
+        the same operands, raises the numpy backend's `DataError` (with the node's line)."""
+        storage = {"input": flat, "output": outputs}
+        arrays = []
+        for v in node.inputs:
+            place = self.places[id(v)]
+            kind, k = place.slot
+            if kind == "arena":
+                buf = self.arena[self._arena_offset(k):]
+            elif kind == "const":
+                buf = self._const_data[k]
+            else:
+                buf = storage[kind][k]
+            arrays.append(_view(buf, place))
+        run_node(node, arrays)
+        raise AssertionError(f"the native {node.op} at {node.loc} reported data out of range, "
+                             "but its reference accepts it")
+
     # -- a call --------------------------------------------------------------------------------
     def run(self, inputs):
         graph = self.graph
@@ -175,10 +202,13 @@ class CpuExecutable:
         for k, o in enumerate(outputs):
             out_ptrs[k] = o.ctypes.data
         self._error = None
-        self._entry(arena.ctypes.data, self._in_addr, self._out_addr, self._cb_address)
+        status = self._entry(arena.ctypes.data, self._in_addr, self._out_addr,
+                             self._cb_address)
         self._run_inputs = None
         if self._error is not None:
             raise self._error
+        if status:
+            self._raise_data_error(graph.nodes[status - 1], flat, outputs)
 
         def array_of(v):
             place = self.places[id(v)]

@@ -2348,3 +2348,146 @@ def _put(a, idx, v):
 
 
 build_random()
+
+
+# -- edges of the cpu backend's native scans, gathers, scatters and ordered reductions ---------
+def _acc(v):
+    return v.dtype if v.dtype.kind == "f" else np.dtype(I64)
+
+
+def _scatter_loop(x, idx, vals, axis, add_up):
+    """put_along_axis by an explicit loop in row-major order of the indexed region: with
+    repeated indices the last assignment wins, additions happen in that order."""
+    out = x.copy()
+    region = tuple(idx.shape[d] if d == axis else max(x.shape[d], idx.shape[d])
+                   for d in range(x.ndim))
+    idx = np.broadcast_to(idx, region)
+    vals = np.broadcast_to(np.asarray(vals).astype(x.dtype), region)
+    for pos in np.ndindex(*region):
+        k = int(idx[pos])
+        dst = tuple((k + x.shape[axis]) % x.shape[axis] if d == axis else p
+                    for d, p in enumerate(pos))
+        out[dst] = out[dst] + vals[pos] if add_up else vals[pos]
+    return out
+
+
+def build_native_edges():
+    # argmax/argmin: a NaN is the extreme and its first occurrence wins; ties of infinities
+    rows = np.array([[1.0, np.nan, 3.0, np.nan], [-np.inf, 2.0, -np.inf, 2.0],
+                     [np.inf, np.inf, np.nan, 0.0]])
+    for dtype in FLOATS:
+        x = rows.astype(dtype)
+        for name, fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+            for axis in (0, 1):
+                add(Sample(f"Tensor.{name}", lambda t, n=name, a=axis: getattr(t, n)(axis=a),
+                           (x,), lambda v, f=fn, a=axis: f(v, axis=a), label="|nan"))
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t.t(), n)(axis=1), (x,),
+                       lambda v, f=fn: f(v.T, axis=1), label="|nan-view"))
+            add(Sample(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t[1:]), (x,),
+                       lambda v, f=fn: np.asarray(f(v[1:])), label="|nan-flat"))
+        add(Sample("Tensor.min", lambda t: t.min(axis=1), (x,),
+                   lambda v: np.minimum.reduce(v, axis=1), label="|nan"))
+        add(Sample("Tensor.min", lambda t: t.t().min(axis=1, keepdim=True), (x,),
+                   lambda v: np.minimum.reduce(v.T, axis=1, keepdims=True), label="|nan-view"))
+        add(Sample("Tensor.prod", lambda t: t.prod(axis=0), (x,),
+                   lambda v: np.multiply.reduce(v, axis=0), SUM,
+                   terms=lambda v: np.abs(np.multiply.reduce(f64(v), axis=0)), label="|nan"))
+    for dtype in ALL:
+        x = rand((4, 6), dtype, -2, 2, seed=11)
+        for name, fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t[:, ::2], n)(axis=0), (x,),
+                       lambda v, f=fn: f(v[:, ::2], axis=0), label="|view"))
+    for dtype in NUMERIC:
+        x = rand((4, 6), dtype, 0.5, 2, seed=12)
+        add(Sample("Tensor.min", lambda t: t[:, ::2].min(0), (x,),
+                   lambda v: np.minimum.reduce(v[:, ::2], axis=0), label="|view"))
+        add(Sample("Tensor.min", lambda t: t.t().min([0, 1]), (x,),
+                   lambda v: np.minimum.reduce(v, axis=None), label="|view"))
+        for label, fn, pick in [("|view", lambda t: t.t().prod(1), lambda v: v.T),
+                                ("|columns", lambda t: t.prod(0), lambda v: v.T),
+                                ("|step", lambda t: t[::-2].prod(1), lambda v: v[::-2])]:
+            add(Sample("Tensor.prod", fn, (x,),
+                       lambda v, p=pick: np.multiply.reduce(p(v).astype(_acc(v)), axis=1), SUM,
+                       terms=lambda v, p=pick: np.abs(np.multiply.reduce(f64(p(v)), axis=1)),
+                       label=label))
+    add(Sample("cc.prod", lambda t: cc.prod(t, axis=0), (rand((0, 3), F32),),
+               lambda v: np.ones(3, F32), label="|empty-axis"))
+    add(Sample("cc.prod", lambda t: cc.prod(t, axis=1), (rand((0, 3), I32),),
+               lambda v: np.ones(0, I64), label="|empty-kept"))
+
+    # cumsum: empty scan axis, views inside the program, bool, and int32 sums past int32
+    def scan(axis, pick=lambda v: v):
+        def want(v):
+            v = pick(v)
+            return np.add.accumulate(v.astype(_acc(v)), axis=axis)
+        return want
+
+    def scan_terms(axis, pick=lambda v: v):
+        return lambda v: np.add.accumulate(np.abs(f64(pick(v))), axis=axis)
+    for dtype in ALL:
+        add(Sample("Tensor.cumsum", lambda t: t.cumsum(1), (rand((3, 0), dtype),),
+                   scan(1), SUM, terms=scan_terms(1), label="|empty-axis"))
+        x = rand((4, 5), dtype, seed=13)
+        for label, fn, axis, pick in [
+                ("|view", lambda t: t.t().cumsum(1), 1, lambda v: v.T),
+                ("|view", lambda t: t[::-1].cumsum(0), 0, lambda v: v[::-1]),
+                ("|step", lambda t: t[:, ::2].cumsum(1), 1, lambda v: v[:, ::2])]:
+            add(Sample("Tensor.cumsum", fn, (x,), scan(axis, pick), SUM,
+                       terms=scan_terms(axis, pick), label=label))
+    big = np.full((3,), np.iinfo(np.int32).max, I32)
+    add(Sample("cc.cumsum", lambda t: cc.cumsum(t, axis=0), (big,), scan(0), label="|int64"))
+
+    # gathers and scatters: negative, repeated and broadcast indices, empty ones, views
+    for dtype in NUMERIC:
+        x, v = rand((3, 4), dtype), rand((3, 5), dtype, seed=5)
+        rep = np.array([-1, 3, 3, 0, -4])
+        add(Sample("Tensor.index_add", lambda t, i, u: t.index_add(i, 1, u), (x, rep, v),
+                   lambda a, i, u: _scatter_loop(a, np.broadcast_to(i, (3, 5)), u, 1, True),
+                   SUM, terms=lambda a, i, u: _scatter_loop(np.abs(f64(a)), np.broadcast_to(
+                       i, (3, 5)), np.abs(f64(u)), 1, True), label="|repeated"))
+        add(Sample("Tensor.index_add", lambda t, i, u: t.index_add(i, 1, u),
+                   (x, np.zeros(0, I64), rand((3, 0), dtype)), lambda a, i, u: a.copy(),
+                   label="|empty"))
+        add(Sample("Tensor.index_select", lambda t, i: t.t().index_select(i, axis=-1),
+                   (x, np.array([-3, 2, 2], I32)), lambda a, i: a.T[:, i], label="|view"))
+        ti = np.array([[-1, 0, -4]])
+        add(Sample("Tensor.take_along_axis", lambda t, i: t.take_along_axis(i, 1), (x, ti),
+                   lambda a, i: a[:, np.where(i[0] < 0, i[0] + 4, i[0])], label="|broadcast"))
+        add(Sample("Tensor.take_along_axis", lambda t, i: t.t().take_along_axis(i, 0),
+                   (x, np.array([[3, -1, 0]])), lambda a, i: a.T[[3, 3, 0], [0, 1, 2]][None],
+                   label="|view"))
+        pi = np.array([[1, -3, 1], [0, 0, 2], [3, -1, 3]])   # repeated per row
+        vals = rand((3, 3), dtype, seed=9)
+        for reduce, add_up, tol in (("assign", False, EXACT), ("add", True, SUM)):
+            add(Sample("Tensor.put_along_axis",
+                       lambda t, i, u, r=reduce: t.put_along_axis(i, u, 1, r), (x, pi, vals),
+                       lambda a, i, u, s=add_up: _scatter_loop(a, i, u, 1, s), tol,
+                       terms=lambda a, i, u, s=add_up: _scatter_loop(
+                           np.abs(f64(a)), i, np.abs(f64(u)), 1, s), label="|repeated"))
+        add(Sample("Tensor.put_along_axis_", lambda t, i: t.put_along_axis_(i, 7, 0),
+                   (x.copy(), np.array([[2, -1, 0, 2]])),
+                   lambda a, i: _scatter_loop(a, i, 7, 0, False), writes=0, label="|broadcast"))
+    # out of range: a DataError naming the line, the index a constant, an argument or computed
+    invalid("Tensor.index_select", lambda t: t.index_select(np.array([0, 3])), [np.ones(3)],
+            cc.DataError)
+    invalid("Tensor.index_select", lambda t, i: t.index_select(i, 1),
+            [np.ones((2, 3)), np.array([-4, 0])], cc.DataError)
+    invalid("Tensor.gather", lambda t, i: t.gather(i + 2), [np.ones(3), np.array([0, 1])],
+            cc.DataError)
+    invalid("Tensor.index_add", lambda t, i, u: t.index_add(i, 0, u),
+            [np.ones((3, 2)), np.array([1, 3]), np.ones((2, 2))], cc.DataError)
+    invalid("Tensor.index_add_", lambda t, u: t.index_add_(np.array([-5]), 0, u),
+            [np.ones((3, 2)), np.ones((1, 2))], cc.DataError)
+    invalid("Tensor.take_along_axis", lambda t, i: t.take_along_axis(i, 1),
+            [np.ones((2, 3)), np.array([[0], [3]])], cc.DataError)
+    invalid("Tensor.put_along_axis", lambda t, i: t.put_along_axis(i, 1.0, 0),
+            [np.ones((2, 3)), np.array([[0, -3, 1]])], cc.DataError)
+    invalid("Tensor.put_along_axis_", lambda t, i: t.put_along_axis_(i * 4, 1.0, 1, "add"),
+            [np.ones((2, 3)), np.array([[0], [1]])], cc.DataError)
+    invalid("Tensor.index_select", lambda t, i: t.index_select(i, 1),
+            [np.ones((0, 3)), np.array([5])], cc.DataError)   # nothing gathered, still checked
+    invalid("F.cross_entropy", lambda x, y: F.cross_entropy(x, y + 2),
+            [np.ones((2, 3), F32), np.array([0, 1])], cc.DataError)   # computed labels
+
+
+build_native_edges()
