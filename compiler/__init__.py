@@ -17,6 +17,7 @@ from .tracer import no_grad
 
 from . import passes  # noqa: E402  (the pass-level API: compiler.passes)
 from . import optimizer  # noqa: E402  (cc.optimizer.SGD, cc.optimizer.AdamW)
+from . import distributed  # noqa: E402  (cc.distributed.mpi)
 
 globals().update({k: v for k, v in _creation.module_functions().items() if k not in globals()})
 
@@ -25,5 +26,5 @@ __all__ = [
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
     "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
-    "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError",
+    "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
 ]

@@ -78,9 +78,10 @@ def trace(fn, *args, name: str | None = None, **kwargs) -> Graph:
         return _trace(fn, args, _tr.user_loc(), name, tuple(kwargs))[0]
 
 
-def _trace(fn, args, loc, name=None, kwnames=()) -> tuple[Graph, tuple]:
+def _trace(fn, args, loc, name=None, kwnames=(), distributed=None) -> tuple[Graph, tuple]:
     """(graph, signature) of `fn` on `args`; the last `len(kwnames)` of them are passed by
-    keyword."""
+    keyword. `distributed` (an MpiConfig) makes every leaf's gradient averaged over the ranks
+    and the random streams rank-local (compiler.distributed)."""
     npos = len(args) - len(kwnames)
     names = _param_names(fn, npos) + list(kwnames)
     for i, (n, a) in enumerate(zip(names, args)):
@@ -88,6 +89,10 @@ def _trace(fn, args, loc, name=None, kwnames=()) -> tuple[Graph, tuple]:
     signature, _ = _bind(args, names, loc)
     tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
     graph = tracer.graph
+    if distributed is not None:
+        from .distributed import RANK_STREAM_SHIFT
+        tracer.distributed = distributed
+        tracer.stream_base = distributed.rank << RANK_STREAM_SHIFT
     targs, storages = [], []  # storages[k]: the buffer of graph input k
     shared: dict = {}         # alias group -> the Tensor of its one storage
     with tracer:
@@ -183,6 +188,7 @@ class Program:
                                          for c in graph.data_checks)
         self._captured = [(node, ref, snap) for node, ref, snap in graph.captured
                           if node in live]
+        self.distributed = None  # an MpiConfig for a data-parallel step (set by compile)
 
     @property
     def source(self) -> str:
@@ -252,6 +258,11 @@ class Program:
                 raise TraceError("this program takes its arguments by position", loc)
             args, kwargs = self._bind_call(args, kwargs, loc)
             args = tuple(args) + tuple(kwargs.values())
+        if self.distributed is not None:
+            # Before anything is checked or written: ranks called with other shapes raise on
+            # every rank, instead of hanging in an all-reduce of another size.
+            from .distributed import check_signature
+            check_signature(self.distributed, self._call_text(args), loc)
         arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
         self._check_data(arrays)
         names = [v.name for v in self.graph.inputs]
@@ -300,6 +311,14 @@ class Program:
                 ("tuple", [("t", i) for i in range(len(results))])
         return _rebuild(tree, results)
 
+    def _call_text(self, args) -> str:
+        """The argument types of a call, as the ranks compare them."""
+        parts = []
+        for name, a in zip(self.param_names, args):
+            t = type_str(a.shape, a.dtype) if isinstance(a, np.ndarray) else repr(a)
+            parts.append(f"{name}: {t}")
+        return f"{self.graph.name}({', '.join(parts)})"
+
     def _argument_view(self, v, arrays) -> np.ndarray | None:
         """`v` as a view of the caller's array it lives in, if it is an argument's value at
         the end of the call (its value at the call when it is never written), or a view of it."""
@@ -342,11 +361,12 @@ def _param_names_from_graph(graph, signature):
 
 
 def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
-                  sanitize=None, param_names=None, schedule="auto"):
+                  sanitize=None, param_names=None, schedule="auto", fuse=None):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
     from .pipeline import run_pipeline
     return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize, param_names=param_names, schedule=schedule)
+                        sanitize=sanitize, param_names=param_names, schedule=schedule,
+                        fuse=fuse)
 
 
 def _describe_sig(entry) -> str:
@@ -369,7 +389,7 @@ class CompiledFunction:
     `RetraceWarning` says why (once)."""
 
     def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto"):
+                 schedule="auto", distributed=None, fuse=None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
         if inplace not in INPLACE_MODES:
@@ -381,8 +401,17 @@ class CompiledFunction:
                              f"{SCHEDULE_MODES}")
         self.inplace = inplace
         self.schedule = schedule
+        from .pipeline import resolve_fuse
+        resolve_fuse(fuse, backend)  # a bad value fails here, not at the first call
+        self.fuse = fuse
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
         self.sanitize = sanitize
+        if distributed is not None and not hasattr(distributed, "comm"):
+            raise ValueError("distributed= takes cc.distributed.mpi(...)")
+        if distributed is not None and backend == "gpu":
+            raise ValueError("distributed= runs on the numpy and cpu backends; the gpu backend "
+                             "has no host staging of its buckets yet")
+        self.distributed = distributed
         self._cache: dict = {}
         self.traces = 0          # how many times fn was traced
         self._last_key = None
@@ -441,9 +470,11 @@ class CompiledFunction:
             reason = self._what_changed(self._last_key, key, names)
         if prog is None:
             with _no_gc():
-                graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs))
+                graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs),
+                                    distributed=self.distributed)
                 prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                     self.sanitize, names, self.schedule)
+                                     self.sanitize, names, self.schedule, self.fuse)
+                prog.distributed = self.distributed
             prog._bind_call = self._bind_call
             self._cache[key] = prog
             self.traces += 1
@@ -488,18 +519,24 @@ class CompiledFunction:
         args, kwargs = self._bind_call(args, kwargs, loc)
         with _no_gc():
             return _trace(self.fn, tuple(args) + tuple(kwargs.values()), loc,
-                          kwnames=tuple(kwargs))[0]
+                          kwnames=tuple(kwargs), distributed=self.distributed)[0]
 
 
 def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None,
-            schedule="auto"):
+            schedule="auto", distributed=None, fuse=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
     `sanitize=True` runs the planned program with every dead buffer poisoned (also switched
     on for every program by the environment variable COMPILER_SANITIZE=1). `schedule="auto"`
     reorders the program to lower its peak (passes.schedule; never above the written order's
-    plan); `"off"` keeps the order as written, so that its plan stays inspectable."""
+    plan); `"off"` keeps the order as written, so that its plan stays inspectable.
+    `distributed=cc.distributed.mpi(comm)` makes the function the per-rank step of
+    data-parallel training: every leaf's gradient is averaged over the ranks between
+    `backward()` and its first use (compiler.distributed).
+    `fuse` (passes.fusion): elementwise chains and trees run as one fused node; None (the
+    default) means on for the native backends ("cpu", "gpu"), off for "numpy"."""
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule)
-    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule)
+        return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
+                                          distributed, fuse)
+    return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, distributed, fuse)

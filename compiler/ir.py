@@ -295,7 +295,8 @@ def format_attr(v: Any) -> str:
 
 def format_node(n: Node) -> str:
     args = ", ".join(v.ref() for v in n.inputs)
-    attrs = " ".join(f"{k}={format_attr(v)}" for k, v in n.attrs.items())
+    attrs = " ".join(f"{k}={format_attr(v)}" for k, v in n.attrs.items()) \
+        if n.op != "fused" else f"{len(n.attrs['body'])} ops"
     text = f"{n.out.ref()}:{n.out.type} = {n.op}"
     if args:
         text += f" {args}"
@@ -304,6 +305,26 @@ def format_node(n: Node) -> str:
     if n.inplace_of is not None:
         text += f"  (inplace of {n.inputs[n.inplace_of].ref()})"
     return text
+
+
+def _fused_lines(n: Node, indent: str) -> list[str]:
+    """The inner ops of a fused node (`passes.fusion`): `$k` is the fused node's input k."""
+    body = n.attrs["body"]
+    refs = [f"${k}" for k in range(len(n.inputs))]
+    lines = []
+    for j, inner in enumerate(body.nodes):
+        if inner.op == "full":
+            continue  # printed as its value where it is read
+        attrs = " ".join(f"{k}={format_attr(v)}" for k, v in inner.attrs.items())
+        text = (f"| {inner.out.ref()}:{inner.out.type} = {inner.op} "
+                f"{body.operand_text(j, refs)}").rstrip()
+        if attrs:
+            text += f" {{{attrs}}}"
+        if inner.inplace_of is not None:
+            text += f"  (inplace of {body.operand_text(j, refs).split(', ')[inner.inplace_of]})"
+        text = f"  {indent}{text}"
+        lines.append(f"{text:<54}  # {inner.loc}" if inner.loc is not UNKNOWN_LOC else text)
+    return lines
 
 
 def format_graph(g: Graph) -> str:
@@ -320,6 +341,8 @@ def format_graph(g: Graph) -> str:
             phase = n.phase
         body = f"[{i:>{width}}] {format_node(n)}"
         lines.append(f"  {body:<52}  # {n.loc}" if n.loc is not UNKNOWN_LOC else f"  {body}")
+        if n.op == "fused":  # what the fused node computes, one inner op a line
+            lines += _fused_lines(n, " " * (width + 3))
     rets = ", ".join(v.ref() for v in g.outputs)
     end = f"[{len(g.nodes):>{width}}]"
     lines.append(f"  {end} return {rets}" if rets else f"  {end} return")

@@ -17,7 +17,7 @@ or source line, and run a graph on a backend::
     prog(np.ones(4, np.float32))
 
 Every pass is a function of a graph (and options) returning a new graph or an analysis object:
-`dce`, `cse`, `gemm_accumulate`, `schedule`, `alias_analysis`, `liveness`, `reinplace`,
+`dce`, `cse`, `gemm_accumulate`, `fuse`, `schedule`, `alias_analysis`, `liveness`, `reinplace`,
 `plan_memory`, `verify_graph`, `verify_plan`. `pipeline()` lists the default order as
 (name, function-of-CompileState) pairs.
 Lookups: `graph.value("%3")`, `graph.nodes_at("model.py:12")`, `plan.buffer("%3")`,
@@ -42,7 +42,8 @@ def _signature(graph: Graph) -> tuple:
 
 
 def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy",
-               inplace: str = "auto", donate=(), schedule: str = "auto") -> CompileState:
+               inplace: str = "auto", donate=(), schedule: str = "auto",
+               fuse: bool | None = None) -> CompileState:
     """Run the default pipeline on `graph` up to and including the pass named `until` (all of
     it when None). Returns the CompileState: `.graph`, `.decisions`, `.plan`."""
     names = [name for name, _ in pipeline(backend, inplace, donate)]
@@ -50,7 +51,7 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
         raise CompilerError(f"unknown pass {until!r}: the pipeline is {', '.join(names)}")
     state = CompileState(graph, backend, inplace,
                          donated_names(graph, _signature(graph), donate,
-                                       [v.name for v in graph.inputs]), schedule)
+                                       [v.name for v in graph.inputs]), schedule, fuse)
     for name, run in pipeline(backend, inplace, donate):
         state = run(state)
         if name == until:
@@ -59,13 +60,15 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
 
 
 def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate=(),
-          sanitize: bool | None = None, schedule: str = "auto"):
+          sanitize: bool | None = None, schedule: str = "auto", fuse: bool | None = None):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
     from .api import build_program
     return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
-                         [v.name for v in graph.inputs], schedule)
+                         [v.name for v in graph.inputs], schedule, fuse)
 
 
 # The scheduling pass, bound after run_passes/build, whose `schedule=` option shares its name.
 schedule = _passes.schedule
+# The fusion pass, likewise (the `fuse=` option of run_passes/build shares its name).
+fuse = _passes.fuse

@@ -17,9 +17,12 @@ from .errors import CompilerError, InplaceError
 class CompileState:
     """What flows through the pipeline: the graph, the inplace decisions, the memory plan."""
 
-    def __init__(self, graph, backend, inplace, donate, schedule="auto"):
+    def __init__(self, graph, backend, inplace, donate, schedule="auto", fuse=None):
         self.graph = graph
         self.backend = backend
+        # Fusion (passes.fusion): on for the native backends, off for the numpy reference
+        # unless asked, so numpy plans stay op by op.
+        self.fuse = resolve_fuse(fuse, backend)
         self.inplace = inplace
         self.donate = donate          # names of donated array parameters
         self.schedule = schedule      # "auto" | "off"
@@ -33,6 +36,18 @@ class CompileState:
     def alignment(self) -> int:
         from passes.memory_plan import CPU_ALIGNMENT, GPU_ALIGNMENT
         return GPU_ALIGNMENT if self.backend == "gpu" else CPU_ALIGNMENT
+
+
+NATIVE_BACKENDS = ("cpu", "gpu")
+
+
+def resolve_fuse(fuse, backend) -> bool:
+    if fuse is None:
+        return backend in NATIVE_BACKENDS
+    if not isinstance(fuse, bool):
+        raise ValueError(f"fuse must be True, False or None (the backend's default), not "
+                         f"{fuse!r}")
+    return fuse
 
 
 def _verify_graph(state):
@@ -56,6 +71,15 @@ def _cse(state):
 def _gemm_accumulate(state):
     from passes.gemm_accumulate import gemm_accumulate
     state.graph, state.gemm_decisions = gemm_accumulate(state.graph)
+    return state
+
+
+def _fuse(state):
+    if not state.fuse:
+        return state
+    from passes.fusion import fuse
+    # Native code keeps a body's inner values in registers: no scratch rows to plan.
+    state.graph = fuse(state.graph, scratch=state.backend not in NATIVE_BACKENDS)
     return state
 
 
@@ -122,6 +146,7 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
         ("dce", _dce),                     # drop what no output or mutation needs
         ("cse", _cse),                     # one node for identical constants and pure nodes
         ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
+        ("fuse", _fuse),                   # elementwise trees -> one fused node (state.fuse)
         ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)
         ("reinplace", _reinplace),         # which outputs take an input's buffer, and why
         ("plan_memory", _plan_memory),     # buffers, live intervals, arena offsets, accounting
@@ -188,10 +213,10 @@ def dump_text(name: str, state: CompileState) -> str:
 
 
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
-                 sanitize=None, param_names=None, schedule="auto"):
+                 sanitize=None, param_names=None, schedule="auto", fuse=None):
     from .api import Program
     state = CompileState(graph, backend, inplace,
-                         donated_names(graph, signature, donate, param_names), schedule)
+                         donated_names(graph, signature, donate, param_names), schedule, fuse)
     passes = pipeline(backend, inplace, donate)
     dump = dump_request([name for name, _ in passes])
     for name, fn in passes:

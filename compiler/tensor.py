@@ -208,6 +208,12 @@ class Tensor:
 
     @property
     def grad(self):
+        tracer = self._tracer
+        if tracer.pending_grads and tracer.backward_loc is None:
+            # Data parallel: the first read after backward() averages the gradients over the
+            # ranks (compiler.distributed); backward()'s own accumulation reads the local one.
+            from .distributed import reduce_gradients
+            reduce_gradients(tracer, Tensor._fresh)
         return self._grad
 
     @grad.setter
@@ -1156,7 +1162,8 @@ _UFUNC_OPERATORS = {
 def _install_elementwise_methods():
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
-        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to") or op.random:
+        # (`fused` is made by the fusion pass, never by the user)
+        if op.kind != ELEMENTWISE or name in ("cast", "broadcast_to", "fused") or op.random:
             continue
         if not hasattr(Tensor, name):
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))
@@ -1244,7 +1251,7 @@ def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
     n = int(np.prod(shape, dtype=np.int64))
     index = tracer.emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": uint64})
     index = tracer.emit("reshape", [index], {"shape": shape})
-    stream = tracer.random_streams
+    stream = tracer.stream_base + tracer.random_streams
     tracer.random_streams += 1
     out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
                                                             "dtype": draw}))

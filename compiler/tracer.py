@@ -70,6 +70,13 @@ class Tracer:
         self.released: dict[Node, Loc] = {}
         # Random call sites so far: each gets its own Philox stream, in program order.
         self.random_streams = 0
+        # Data parallelism (compiler.distributed.MpiConfig, or None): leaves whose gradient a
+        # backward() gave or changed and that are not yet averaged over the ranks, with that
+        # backward()'s line; the all-reduce is emitted at the first read of a `.grad`.
+        self.distributed = None
+        self.pending_grads: list = []
+        self.buckets = 0
+        self.stream_base = 0  # random streams of rank r start at r << 40 (per-rank dropout)
 
     def __enter__(self):
         _STACK.append(self)

@@ -21,6 +21,8 @@ Algorithm:
      gradients to each input's shape and accumulate with `+`.
   5. Accumulate each leaf's gradient into `leaf.grad`: a Tensor of its own the first time, then
      in place (`add_`), as repeated `backward()` calls do in Paddle.
+  5a. When the program is data parallel, note each such leaf as pending: its gradient is
+     averaged over the ranks at its first read (compiler.distributed).
   6. Unless `retain_graph=True`, mark the differentiated nodes released: a later backward()
      that reaches one raises (step 2a), naming both backward() lines (DESIGN §3).
 """
@@ -161,6 +163,8 @@ def backward(tracer, root, grad=None, *, wrap: Callable[[Value], object],
                 leaf.grad = wrap(g._v())
             else:
                 leaf.grad.add_(g)
+            if tracer.distributed is not None:  # averaged over the ranks before its first use
+                tracer.pending_grads.append((leaf, loc))
         tracer.backward_calls += 1
         if not retain_graph:
             for node in differentiated:

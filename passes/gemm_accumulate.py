@@ -24,7 +24,10 @@ shows when it does not:
      after the gradient, the operands the gradient read last stay alive until then: fold only
      when they are smaller than the gradient buffer saved (the transformer's `w_fc2`, whose
      gradient reads the 4 MiB gelu output before `dm = dy @ w_fc2.T`, keeps its 1 MiB gradient).
-A transposed operand (`x.T`) becomes the gemm's `trans_a`/`trans_b` flag.
+A transposed operand (`x.T`) becomes the gemm's `trans_a`/`trans_b` flag. A gradient averaged
+over ranks (data-parallel training, ISSUE-NOTES §9) never folds: its update reads a view of
+the all-reduced bucket, not the matmul (predicate 2), and the matmul's one reader is the
+bucket_pack (tests/runtime/test_mpi.py pins this).
 
 Algorithm:
   1. Readers of every value; the arguments the program mutates (their views included).

@@ -9,7 +9,10 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
   2. Group values into buffers: a view lives in its input's buffer; an output that a decision
      lets take an input's buffer lives there; every other value opens a buffer. A buffer holding
      a graph input is the caller's ("input"); one holding a returned value is allocated per call
-     ("output"); the rest live in the arena. A node whose implementation needs scratch
+     ("output"); the rest live in the arena. A gradient that only its `bucket_pack` reads
+     (data-parallel training, compiler.ops.comm_ops) lives in its slot of the bucket's buffer
+     (`packed`: its byte offset there), so the bucket is reduced where the gradients were
+     computed. A node whose implementation needs scratch
      memory (its registry entry's `scratch`) gets a workspace buffer in the arena, live only
      at its own program point.
   3. Live interval of a buffer: from the first definition of any value in it to the last read of
@@ -116,6 +119,9 @@ class MemoryPlan:
     written_order_peak_bytes: int | None = None  # that order's planned peak, likewise
     schedule: object = field(default=None, repr=False)  # passes.schedule.Schedule, if it ran
     gemm_decisions: list = field(default_factory=list, repr=False)  # passes.gemm_accumulate
+    # Gradients computed straight into their slot of a bucket: Value -> byte offset there.
+    packed: dict = field(default_factory=dict, repr=False)
+    communication: list = field(default_factory=list)  # Bucket, one per all-reduced bucket
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -190,6 +196,8 @@ class MemoryPlan:
             lines.append("weight updates (GEMM-accumulate):")
             lines += [f"  {d.text}" for d in self.gemm_decisions]
             lines.append("")
+        if self.communication:
+            lines += self.communication_report() + [""]
         if self.schedule is not None:
             lines.append(self.schedule.summary(self.peak_bytes, self.written_order_peak_bytes))
             lines += [f"  {m.text}" for m in self.schedule.moves[:MOVES_SHOWN]]
@@ -211,6 +219,19 @@ class MemoryPlan:
         lines += _table(rows)
         return "\n".join(lines)
 
+    @property
+    def communicated_bytes(self) -> int:
+        """Bytes each rank all-reduces per call (the buckets, padding included)."""
+        return sum(b.nbytes for b in self.communication)
+
+    def communication_report(self) -> list[str]:
+        grad = sum(b.gradient_bytes for b in self.communication)
+        lines = [f"communication: {len(self.communication)} bucket(s) all-reduced (sum over "
+                 f"the ranks, then / ranks), {self.communicated_bytes} B per call for {grad} B "
+                 "of gradients (slots padded to 64 B)"]
+        lines += [f"  {b.text}" for b in self.communication]
+        return lines
+
     def to_json(self) -> str:
         return json.dumps({
             "graph": self.graph_name, "alignment": self.alignment, "inplace": self.inplace,
@@ -221,6 +242,7 @@ class MemoryPlan:
             "written_order_peak_bytes": self.written_order_peak_bytes,
             "schedule": self.schedule.to_dict() if self.schedule is not None else None,
             "gemm_decisions": [d.to_dict() for d in self.gemm_decisions],
+            "communication": [b.to_dict() for b in self.communication],
             "decisions": [d.to_dict() for d in self.decisions],
             "buffers": [b.to_dict() for b in self.buffers],
             "values": [self._value_dict(v) for b in self.buffers for v in b.values],
@@ -261,13 +283,102 @@ def _table(rows) -> list[str]:
             for r in rows]
 
 
+@dataclass
+class Bucket:
+    """One all-reduced bucket of gradients, as planned: where it is packed, where its
+    reduction starts and where it is waited on (program points), and which of its gradients
+    were computed straight into their slot (`packed`) rather than copied there."""
+
+    bucket: int
+    nbytes: int
+    gradient_bytes: int
+    names: tuple
+    pack_point: int
+    start_point: int
+    wait_point: int
+    packed: int               # gradients computed in their slot
+    copied: tuple             # names of those copied into it
+    in_place: bool            # start and wait run over the bucket's own buffer
+    buffer: int
+
+    @property
+    def text(self) -> str:
+        between = self.wait_point - self.start_point - 1
+        where = "in place in the bucket" if self.in_place else "NOT in place (copies)"
+        copied = f"; copied in: {', '.join(self.copied)}" if self.copied else ""
+        return (f"bucket {self.bucket}: {self.nbytes} B [{', '.join(self.names)}] in buffer "
+                f"#{self.buffer}; packed at [{self.pack_point}], Iallreduce started at "
+                f"[{self.start_point}], waited at [{self.wait_point}] ({between} nodes between); "
+                f"{self.packed}/{len(self.names)} gradients computed in their slot{copied}; "
+                f"reduced {where}")
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in (
+            "bucket", "nbytes", "gradient_bytes", "names", "pack_point", "start_point",
+            "wait_point", "packed", "copied", "in_place", "buffer")}
+
+
+def _communication(graph: Graph, buffer_of, reuse, packed) -> list[Bucket]:
+    point = {id(n): t for t, n in enumerate(graph.nodes)}
+    by_bucket: dict[int, dict] = {}
+    for n in graph.nodes:
+        if n.op in ("bucket_pack", "allreduce_start", "allreduce_wait"):
+            by_bucket.setdefault(n.attrs["bucket"], {})[n.op] = n
+    out = []
+    packed_roots = set(packed)
+    for k in sorted(by_bucket):
+        ops = by_bucket[k]
+        pack, start, wait = ops["bucket_pack"], ops["allreduce_start"], ops["allreduce_wait"]
+        names = pack.attrs.get("names") or tuple(v.ref() for v in pack.inputs)
+        in_slot = []
+        for v in pack.inputs:
+            while v not in packed_roots and v.producer is not None and v.producer.op == "reshape":
+                v = v.producer.inputs[0]
+            in_slot.append(v in packed_roots)
+        out.append(Bucket(k, pack.out.nbytes, sum(v.nbytes for v in pack.inputs), names,
+                          point[id(pack)], point[id(start)], point[id(wait)], sum(in_slot),
+                          tuple(n for n, ok in zip(names, in_slot) if not ok),
+                          reuse.get(start) == 0 and reuse.get(wait) == 0,
+                          buffer_of[pack.out].id))
+    return out
+
+
 # -- planning --------------------------------------------------------------------------------
+def _packable(graph: Graph, reuse: dict[Node, int]) -> dict:
+    """Gradients that can be computed straight into their bucket's slot: Value -> (the
+    bucket_pack node, byte offset). The pack (through reshapes) must be the value's only
+    reader (the all-reduce then overwrites nothing another node needs), and the value must
+    open its own buffer (not a view, an input, a returned value or an in-place result)."""
+    users = graph.users()
+    kept = {id(v) for v in graph.live_outputs()}
+    packed: dict = {}
+    for node in graph.nodes:
+        if node.op != "bucket_pack":
+            continue
+        for v, off in zip(node.inputs, node.attrs["offsets"]):
+            if len(users[v]) != 1 or id(v) in kept:
+                continue
+            # A bias gradient is a reshape of a sum: pack the summed value (a reshape of a
+            # fresh value is contiguous, so it lies in the slot as the flat gradient does).
+            while v.producer is not None and v.producer.op == "reshape" and \
+                    len(users[v.producer.inputs[0]]) == 1 and id(v.producer.inputs[0]) not in kept:
+                v = v.producer.inputs[0]
+            p = v.producer
+            if p is None or REGISTRY[p.op].kind == VIEW or p in reuse or v in packed \
+                    or workspace_bytes(p):
+                continue
+            packed[v] = (node, off * v.dtype.itemsize)
+    return packed
+
+
 def _build_buffers(graph: Graph, reuse: dict[Node, int]):
     """Step 2 and 3."""
     aliases = alias_analysis(graph)
     live = liveness(graph, aliases)
     buffer_of: dict[Value, Buffer] = {}
     buffers: list[Buffer] = []
+    packed = _packable(graph, reuse)
+    bucket_of: dict[Node, Buffer] = {}  # bucket_pack -> the buffer its gradients open
 
     def open_buffer(v: Value, kind: str, name="") -> Buffer:
         b = Buffer(len(buffers), kind, 0, live.defined[v], live.defined[v], [], name=name)
@@ -290,6 +401,13 @@ def _build_buffers(graph: Graph, reuse: dict[Node, int]):
             join(node.out, buffer_of[node.inputs[0]])
         elif node in reuse:
             join(node.out, buffer_of[node.inputs[reuse[node]]])
+        elif node.out in packed:
+            pack = packed[node.out][0]
+            if pack not in bucket_of:
+                bucket_of[pack] = open_buffer(node.out, "arena")
+            join(node.out, bucket_of[pack])
+        elif node in bucket_of:
+            join(node.out, bucket_of[node])
         else:
             join(node.out, open_buffer(node.out, "arena"))
     returned = {id(v) for v in graph.outputs}
@@ -302,7 +420,7 @@ def _build_buffers(graph: Graph, reuse: dict[Node, int]):
         if size:
             workspace[node] = Buffer(len(buffers), "arena", size, t, t, [], workspace_of=node)
             buffers.append(workspace[node])
-    return buffers, buffer_of, live, workspace
+    return buffers, buffer_of, live, workspace, {v: off for v, (_, off) in packed.items()}
 
 
 # Orders in which buffers are offered to the best-fit allocator; the smallest arena wins.
@@ -454,12 +572,14 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     `no_inplace_peak_bytes`."""
     if decisions is None:  # Step 1
         _, decisions = reinplace(graph, inplace, donate)
-    reuse = {d.node: d.input_index for d in decisions if d.inplace}
-    buffers, buffer_of, live, workspace = _build_buffers(graph, reuse)
+    nodes = set(graph.nodes)  # (not the requests inside fused nodes: their values have no buffer)
+    reuse = {d.node: d.input_index for d in decisions if d.inplace and d.node in nodes}
+    buffers, buffer_of, live, workspace, packed = _build_buffers(graph, reuse)
     arena = _place(buffers, alignment)
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
                       buffer_of=buffer_of, reuse=reuse, defined=live.defined, graph=graph,
-                      workspace=workspace)
+                      workspace=workspace, packed=packed)
+    plan.communication = _communication(graph, buffer_of, reuse, packed)
     # Step 5
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
@@ -497,7 +617,7 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
 
 
 def _without_reuse(d: Decision, auto_peak: int, off_peak: int) -> Decision:
-    if not d.inplace:
+    if not d.inplace or d.reason.startswith("fused into"):  # (no buffer either way)
         return d
     return Decision(d.op, d.loc, d.requested, False,
                     f"reuse would pack worse: the plan without it peaks at {off_peak} B, with "

@@ -28,6 +28,9 @@ Algorithm:
      line and the line of the op that still needs the value.
   5. Requested inplace ops that dead-code elimination removed (`Graph.removed`) get a decision
      "removed: its result is never used" (strict mode has nothing to refuse there).
+  6. Requested inplace ops inside a fused node (`passes.fusion`) that the fused node itself
+     doesn't carry get a decision "fused into %N ...: no buffer": their value lives in
+     registers inside the fused loop, so nothing is copied and nothing is refused.
 
 Decisions are the pass's whole output: `plan_memory` rebuilds buffers from them, and the
 verifier re-checks them independently.
@@ -75,6 +78,27 @@ class Decision:
                 "value": self.node.out.ref() if self.node is not None else None}
 
 
+def fused_decisions(fused: Node, inplace: str = "auto") -> list[Decision]:
+    """Step 6: a decision for each requested inplace op inside `fused` (the root's own request
+    is the fused node's decision when the fused node carries it). Its value has no buffer,
+    so nothing is copied: counted in place, except under inplace="off", which reports no
+    op in place."""
+    body = fused.attrs["body"]
+    out = []
+    for j, inner in enumerate(body.nodes):
+        if inner.inplace_of is None or (j == len(body.nodes) - 1 and fused.inplace_of is not None):
+            continue
+        kind, i = body.operands[j][inner.inplace_of]
+        target = fused.inputs[i].ref() if kind == "in" else body.nodes[i].out.ref()
+        if kind == "node" and body.nodes[i].op == "full":
+            kind = "const"
+        where = f"the fused loop, which reads {target}" if kind == "in" else "the fused loop"
+        out.append(Decision(op_name(inner), str(inner.loc), True, inplace != "off",
+                            f"fused into {fused.out.ref()} (fused at {fused.loc}): computed in "
+                            f"{where}; no buffer", inner.inplace_of, inner))
+    return out
+
+
 def op_name(node: Node) -> str:
     opdef = REGISTRY[node.op]
     if node.inplace_of is not None and opdef.inplace:
@@ -96,7 +120,16 @@ def describe_value(v: Value) -> str:
     return f"{v.ref()} ({op_name(p)} at {p.loc})"
 
 
-def describe_reader(node: Node) -> str:
+def describe_reader(node: Node, root: Value | None = None, aliases=None) -> str:
+    """The node that reads a value, as the user wrote it; for a fused node, the op inside
+    it that reads `root`'s storage (its root value, by `aliases`)."""
+    if node.op == "fused" and root is not None:
+        body = node.attrs["body"]
+        for inner, ops in zip(body.nodes, body.operands):
+            if any(kind == "in" and aliases.root.get(node.inputs[i]) is root
+                   for kind, i in ops):
+                node = inner
+                break
     if node.phase == "backward" and node.grad_of is not None:
         return f"the backward of {op_name(node.grad_of)} at {node.grad_of.loc}"
     return f"{op_name(node)} at {node.loc}"
@@ -244,7 +277,7 @@ def read_later(node: Node, i: int, st: _State) -> str | None:
                                                                  node, a, st):
         return None
     return f"input {describe_value(a)} is read later by " \
-           f"{describe_reader(st.graph.nodes[later[0]])}"
+           f"{describe_reader(st.graph.nodes[later[0]], root, st.aliases)}"
 
 
 def _is_exact_writeback(s: Node, node: Node, a: Value, st: _State) -> bool:
@@ -364,5 +397,8 @@ def reinplace(graph: Graph, inplace: str = "auto", donate=(),
     for node in graph.removed:
         decisions.append(Decision(op_name(node), str(node.loc), True, False,
                                   "removed: its result is never used", node.inplace_of, node))
+    for node in graph.nodes:  # Step 6
+        if node.op == "fused":
+            decisions += fused_decisions(node, inplace)
     decisions.sort(key=lambda d: d.node.out.id)  # program order (ids grow as nodes are traced)
     return graph, decisions

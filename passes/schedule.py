@@ -30,6 +30,13 @@ Algorithm (greedy list scheduling by freed-minus-allocated bytes, near-linear):
      written order included, so the estimate never grows.
   5. Describe what moved: the nodes outside a longest increasing subsequence of written
      positions (the fewest nodes whose moving explains the new order), grouped by source line.
+  6. Communication (data-parallel training, compiler.ops.comm_ops): in the chosen order, each
+     bucket's `bucket_pack` and `allreduce_start` move to right after the last of its
+     gradients; the nodes that depend on no averaged gradient keep their order and run
+     first, then those that do (the updates), each `allreduce_wait` right before the first
+     node that reads its bucket: the reductions overlap the rest of backward, as in PyTorch's
+     DDP. Guarantee 2 holds: starts and waits write only over their bucket, which nothing
+     else reads, and a node that reads what an update wrote depends on that update.
 The pipeline then plans both orders and keeps the written one when its real peak is lower
 (`compiler.pipeline`), so scheduling never costs memory.
 """
@@ -286,9 +293,41 @@ def schedule(graph: Graph) -> tuple[Graph, Schedule]:
         info.key = "written"
         return graph, info
     out = copy.copy(graph)
-    out.nodes = [graph.nodes[i] for i in best_order]
-    info.moves = describe_moves(graph, best_order)
+    out.nodes = place_communication([graph.nodes[i] for i in best_order])
+    written_index = {id(n): i for i, n in enumerate(graph.nodes)}
+    info.moves = describe_moves(graph, [written_index[id(n)] for n in out.nodes])
     return out, info
+
+
+def place_communication(nodes: list[Node]) -> list[Node]:
+    """Step 6: starts (with their packs) as early as their gradients allow, waits as late as
+    their readers allow. The order of everything else is kept."""
+    starts = [n for n in nodes if n.op == "allreduce_start"
+              and n.inputs[0].producer is not None and n.inputs[0].producer.op == "bucket_pack"]
+    if not starts:
+        return nodes
+    order = list(nodes)
+    for start in starts:
+        pack = start.inputs[0].producer
+        order = [n for n in order if n is not pack and n is not start]
+        made = {id(n.out): i for i, n in enumerate(order)}
+        after = max((made.get(id(v), -1) for v in pack.inputs), default=-1)
+        order[after + 1:after + 1] = [pack, start]
+    waits = [n for n in order if n.op == "allreduce_wait"]
+    averaged = {id(w.out) for w in waits}
+    later = []
+    for n in order:
+        if n.op != "allreduce_wait" and any(id(v) in averaged for v in n.inputs):
+            averaged.add(id(n.out))
+            later.append(n)
+    moved = {id(n) for n in later}
+    order = [n for n in order if id(n) not in moved] + later
+    for wait in waits:
+        order.remove(wait)
+        first = next((i for i, n in enumerate(order) if any(v is wait.out for v in n.inputs)),
+                     len(order))
+        order.insert(first, wait)
+    return order
 
 
 def _kept(order: list[int]) -> set[int]:

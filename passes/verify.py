@@ -12,6 +12,9 @@ sharing no code with the planner's liveness or reinplace logic:
      at the node that overwrites it (an op writing element-for-element over its operand), or
      it is the write-back scatter that replaces exactly the region the newer value occupies;
      an output the plan lets write over an input (`plan.reuse`) is in that input's buffer.
+  5a. a gradient packed into its bucket (`plan.packed`: compiler.ops.comm_ops) occupies its
+     own slot inside the bucket, disjoint from the other slots, and its only read is the
+     `bucket_pack` that makes the bucket (so the all-reduce over the bucket destroys nothing);
   6. every node that needs scratch memory has a workspace buffer in the arena, big enough,
      live at its point (and, by 4, overlapping nothing live there).
 A failure raises `PlanError` with the IR around the offending node.
@@ -132,9 +135,27 @@ def verify_plan(graph: Graph, plan) -> None:
                     raise PlanError(f"buffers #{first.id} and #{second.id} are live together "
                                     f"and overlap in the arena")
         live_offsets.insert(i, key)
+    # 5a. gradients packed into a bucket: own slot, read only by the pack
+    packed = getattr(plan, "packed", {})
+    slots: dict[int, list] = {}
+    for v, offset in packed.items():
+        b = plan.buffer_of[v]
+        readers = reads.get(id(v), [])
+        pack = graph.nodes[readers[0]] if len(readers) == 1 else None
+        if pack is None or pack.op != "bucket_pack" or plan.buffer_of.get(pack.out) is not b \
+                or offset < 0 or offset + v.nbytes > pack.out.nbytes:
+            raise PlanError(f"{v.ref()} is packed into buffer #{b.id}, but not as a slot that "
+                            "only its bucket_pack reads")
+        slots.setdefault(b.id, []).append((offset, offset + v.nbytes, v))
+    for b_id, spans in slots.items():
+        spans.sort(key=lambda s: s[0])
+        for (_, end1, v1), (start2, _, v2) in zip(spans, spans[1:]):
+            if start2 < end1:
+                raise PlanError(f"{v1.ref()} and {v2.ref()} overlap in bucket #{b_id}")
     # 5. successive values inside one buffer
     for b in plan.buffers:
-        versions = sorted((v for v in b.values if not _is_view(v)), key=lambda v: defined[id(v)])
+        versions = sorted((v for v in b.values if not _is_view(v) and v not in packed),
+                          key=lambda v: defined[id(v)])
         place = {}
         # Placement of each value inside the buffer, re-derived in program order.
         for v in sorted(b.values, key=lambda v: defined[id(v)]):

@@ -85,12 +85,14 @@ class ArenaExecutable:
         plan = self.plan
         self.arena = arena = np.empty(plan.arena_bytes, np.uint8)
         for t, node in enumerate(self.graph.nodes):
-            if self._ops[t].kind == VIEW or node in plan.reuse:
+            if self._ops[t].kind == VIEW:
                 continue
             b = plan.buffer_of[node.out]
-            if b.kind == "arena":
+            if b.kind == "arena" and node not in plan.reuse:
+                # (a gradient packed into a bucket lies at its slot's offset there)
                 self._slot[t] = np.ndarray(node.out.shape, node.out.dtype, buffer=arena,
-                                           offset=b.offset)
+                                           offset=b.offset + plan.packed.get(node.out, 0))
+            # (a node running in place over its input needs its scratch too: a fused body)
             if self._ops[t].scratch is not None:
                 ws = plan.workspace.get(node)  # (none when every scratch array is empty)
                 specs = scratch_specs(node)

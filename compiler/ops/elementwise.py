@@ -465,6 +465,8 @@ defop("broadcast_to", ELEMENTWISE, _broadcast_to_infer,
 
 def expr_for(op, attrs, in_dtypes, out_dtype):
     """The scalar expression of one elementwise node (some depend on the node's attrs)."""
+    if op.name == "fused":  # typed throughout by its inner ops (compiler/ops/fused.py)
+        return attrs["body"].expr()
     if op.name == "scale":
         s, bias = attrs["scale"], attrs["bias"]
         x = S.cast(a, out_dtype) if np.dtype(in_dtypes[0]) != out_dtype else a

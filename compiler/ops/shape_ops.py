@@ -598,12 +598,15 @@ def _take_infer(types, axis):
 
 
 def _along_index(x_shape, index, ax):
-    """Full index arrays for `x[...]` along `ax` with `index` (broadcast outside `ax`)."""
+    """Full index arrays for `x[...]` along `ax` with `index`: outside `ax`, x and the index
+    broadcast against each other (NumPy's take_along_axis), so a dim of size 1 in x is read
+    (or, for put_along_axis, written) at position 0 by every index along it."""
     index = _wrap_index(index, x_shape[ax])
     shape = tuple(index.shape[i] if i == ax else max(x_shape[i], index.shape[i])
                   for i in range(len(x_shape)))
     index = np.broadcast_to(index, shape)
-    grids = list(np.indices(shape, sparse=True))
+    grids = [g if x_shape[i] == shape[i] else np.zeros_like(g)
+             for i, g in enumerate(np.indices(shape, sparse=True))]
     grids[ax] = index
     return tuple(grids), shape
 

@@ -10,7 +10,10 @@ A Program is not re-entrant, like the numpy arena executor.
 
 Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebuilds the
 operands as numpy views from the buffer pointers it gets, runs the op's reference and writes
-the result into the planned place. An exception there is kept and re-raised after the native
+the result into the planned place; the communication ops of data-parallel training run their
+`into` instead (the all-reduce is posted on, and completed in, the bucket's arena memory, so the
+native entry runs the whole step in one crossing, with a callback per communication node). An
+exception there is kept and re-raised after the native
 call returns (ctypes would otherwise print and swallow it).
 
 Data out of range (an index, a computed class label): the native entry returns `t + 1` when
@@ -28,7 +31,8 @@ import time
 import numpy as np
 
 from compiler.errors import InsufficientMemoryError
-from runtime.arena import check_memory
+from compiler.ops import COMM_OPS
+from runtime.arena import check_memory, compute
 from runtime.reference import run_node
 
 from . import jit
@@ -127,7 +131,10 @@ class CpuExecutable:
             for k, v in enumerate(values):
                 place = self.places[id(v)]
                 arrays.append(_view(self._storage_at(place.slot, ptrs[k]), place))
-            np.copyto(arrays[-1], run_node(node, arrays[:-1]))
+            if node.op in COMM_OPS:  # posts / completes the request on the planned memory
+                compute(node, arrays[-1], arrays[:-1])
+            else:
+                np.copyto(arrays[-1], run_node(node, arrays[:-1]))
         except BaseException as e:  # re-raised by run()
             if self._error is None:
                 self._error = e

@@ -7,14 +7,19 @@ give offsets and strides in elements.
 
 What they promise, against the registry's `ref` (the numpy reference):
 
-  - `min`, `prod`: folded in the output dtype, in the reference's order (each output element
-    takes its reduced elements in row-major order, which is NumPy's for row-major inputs), so
-    they are bit-identical to NumPy there: `min` is exact anyway (NaN propagates, as
-    `np.minimum`), `prod` is a sequential product (NumPy's multiply-reduce is not pairwise).
-    When the kept dims are innermost in memory (a column product), the output is updated row by
-    row (NumPy's own order), which vectorises across the row;
+  - `prod`: folded in the output dtype in the reference's order (each output element takes
+    its reduced elements in row-major order, NumPy's for row-major inputs: a sequential
+    product, since NumPy's multiply-reduce is not pairwise), so bit-identical there. When the
+    kept dims are innermost in memory (a column product) the output is updated row by row
+    (NumPy's own order), which vectorises across the row;
+  - `min`: the same loops with `llvm.minimum` (NaN propagates, as `np.minimum`): its result
+    does not depend on the order, so LLVM vectorises the reduction; exact, except that -0.0
+    counts below +0.0 (NumPy returns either of two equal zeros);
   - `argmax`, `argmin`: NumPy's rules: the first extreme wins a tie, the first NaN wins over
-    everything (NaN counts as the extreme), `axis=None` indexes the row-major flattening;
+    everything (NaN counts as the extreme), `axis=None` indexes the row-major flattening. Along
+    a contiguous run: the extreme (a vectorised reduction), then the first position holding it
+    (32 bytes per compare); over outer axes: chunks of 256 columns updated row by row; else
+    one compare-and-select chain;
   - `cumsum`: sequential in the output dtype (NumPy's `add.accumulate`: bit-identical), along a
     row held in a register when the axis is innermost, else slab by slab (`out[i] = out[i-1] +
     x[i]`, the same additions, vectorised across the slab);

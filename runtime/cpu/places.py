@@ -10,6 +10,7 @@ The rules mirror `runtime.arena.ArenaExecutable` exactly, so both backends run t
     zero-byte probe, `compiler.layout.apply_view`): views cost no code;
   - an op the plan runs in place has the place of the input it takes (which may be a strided
     view: an in-place kernel writes through the same layout it reads);
+  - a gradient packed into a bucket is contiguous at its slot's offset (`plan.packed`);
   - any other value is contiguous at the start of its own buffer.
 """
 from __future__ import annotations
@@ -87,8 +88,9 @@ def compute_places(graph, plan) -> dict:
             src = places[id(node.inputs[plan.reuse[node]])]
             assert src.shape == out.shape, f"plan bug: {node} reuses a differently shaped input"
             places[id(out)] = src.with_dtype(out.dtype)
-        else:
-            places[id(out)] = Place(slots[plan.buffer_of[out].id], 0, out.shape,
+        else:  # (a gradient packed into a bucket: at its slot, plan.packed)
+            places[id(out)] = Place(slots[plan.buffer_of[out].id],
+                                    plan.packed.get(out, 0) // out.dtype.itemsize, out.shape,
                                     contiguous_strides(out.shape), out.dtype)
         assert places[id(out)].slot == slots[plan.buffer_of[out].id], \
             f"plan bug: {node} is not placed in its planned buffer"

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from compiler.ops.fused import postorder
+
 from .jit import LIBM
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -590,9 +592,15 @@ class Renderer:
         self.b = b
         self.args = args
         self.cache = {}
+        # Results by the identity of their Expr: a subexpression shared by several parents (a
+        # fused body's value used twice, Philox's words) is rendered once.
+        self.memo: dict[int, tuple] = {}
 
     def render(self, e, want=None):
         """(value, dtype) of `e`; a bare constant becomes `want` (or its own Python type)."""
+        if e.args:  # operands first (a fused body is hundreds of levels deep: no recursion)
+            for x in postorder(e):
+                self._r(x)
         v, d = self._r(e)
         if isinstance(d, Weak):
             d = np.dtype(want) if want is not None else common_dtype([d])
@@ -606,6 +614,12 @@ class Renderer:
         return convert(self.b, v, d, dtype)
 
     def _r(self, e):
+        key = id(e)
+        if key not in self.memo:
+            self.memo[key] = (self._r1(e), e)  # (keeps e alive: its id stays unique)
+        return self.memo[key][0]
+
+    def _r1(self, e):
         b = self.b
         if e.op == "arg":
             if e.value not in self.cache:

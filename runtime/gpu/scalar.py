@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.ops.fused import postorder
+
 BOOL = np.dtype(np.bool_)
 
 # register types (C spelling) and in-memory types
@@ -188,6 +190,9 @@ class Renderer:
     def __init__(self, lines: list, args, prefix: str = "t", indent: str = "    "):
         self.lines, self.args, self.prefix, self.indent = lines, args, prefix, indent
         self.n = 0
+        # (C name, dtype) by the identity of the Expr: a subexpression shared by several
+        # parents (a fused body's value read twice, Philox's words) is one temporary.
+        self.memo: dict[int, tuple] = {}
 
     def _tmp(self, dtype, text: str) -> str:
         name = f"{self.prefix}{self.n}"
@@ -196,6 +201,9 @@ class Renderer:
         return name
 
     def render(self, e, want=None) -> tuple[str, np.dtype]:
+        if e.args:  # operands first: a fused body is hundreds of levels deep (no recursion)
+            for x in postorder(e):
+                self._r(x)
         v, d = self._r(e)
         if isinstance(d, Weak):
             d = np.dtype(want) if want is not None else common_dtype([d])
@@ -209,6 +217,12 @@ class Renderer:
         return convert(v, d, dtype)
 
     def _r(self, e):
+        key = id(e)
+        if key not in self.memo:
+            self.memo[key] = (self._r1(e), e)  # (keeps e alive: its id stays unique)
+        return self.memo[key][0]
+
+    def _r1(self, e):
         if e.op == "arg":
             return self.args[e.value]
         if e.op == "const":

@@ -2365,8 +2365,8 @@ def _scatter_loop(x, idx, vals, axis, add_up):
     vals = np.broadcast_to(np.asarray(vals).astype(x.dtype), region)
     for pos in np.ndindex(*region):
         k = int(idx[pos])
-        dst = tuple((k + x.shape[axis]) % x.shape[axis] if d == axis else p
-                    for d, p in enumerate(pos))
+        dst = tuple((k + x.shape[axis]) % x.shape[axis] if d == axis else
+                    p if x.shape[d] == region[d] else 0 for d, p in enumerate(pos))
         out[dst] = out[dst] + vals[pos] if add_up else vals[pos]
     return out
 
@@ -2491,3 +2491,30 @@ def build_native_edges():
 
 
 build_native_edges()
+
+
+def build_along_broadcast():
+    """take_along_axis / put_along_axis where x has a dim of size 1 that the indices broadcast
+    (NumPy's take_along_axis: every index along that dim reads x's one position there)."""
+    x, i = rand((1, 4), F64), np.array([[0, 1], [2, 3], [1, -1]])
+    add(Sample("Tensor.take_along_axis", lambda t, k: t.take_along_axis(k, 1), (x, i),
+               lambda a, k: np.take_along_axis(a, k, 1), grad=True, label="|x-broadcast"))
+    for dtype in (F32, I32):
+        add(Sample("Tensor.take_along_axis", lambda t, k: t.take_along_axis(k, 1),
+                   (rand((1, 4), dtype), i), lambda a, k: np.take_along_axis(a, k, 1),
+                   label="|x-broadcast"))
+        v = rand((3, 2), dtype, seed=2)
+        for reduce, add_up, tol in (("assign", False, EXACT), ("add", True, SUM)):
+            add(Sample("Tensor.put_along_axis",
+                       lambda t, k, u, r=reduce: t.put_along_axis(k, u, 1, r),
+                       (rand((1, 4), dtype), i, v), lambda a, k, u, s=add_up: _scatter_loop(
+                           a, k, u, 1, s), tol, terms=lambda a, k, u, s=add_up: _scatter_loop(
+                           np.abs(f64(a)), k, np.abs(f64(u)), 1, s), label="|x-broadcast"))
+    add(Sample("Tensor.put_along_axis", lambda t, k, u: t.put_along_axis(k, u, 1, "add"),
+               (rand((1, 4), F64), i, rand((3, 2), F64, seed=2)),
+               lambda a, k, u: _scatter_loop(a, k, u, 1, True), SUM,
+               terms=lambda a, k, u: _scatter_loop(np.abs(a), k, np.abs(u), 1, True),
+               grad=True, label="|x-broadcast"))
+
+
+build_along_broadcast()

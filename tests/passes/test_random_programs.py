@@ -137,11 +137,12 @@ class Expected:
                 _assert_close(ref, mine, f"reference vs numpy twin: final value of argument {k}")
 
 
-def _run(fn, expected: Expected, inplace: str, donate=(), backend="numpy"):
+def _run(fn, expected: Expected, inplace: str, donate=(), backend="numpy", fuse=None):
     """Compile and call on fresh copies; check values, untouched arguments and the plan."""
     args = expected.prog.arrays()
     before = [a.copy() for a in args]
-    cf = cc.compile(fn, backend=backend, inplace=inplace, donate=donate, sanitize=True)
+    cf = cc.compile(fn, backend=backend, inplace=inplace, donate=donate, sanitize=True,
+                    fuse=fuse)
     program = cf.lower(*args)
     check_plan(program)
     what = f"inplace={inplace!r} donate={donate}"
@@ -196,7 +197,8 @@ def _error_line(message: str) -> int | None:
 REFUSALS = {"numpy": cc.TraceError, "label": cc.DataError}
 
 
-def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "numpy"):
+def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "numpy",
+                  fuse=None):
     fn = prog.build()
     note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
     event(f"refused step: {prog.expect_error}" if prog.expect_error else
@@ -223,8 +225,8 @@ def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "num
     # test_donated_argument_that_is_also_mutated_does_not_clobber_an_output). Arguments that
     # share memory can't be donated (test_donation_errors).
     donate = () if prog.alias else tuple(k for k in range(n) if donate_mask >> k & 1)
-    auto = _run(fn, expected, "auto", backend=backend)
-    off = _run(fn, expected, "off", backend=backend)
+    auto = _run(fn, expected, "auto", backend=backend, fuse=fuse)
+    off = _run(fn, expected, "off", backend=backend, fuse=fuse)
     if [n.out.id for n in auto.graph.nodes] == [n.out.id for n in off.graph.nodes]:
         # lower bounds compare within one order only
         assert auto.plan.lower_bound_bytes <= off.plan.lower_bound_bytes, \
@@ -244,8 +246,8 @@ def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "num
         after = plan_memory(cse(unmerged), mode, baseline=False).lower_bound_bytes
         assert after <= before, f"CSE raised the lower bound ({mode}): {before} -> {after}"
     if donate:
-        _run(fn, expected, "auto", donate, backend)
-        _run(fn, expected, "off", donate, backend)
+        _run(fn, expected, "auto", donate, backend, fuse)
+        _run(fn, expected, "off", donate, backend, fuse)
     # strict: the same values, or a refusal that names a line of the program
     try:
         cc.compile(fn, inplace="strict").lower(*prog.arrays())
@@ -254,7 +256,7 @@ def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "num
         line = _error_line(str(e))
         assert line in {prog.line_number(i) for i in prog.inplace_steps}, (str(e), line)
     else:
-        _run(fn, expected, "strict", backend=backend)
+        _run(fn, expected, "strict", backend=backend, fuse=fuse)
 
 
 # -- the properties ---------------------------------------------------------------------------
@@ -326,6 +328,20 @@ def test_forward_programs_on_cpu_match_reference(prog, donate_mask):
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_on_cpu_match_reference(prog, donate_mask):
     check_program(prog, donate_mask, backend="cpu")
+
+
+# Fusion on the numpy backend (chunked bodies with planned scratch); the cpu runs above fuse
+# by default.
+@_settings(30)
+@given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
+def test_forward_programs_fused_on_numpy_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask, fuse=True)
+
+
+@_settings(25)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_training_programs_fused_on_numpy_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask, fuse=True)
 
 
 # -- regressions: minimal programs found by the properties above ------------------------------

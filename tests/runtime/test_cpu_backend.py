@@ -70,8 +70,9 @@ def test_every_registry_op_is_native_or_an_explicit_fallback():
 
 def test_the_fallback_list_is_exactly_the_known_gap():
     # Every op has a native kernel; the callback stays for an op added before its kernel.
-    # Growing this set needs a reason in the report.
-    assert FALLBACK_OPS == set()
+    # Growing this set needs a reason in the report. Issue 12's communication ops call
+    # mpi4py from the callback (a native MPI_Iallreduce/MPI_Wait is the better way, not done).
+    assert FALLBACK_OPS == {"bucket_pack", "allreduce_start", "allreduce_wait"}
 
 
 # -- elementwise: bit-identical, transcendentals within 4 ulp -----------------------------------
@@ -256,7 +257,7 @@ def test_inplace_kernel_takes_one_pointer_and_distinct_buffers_are_noalias():
         y = x * 2.0          # a fresh buffer
         return F.relu_(y).sum()
     x = np.random.default_rng(6).standard_normal(1000).astype(np.float32)
-    prog = cpu(f).lower(x)
+    prog = cpu(f, fuse=False).lower(x)  # one kernel per op (fused: tests/passes/test_fusion)
     relu = next(d for d in prog.plan.decisions if d.op == "relu_")
     assert relu.inplace
     assert _kernel(prog.source, "relu").count("ptr noalias") == 1      # in place: one pointer

@@ -1,0 +1,146 @@
+"""One rank of the 2-rank data-parallel checks (tests/runtime/test_mpi.py starts it under
+`mpirun -n 2`). Each rank writes what it saw to OUTDIR/rank<r>.json; the test asserts on both.
+Run by hand: `mpirun -n 2 --oversubscribe python tests/runtime/mpi_worker.py /tmp/out`."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", ".."), os.path.join(HERE, "..", "..", "examples")]
+
+import compiler as cc  # noqa: E402
+import compiler.nn.functional as F  # noqa: E402
+from compiler.ops import COMM_OPS  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+SIZES = (24, 40, 6)   # in, hidden, out: small, so 5 steps on 2 backends take a moment
+LOCAL_BATCH = 8
+STEPS = 5
+
+
+def train_step(x, labels, lr, w1, b1, w2, b2):
+    for p in (w1, b1, w2, b2):
+        p.stop_gradient = False
+    h = F.relu_(x @ w1 + b1)
+    loss = F.cross_entropy(h @ w2 + b2, labels)
+    loss.backward()
+    with cc.no_grad():
+        for p in (w1, b1, w2, b2):
+            p.subtract_(lr * p.grad)
+    return loss
+
+
+def params(seed=0):
+    rng = np.random.default_rng(seed)
+    n_in, n_hidden, n_out = SIZES
+    return [(rng.standard_normal((n_in, n_hidden)) / np.sqrt(n_in)).astype(np.float32),
+            rng.standard_normal(n_hidden).astype(np.float32) * 0.1,
+            (rng.standard_normal((n_hidden, n_out)) / np.sqrt(n_hidden)).astype(np.float32),
+            rng.standard_normal(n_out).astype(np.float32) * 0.1]
+
+
+def batch(step, n):
+    rng = np.random.default_rng(100 + step)
+    return (rng.standard_normal((n, SIZES[0])).astype(np.float32),
+            rng.integers(0, SIZES[2], size=n).astype(np.int64))
+
+
+def check_training(backend, comm, rank, size):
+    """5 steps at lr 1.0 (ISSUE-NOTES §9: ordering bugs hide in small learning rates) with
+    small buckets (several per step, so starts and waits interleave with backward)."""
+    dist = cc.distributed.mpi(comm, bucket_bytes=1024)
+    step = cc.compile(train_step, backend=backend, distributed=dist)
+    single = cc.compile(train_step, backend=backend)
+    mine, ref = params(), params()
+    lr = np.array(1.0, np.float32)
+    losses = []
+    for i in range(STEPS):
+        x, labels = batch(i, LOCAL_BATCH * size)
+        part = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
+        losses.append(float(step(x[part], labels[part], lr, *mine)))
+        single(x, labels, lr, *ref)  # the whole batch in one process
+    prog = step.lower(x[part], labels[part], lr, *mine)
+    plan = prog.plan
+    everyone = comm.allgather([p.tobytes() for p in mine])
+    comm_buffers = sorted({plan.buffer_of[n.out].id for n in prog.graph.nodes
+                           if n.op in COMM_OPS})
+    return {
+        "identical_on_all_ranks": all(e == everyone[0] for e in everyone),
+        "max_rel_error_vs_single": max(float(np.abs(a - b).max() / np.abs(b).max())
+                                       for a, b in zip(mine, ref)),
+        "changed": bool(any(np.abs(a - b).max() > 0 for a, b in zip(mine, params()))),
+        "losses": losses,
+        "buckets": [b.to_dict() for b in plan.communication],
+        "comm_buffers": comm_buffers,
+        "bucket_buffer_sizes": [plan.buffers[b].size for b in comm_buffers],
+        "arena_bucket_kinds": [plan.buffers[b].kind for b in comm_buffers],
+        "communicated_bytes": plan.communicated_bytes,
+        "gradient_bytes": sum(p.nbytes for p in mine),
+        "report": plan.report(),
+        "ops_in_order": [n.op for n in prog.graph.nodes],
+        "gemm_folded": [d.to_dict() for d in plan.gemm_decisions],
+    }
+
+
+def check_mismatch(backend, comm, rank):
+    """Rank 1 passes a smaller batch: every rank must raise a ShapeError, none hang."""
+    dist = cc.distributed.mpi(comm, timeout=30.0)
+    step = cc.compile(train_step, backend=backend, distributed=dist)
+    n = LOCAL_BATCH if rank == 0 else LOCAL_BATCH - 2
+    x, labels = batch(0, n)
+    try:
+        step(x, labels, np.array(0.1, np.float32), *params())
+    except cc.ShapeError as e:
+        return {"raised": type(e).__name__, "message": str(e)}
+    return {"raised": None, "message": ""}
+
+
+def check_dropout(backend, comm, rank):
+    """Random numbers are rank-local: one seed, a different dropout mask on each rank."""
+    def noisy(x, seed):
+        return F.dropout(x, p=0.5, seed=seed)
+    fn = cc.compile(noisy, backend=backend, distributed=cc.distributed.mpi(comm))
+    out = fn(np.ones((4, 64), np.float32), np.array(7, np.uint64))
+    masks = comm.allgather((out != 0).tobytes())
+    return {"masks_differ": masks[0] != masks[1]}
+
+
+def check_timeout(comm, rank):
+    """A wait for a rank that never calls the step ends in CommunicationError after the
+    timeout (rank 1 stays out until rank 0 has given up, then completes the exchange)."""
+    result = {}
+    dup = comm.Dup()
+    if rank == 0:
+        step = cc.compile(train_step, distributed=cc.distributed.mpi(dup, timeout=1.0))
+        x, labels = batch(0, LOCAL_BATCH)
+        try:
+            step(x, labels, np.array(0.1, np.float32), *params())
+            result["raised"] = None
+        except cc.distributed.CommunicationError as e:
+            result["raised"], result["message"] = type(e).__name__, str(e)
+    comm.Barrier()
+    if rank != 0:  # the signature exchange rank 0 posted before giving up
+        dup.Iallgather(np.zeros(1, np.uint64), np.empty(dup.Get_size(), np.uint64)).Wait()
+    return result
+
+
+def main(outdir):
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    backends = ["numpy", "cpu"]
+    out = {"size": size}
+    for backend in backends:
+        out[f"train_{backend}"] = check_training(backend, comm, rank, size)
+        out[f"mismatch_{backend}"] = check_mismatch(backend, comm, rank)
+        out[f"dropout_{backend}"] = check_dropout(backend, comm, rank)
+    out["timeout"] = check_timeout(comm, rank)
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
