@@ -1,4 +1,5 @@
-"""Command line: `python -m compiler demo` and `python -m compiler plan examples/mlp.py`."""
+"""Command line: `python -m compiler demo`, `python -m compiler plan examples/mlp.py` and
+`python -m compiler cache info|clear` (the cpu backend's compiled-code cache on disk)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,12 @@ def main(argv=None) -> int:
     out.add_argument("--dot", action="store_true", help="print the graph as Graphviz source")
     plan.add_argument("--html", metavar="OUT.html",
                       help="also write the plan explorer page (one self-contained HTML file)")
+    cache = sub.add_parser(
+        "cache", help="show or empty the cpu backend's compiled-code cache on disk",
+        description="The cpu backend keeps compiled object code in a per-user directory "
+                    "(COMPILER_CACHE_DIR, default $XDG_CACHE_HOME or ~/.cache, "
+                    "inplace-compiler/cpu; COMPILER_CACHE_DIR= turns it off).")
+    cache.add_argument("action", choices=("info", "clear"))
     args = parser.parse_args(argv)
     from . import cli
     if args.command == "demo":
@@ -33,6 +40,8 @@ def main(argv=None) -> int:
         except CompilerError as e:  # e.g. backend="gpu" with no CuPy or no device
             print(f"error: demo --backend {args.backend}: {e.bare_message}", file=sys.stderr)
             return 2
+    if args.command == "cache":
+        return cli.cache(args.action)
     try:
         return cli.plan(args.path, inplace=args.inplace,
                         fmt="json" if args.json else "dot" if args.dot else "report",

@@ -225,3 +225,19 @@ def plan(path: str, inplace: str = "auto", fmt: str = "report", html: str | None
 
 
 __all__ = ["demo", "plan", "load_example", "resolve_example", "UsageError"]
+
+
+def cache(action: str) -> int:
+    """`python -m compiler cache info|clear`."""
+    from runtime.cpu import disk_cache
+    if action == "clear":
+        if disk_cache.cache_dir() is None:
+            print("the disk cache is off (COMPILER_CACHE_DIR is empty): nothing to clear")
+            return 0
+        n = disk_cache.clear()
+        print(f"removed {n} entries from {disk_cache.cache_dir()}")
+        return 0
+    info = disk_cache.info()
+    print(f"directory: {info['directory']}\nstatus: {info['status']}\n"
+          f"entries: {info['entries']} ({info['bytes']} bytes; at most {info['max_bytes']})")
+    return 0

@@ -42,10 +42,6 @@ _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctyp
                           ctypes.c_void_p)
 _FALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
 ALIGN = 64
-# Below this many bytes to allocate, a call skips the /proc/meminfo estimate (~10-20 us, a
-# file read per call): an allocation that still fails raises InsufficientMemoryError in
-# `run` before the native entry writes anything.
-CHECK_MEMORY_ABOVE = 64 << 20
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -80,7 +76,6 @@ class CpuExecutable:
                              for k, d in emitter.const_data.items()}
         self._output_buffers = emitter.output_buffers
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
-        self.optimized_ir = self._compiled.optimized_ir
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
@@ -96,12 +91,15 @@ class CpuExecutable:
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
 
+    @property
+    def optimized_ir(self) -> str:
+        """The LLVM IR after -O3 (for a disk-cache hit, optimised again when asked)."""
+        return self._compiled.optimized_ir
+
     def check_memory(self, loc=None):
         """Raise `InsufficientMemoryError` before a call that can't get its memory (the
         driver calls this before anything is allocated or written)."""
-        need = self.plan.output_bytes + (0 if self.arena is not None else self.plan.arena_bytes)
-        if need > CHECK_MEMORY_ABOVE:
-            check_memory(self.plan, self.arena is not None, loc)
+        check_memory(self.plan, self.arena is not None, loc)  # small calls skip the read
 
     def _allocate_arena(self):
         try:

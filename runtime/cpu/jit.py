@@ -9,7 +9,10 @@ a symbol missing from this list may still link; the list is what the backend rel
 
 Pipeline per module: parse the IR text -> verify -> the new pass manager at -O3 for the host
 CPU (so loops vectorise with the host's widest vectors) -> object code -> ORC link. The object
-code is kept (`Compiled.object_code`): it is what a disk cache would store.
+code is cached in memory (by the IR text) and on disk (`disk_cache.py`, keyed by the IR text,
+the options and this machine): a hit links the stored object code into ORC
+(`JITLibraryBuilder.add_object_img`, the same call a fresh compile uses) and runs no LLVM pass.
+`STATS["llvm"]` counts the modules LLVM compiled in this process (the tests' hook).
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import llvmlite
 import llvmlite.binding as llvm
+
+from . import disk_cache
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -61,6 +67,11 @@ def _init():
                                       opt=3, reloc="default", codemodel="jitdefault")
     _state["tm"] = tm
     _state["triple"] = llvm.get_process_triple()
+    # Everything besides the IR and the options that the object code depends on.
+    _state["machine"] = {
+        "cpu": llvm.get_host_cpu_name(), "features": llvm.get_host_cpu_features().flatten(),
+        "triple": _state["triple"], "target": "opt=3 reloc=default codemodel=jitdefault",
+        "llvmlite": llvmlite.__version__, "llvm": list(llvm.llvm_version_info)}
     _state["lljit"] = llvm.create_lljit_compiler(tm)
     _state["symbols"] = _external_symbols()
     return _state
@@ -119,15 +130,39 @@ def target_data() -> str:
     return str(_init()["tm"].target_data)
 
 
+def machine_description() -> dict:
+    """What object code depends on besides its IR: host CPU and features, triple, versions."""
+    return _init()["machine"]
+
+
 @dataclass
 class Compiled:
-    """A linked library: `address(name)` of exported functions stays valid while this lives."""
+    """A linked library: `address(name)` of exported functions stays valid while this lives.
+    `source` says where the object code came from: "llvm" or "disk"."""
     tracker: object
-    optimized_ir: str
     object_code: bytes
+    ir_text: str
+    opt: int
+    source: str = "llvm"
+    _optimized: str | None = None
 
     def address(self, name: str) -> int:
         return self.tracker[name]
+
+    @property
+    def optimized_ir(self) -> str:
+        """The module after the optimiser (recomputed on demand for a disk-cache hit)."""
+        if self._optimized is None:
+            mod = llvm.parse_assembly(self.ir_text)
+            if self.opt:
+                optimize(mod, self.opt)
+            self._optimized = str(mod)
+        return self._optimized
+
+
+# Counts in this process: "llvm", the modules LLVM compiled; "hit", "miss", "store", "refused
+# ...": the disk cache's (one Counter, so a test reads one place).
+STATS = disk_cache.STATS
 
 
 def optimize(module_ref, speed_level: int = 3):
@@ -143,29 +178,51 @@ _cache: OrderedDict = OrderedDict()
 CACHE_SIZE = 256  # linked libraries kept for reuse; a dropped one lives on in its programs
 
 
+def _llvm_compile(ir_text: str, opt: int) -> tuple[bytes, str]:
+    """Parse, verify, optimise and emit object code: all the LLVM work of a module."""
+    STATS["llvm"] += 1
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    if opt:
+        optimize(mod, opt)
+    return _init()["tm"].emit_object(mod), str(mod)
+
+
+def _link(obj: bytes, exports: list[str]):
+    st = _init()
+    builder = llvm.JITLibraryBuilder().add_object_img(obj)
+    for name, addr in st["symbols"].items():
+        builder.import_symbol(name, addr)
+    for name in exports:
+        builder.export_symbol(name)
+    return builder.link(st["lljit"], f"inplace_cpu_{next(_names)}")
+
+
 def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:
     """Optimise `ir_text` for the host, emit object code, link it into the process JIT.
     Cached in memory by the IR text: two programs that lower to the same module share one
-    library (a module refers to nothing outside itself but the symbols registered here)."""
+    library (a module refers to nothing outside itself but the symbols registered here);
+    and on disk (`disk_cache`), so that another process links the stored object code."""
     st = _init()
     key = hashlib.sha256(f"{opt}|{','.join(exports)}|{ir_text}".encode()).hexdigest()
     with _lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-        mod = llvm.parse_assembly(ir_text)
-        mod.verify()
-        if opt:
-            optimize(mod, opt)
-        optimized = str(mod)
-        obj = st["tm"].emit_object(mod)
-        builder = llvm.JITLibraryBuilder().add_object_img(obj)
-        for name, addr in st["symbols"].items():
-            builder.import_symbol(name, addr)
-        for name in exports:
-            builder.export_symbol(name)
-        tracker = builder.link(st["lljit"], f"inplace_cpu_{next(_names)}")
-        compiled = _cache[key] = Compiled(tracker, optimized, obj)
+        disk_key = disk_cache.entry_key(ir_text, exports, opt, st["machine"])
+        obj, optimized, source = disk_cache.load(disk_key), None, "disk"
+        tracker = None
+        if obj is not None:
+            try:
+                tracker = _link(obj, exports)
+            except RuntimeError:  # an entry we wrote but LLVM can't link: build it afresh
+                STATS["refused: does not link"] += 1
+        if tracker is None:
+            obj, optimized = _llvm_compile(ir_text, opt)
+            source = "llvm"
+            tracker = _link(obj, exports)
+            disk_cache.store(disk_key, obj, st["machine"])
+        compiled = _cache[key] = Compiled(tracker, obj, ir_text, opt, source, optimized)
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
         return compiled

@@ -11,11 +11,13 @@ import compiler as cc
 import compiler.nn.functional as F
 from tests.error_lines import error_checker
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 line_of, check_error = error_checker(__file__)
 
 
 def compiled(fn):
-    return cc.compile(fn, backend="numpy")
+    return cc.compile(fn)
 
 
 def arr(*shape, dtype=np.float32):

@@ -3,7 +3,8 @@
 The seed semantics: inplace ops share data and meta data (`y = x.scale_(2.0)` gives `y is x`);
 views share data with their base, so a write through a view reaches the base and every other
 view of it; a reshape that can't be a view is a copy; inputs the function mutates are written
-back into the caller's arrays, exactly as in eager execution.
+back into the caller's arrays, exactly as in eager execution. Every test runs on each backend
+(`each_backend`: numpy and cpu).
 """
 import numpy as np
 import pytest
@@ -11,9 +12,10 @@ import pytest
 import compiler as cc
 import compiler.nn.functional as F
 
+pytestmark = pytest.mark.usefixtures("each_backend")
 
 def run(fn, *args):
-    return cc.compile(fn, backend="numpy")(*args)
+    return cc.compile(fn)(*args)
 
 
 def f32(*shape, start=0.0):
@@ -477,7 +479,7 @@ def test_augmented_assignment_on_an_index():
 
 # -- write-back into the caller's arrays -------------------------------------------------------
 def test_mutated_input_is_written_back_every_call():
-    fn = cc.compile(lambda x: x.add_(1.0), backend="numpy")
+    fn = cc.compile(lambda x: x.add_(1.0))
     x = f32(3)
     assert fn(x) is x
     assert fn(x) is x
@@ -544,7 +546,7 @@ def test_second_signature_shape_error_leaves_arrays_untouched():
         x.reshape([2, 3]).add_(1.0)  # only works for six elements
         return x
 
-    fn_c = cc.compile(fn, backend="numpy")
+    fn_c = cc.compile(fn)
     x, y = f32(6), f32(6)
     fn_c(x, y)
     np.testing.assert_array_equal(x, f32(6) + 1)
@@ -598,7 +600,7 @@ def test_non_contiguous_inputs(layout):
 
 
 def test_scalar_arguments_are_compile_time_constants():
-    fn = cc.compile(lambda x, s: x * s, backend="numpy")
+    fn = cc.compile(lambda x, s: x * s)
     x = f32(3)
     np.testing.assert_array_equal(fn(x, 2.0), x * 2)
     np.testing.assert_array_equal(fn(x, 3), x * 3)
@@ -611,7 +613,7 @@ def test_compile_as_decorator():
     def plain(x):
         return x.add_(1.0)
 
-    @cc.compile(backend="numpy", inplace="off")
+    @cc.compile(inplace="off")
     def configured(x):
         return x.add_(1.0)
 

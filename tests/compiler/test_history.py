@@ -7,6 +7,8 @@ import pytest
 import compiler as cc
 from tests.passes.gradcheck import check_grads
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 C0 = np.array([[0.921, 1.0923, 1.7444, 1.6727], [0.8488, 0.6698, 1.6929, 0.9064]])
 
 

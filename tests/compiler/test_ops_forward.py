@@ -14,6 +14,7 @@ import compiler.nn.functional as F
 from compiler.ops import ELEMENTWISE, REGISTRY
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
+from tests.backends import AVAILABLE
 
 FLOATS = [np.float32, np.float64]
 INTS = [np.int32, np.int64]
@@ -22,7 +23,7 @@ INTS = [np.int32, np.int64]
 BACKEND = "numpy"
 
 
-@pytest.fixture(autouse=True, params=["numpy", "cpu"])
+@pytest.fixture(autouse=True, params=AVAILABLE)
 def backend(request):
     """Every test here runs on each backend; `run` and `compile_` use the current one."""
     global BACKEND

@@ -6,6 +6,8 @@ import pytest
 import compiler as cc
 import compiler.nn.functional as F
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(16, 8)).astype(np.float32)
 Y = RNG.integers(0, 4, 16)
@@ -87,6 +89,7 @@ def test_adamw_matches_the_formula_and_counts_steps():
     assert losses[2] < losses[0]
 
 
+@pytest.mark.backends("numpy")  # pins the unfused plan
 def test_adamw_plan_updates_state_in_place():
     def step(w, m, s, t, lr):
         opt = cc.optimizer.AdamW([w], learning_rate=lr, moment1=[m], moment2=[s], step=t)

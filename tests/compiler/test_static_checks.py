@@ -8,6 +8,8 @@ import pytest
 
 import compiler as cc
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 
 def _line(fn) -> str:
     return f"test_static_checks.py:{fn.__code__.co_firstlineno}"

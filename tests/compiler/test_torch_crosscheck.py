@@ -8,6 +8,7 @@ import compiler as cc
 import compiler.nn.functional as F
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("each_backend")
 
 R = np.random.default_rng(10)
 X = R.uniform(0.2, 0.9, (3, 4))          # in every op's domain (asin, acos, log, rsqrt)

@@ -12,6 +12,8 @@ import compiler as cc
 import compiler.nn.functional as F
 from tests.error_lines import error_checker
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 line_of, check_error = error_checker(__file__)
 _THIS = os.path.basename(__file__)
 
@@ -276,6 +278,7 @@ def test_leaked_tensor_used_outside_any_trace():
 
 
 # -- 6. boolean-mask set-item ------------------------------------------------------------------
+@pytest.mark.backends("numpy")  # pins the unfused plan's decision
 def test_mask_setitem_scalar_is_a_where_in_place_on_the_argument():
     def f(x):
         x[x > 0] = 0

@@ -1,5 +1,6 @@
 """The example programs: plans near the lower bound, sanitized arena runs equal to the
-reference, the seed experiments, and the CLI."""
+reference, the seed experiments, and the CLI. Training runs on every backend (`AVAILABLE`);
+plans are the numpy pipeline's."""
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 from compiler.cli import load_example
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
+from tests.backends import AVAILABLE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,12 +42,13 @@ def test_sanitized_arena_run_equals_the_reference(name):
         np.testing.assert_array_equal(got_muts[k], want_muts[k])
 
 
-def test_mlp_training_reduces_the_loss_and_updates_the_callers_weights():
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_mlp_training_reduces_the_loss_and_updates_the_callers_weights(backend):
     import compiler as cc
     mlp = load_example("mlp")
     args = mlp.example_inputs(batch=64)
     w1_before = args[2].copy()
-    step = cc.compile(mlp.train_step, sanitize=True)
+    step = cc.compile(mlp.train_step, backend=backend, sanitize=True)
     losses = [float(step(*args)) for _ in range(3)]
     assert losses[2] < losses[1] < losses[0]
     assert not np.array_equal(args[2], w1_before)
@@ -87,14 +90,22 @@ def test_cli_demo_and_plan():
     assert plan.stdout.startswith("plan train_step: peak") and "decisions:" in plan.stdout
 
 
-def test_gpt_loss_falls_below_the_unigram_entropy_with_adamw_updates_in_place():
+# numpy only: on cpu the step's module is 1.3 MB of LLVM IR and -O3 takes ~20 s, more than
+# the rest of the example tests together (its ops run on cpu in tests/opdb, the program
+# kinds in the random programs and the transformer/mlp examples).
+@pytest.mark.parametrize("backend", ["numpy"])
+def test_gpt_loss_falls_below_the_unigram_entropy(backend):
     gpt = load_example("gpt")
     h = gpt.unigram_entropy()
     assert 2.0 < h < 3.5  # the grammar's character frequencies
-    params, losses = gpt.train(steps=60, log=None)
+    params, losses = gpt.train(steps=60, backend=backend, log=None)
     assert np.mean(losses[-10:]) < h < losses[0]
-    text = gpt.generate(params, gpt.TEXT[:gpt.CONTEXT], 5)
+    text = gpt.generate(params, gpt.TEXT[:gpt.CONTEXT], 5, backend=backend)
     assert len(text) == 5 and set(text) <= set(gpt.VOCAB)
+
+
+def test_gpt_adamw_updates_run_in_place():
+    gpt = load_example("gpt")
     plan = gpt.build_program().plan
     updates = [d for d in plan.decisions if d.requested and d.phase == "update"]
     # per parameter: p *= (1 - lr wd), m and v scale_ + add_, p -= ...; and step += 1
@@ -103,11 +114,16 @@ def test_gpt_loss_falls_below_the_unigram_entropy_with_adamw_updates_in_place():
     assert plan.peak_bytes <= 1.05 * plan.lower_bound_bytes
 
 
-def test_cnn_trains_with_sgd_momentum():
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_cnn_trains_with_sgd_momentum(backend):
     cnn = load_example("cnn")
-    _, losses, acc = cnn.train(steps=30, log=None)
+    _, losses, acc = cnn.train(steps=30, backend=backend, log=None)
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
     assert acc > 0.5
+
+
+def test_cnn_momentum_updates_are_requested_in_place():
+    cnn = load_example("cnn")
     plan = cnn.build_program().plan
     updates = [d for d in plan.decisions if d.requested and d.phase == "update"]
     assert len(updates) == 6 + 2 * 6  # each velocity: scale_ and add_; each parameter: subtract_
@@ -118,9 +134,10 @@ def test_cnn_trains_with_sgd_momentum():
     assert plan.peak_bytes <= 1.05 * plan.lower_bound_bytes
 
 
-def test_mlp_example_trains_on_separable_data():
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_mlp_example_trains_on_separable_data(backend):
     mlp = load_example("mlp")
-    losses, acc = mlp.train(steps=20, log=None)
+    losses, acc = mlp.train(steps=20, backend=backend, log=None)
     assert np.mean(losses[-5:]) < 0.5 * losses[0]
     assert acc > 0.5
 

@@ -70,15 +70,17 @@ class Reference:
 
 
 def build(fn, arrays, executor):
-    """A callable running `fn`: "numpy" is `cc.compile(fn, backend="numpy")` (the whole
-    pipeline), "reference" the traced graph in the reference interpreter."""
-    if executor == "numpy":
-        return cc.compile(fn, backend="numpy")
-    assert executor == "reference", executor
-    return Reference(fn, *[a.copy() for a in arrays])
+    """A callable running `fn`: "compiled" is `cc.compile(fn)` (the whole pipeline, on the
+    default backend: the one `each_backend` selects), "numpy" or "cpu" that backend,
+    "reference" the traced graph in the reference interpreter."""
+    if executor == "reference":
+        return Reference(fn, *[a.copy() for a in arrays])
+    if executor == "compiled":
+        return cc.compile(fn)
+    return cc.compile(fn, backend=executor)
 
 
-def analytic_grads(body, arrays, wrt=None, executor="numpy"):
+def analytic_grads(body, arrays, wrt=None, executor="compiled"):
     wrt = float_positions(arrays) if wrt is None else list(wrt)
     fn = build(grad_program(body, wrt), arrays, executor)
     loss, grads = fn(*[a.copy() for a in arrays])
@@ -98,7 +100,7 @@ def numeric_grad(f, arrays, i, h=STEP) -> np.ndarray:
     return g
 
 
-def check_grads(body, *arrays, wrt=None, rtol=RTOL, atol=ATOL, executor="numpy"):
+def check_grads(body, *arrays, wrt=None, rtol=RTOL, atol=ATOL, executor="compiled"):
     """Assert that the traced gradients of `(body(*arrays) * W).sum()` match finite
     differences; returns the analytic gradients."""
     arrays = [np.asarray(a) for a in arrays]

@@ -17,6 +17,8 @@ import compiler as cc
 import compiler.nn.functional as F
 from compiler.ops import REGISTRY
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 THIS_FILE = os.path.basename(__file__)
 RNG = np.random.default_rng(20240607)
 

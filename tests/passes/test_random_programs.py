@@ -5,8 +5,8 @@ views under no_grad, backward and an SGD update, some called with arguments that
 and with donation, against two oracles. Arguments that share memory are made fresh for every
 run (a copy would not share) and bound to the graph's inputs as a compiled call binds them.
 
-For each program and inputs:
-  1. `backend="numpy"`, `sanitize=True`, `inplace="auto"` and `"off"`, with and without donating
+For each program and inputs (on `backend="numpy"`, and on "cpu" with fewer examples):
+  1. `sanitize=True`, `inplace="auto"` and `"off"`, with and without donating
      some arguments: the outputs and the caller's mutated arrays equal the op-by-op reference
      interpreter (`runtime.reference.evaluate` on `cc.trace`'s graph) and, for programs without
      `backward()`, a numpy re-implementation of the same program whose views are numpy views
@@ -213,7 +213,7 @@ def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "num
         before = [a.copy() for a in args]
         for mode in ("auto", "off", "strict"):
             with pytest.raises(error):
-                cc.compile(fn, inplace=mode, sanitize=True)(*args)
+                cc.compile(fn, backend=backend, inplace=mode, sanitize=True)(*args)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(args, before))
         return
     event(f"arguments sharing memory: {prog.alias}" if prog.alias else "separate arguments")
@@ -250,7 +250,7 @@ def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "num
         _run(fn, expected, "off", donate, backend, fuse)
     # strict: the same values, or a refusal that names a line of the program
     try:
-        cc.compile(fn, inplace="strict").lower(*prog.arrays())
+        cc.compile(fn, backend=backend, inplace="strict").lower(*prog.arrays())
     except cc.InplaceError as e:
         event("inplace='strict' refused")
         line = _error_line(str(e))
@@ -280,11 +280,11 @@ def _five_point(phi, h):
     return (-phi(2 * h) + 8 * phi(h) - 8 * phi(-h) + phi(-2 * h)) / (12 * h)
 
 
-def check_gradients(prog: RandomProgram):
+def check_gradients(prog: RandomProgram, backend: str = "numpy"):
     """The compiled program's leaf gradients against finite differences of its loss."""
     loss_src, grad_src = prog.gradient_sources()
     note(f"loss program:\n{loss_src}\ngradient program:\n{grad_src}")
-    grads = cc.compile(prog.build(grad_src), sanitize=True)(*prog.arrays())
+    grads = cc.compile(prog.build(grad_src), backend=backend, sanitize=True)(*prog.arrays())
     loss_graph = cc.trace(prog.build(loss_src), *prog.arrays())
     storages = prog.storages()
     rng = np.random.default_rng(prog.seed)
@@ -317,17 +317,25 @@ def test_training_program_gradients_match_finite_differences(prog):
     check_gradients(prog)
 
 
-# The cpu (llvmlite) backend on fewer examples: each compiles several native modules.
-@_settings(25)
+# The cpu (llvmlite) backend, sanitizer on, on the same generators with fewer examples (each
+# example compiles 3-5 native modules, ~0.1 s): about a third of numpy's, which keeps the
+# suite's added time near a minute on 2 cores. RANDOM_PROGRAMS_EXAMPLES=N runs N on each.
+@_settings(100)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
 def test_forward_programs_on_cpu_match_reference(prog, donate_mask):
     check_program(prog, donate_mask, backend="cpu")
 
 
-@_settings(20)
+@_settings(80)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_on_cpu_match_reference(prog, donate_mask):
     check_program(prog, donate_mask, backend="cpu")
+
+
+@_settings(20)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
+def test_training_program_gradients_on_cpu_match_finite_differences(prog):
+    check_gradients(prog, backend="cpu")
 
 
 # Fusion on the numpy backend (chunked bodies with planned scratch); the cpu runs above fuse
@@ -349,6 +357,7 @@ def _regression_input():
     return np.random.default_rng(0).standard_normal((3, 4))
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_donated_argument_that_is_also_mutated_does_not_clobber_an_output():
     # Found by the properties (fixed in 471c40d): `-a` wrote over donated argument 'a', whose
     # buffer then received a's new value (zeros) after the call, clobbering the output.
@@ -441,6 +450,7 @@ def test_inplace_into_a_region_of_a_bigger_dead_buffer_does_not_raise_the_lower_
     assert auto.peak_bytes <= auto.no_inplace_peak_bytes, auto.summary()
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_setitem_after_a_write_through_a_transpose_then_reshape_of_an_intermediate():
     # Found by the properties (fixed in 6611ace): the scatter of `b[0] = 0.5` wrote over b's
     # base, laid out transposed by the write-back of `b.t().zero_()`, although the later
@@ -459,6 +469,7 @@ def test_setitem_after_a_write_through_a_transpose_then_reshape_of_an_intermedia
         np.testing.assert_array_equal(out, expected.reshape(12) + 1.0)
 
 
+@pytest.mark.usefixtures("each_backend")
 def test_setitem_after_a_write_through_a_transpose_then_reshape_of_an_argument():
     # The same on a caller's array (fixed in 6611ace): the arena executor failed to take the
     # planned reshape view ("Incompatible shape for in-place modification").

@@ -1,7 +1,8 @@
 """The reinplace pass: which candidates run in place, and the sentence that says why (not).
 
 Each test traces a small program, runs the pass alone (`passes.reinplace`), and pins the
-decisions; programs are also compiled and run (sanitizer on) to check the values."""
+decisions; programs are also compiled and run (sanitizer on) to check the values, on every
+backend (`run`)."""
 import inspect
 
 import numpy as np
@@ -11,6 +12,7 @@ import compiler as cc
 import compiler.nn.functional as F
 import passes
 from passes.verify import verify_plan
+from tests.backends import AVAILABLE
 
 R = np.random.default_rng(7)
 X = R.standard_normal((3, 4))
@@ -32,7 +34,25 @@ def one(decisions, op):
 
 
 def run(fn, *args, inplace="auto", donate=()):
-    return cc.compile(fn, inplace=inplace, donate=donate, sanitize=True)(*args)
+    """The numpy backend's result, on the caller's arrays; every other backend runs on copies
+    made before, and must give the same outputs and leave the same values in the copies."""
+    copies = {b: [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+              for b in AVAILABLE if b != "numpy"}
+    want = cc.compile(fn, backend="numpy", inplace=inplace, donate=donate, sanitize=True)(*args)
+    for backend, mine in copies.items():
+        got = cc.compile(fn, backend=backend, inplace=inplace, donate=donate,
+                         sanitize=True)(*mine)
+        for g, w in zip(_flat(got), _flat(want)):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=backend)
+        for k, (m, a) in enumerate(zip(mine, args)):
+            if isinstance(a, np.ndarray) and k not in donate:
+                np.testing.assert_allclose(m, a, rtol=1e-12, atol=1e-12,
+                                           err_msg=f"{backend}: argument {k}")
+    return want
+
+
+def _flat(tree):
+    return [x for t in tree for x in _flat(t)] if isinstance(tree, (tuple, list)) else [tree]
 
 
 def line_of(fn, text):

@@ -11,6 +11,8 @@ from gradcheck import check_grads
 
 import compiler as cc
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 RNG = np.random.default_rng(0)
 
 
@@ -129,6 +131,7 @@ def test_inplace_writes_through_a_3d_transpose_reach_the_base(inplace):
     np.testing.assert_array_equal(d, D)
 
 
+@pytest.mark.backends("numpy")  # the numpy pipeline's decisions
 def test_the_write_through_a_3d_transpose_runs_in_place():
     prog = cc.compile(writes_through_3d_transposes, inplace="strict").lower(C, D)
     requested = [(d.op, d.inplace) for d in prog.plan.decisions if d.requested]

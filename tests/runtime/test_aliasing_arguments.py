@@ -1,10 +1,12 @@
 """Arguments that share memory behave as in eager NumPy / PyTorch (issue 7, DESIGN §4): they
 are traced as views of one storage, a write through one is seen through the other, and how
-they share is part of the compile cache's key."""
+they share is part of the compile cache's key. Every test runs on each backend."""
 import numpy as np
 import pytest
 
 import compiler as cc
+
+pytestmark = pytest.mark.usefixtures("each_backend")
 
 X = np.arange(12, dtype=np.float64).reshape(3, 4) / 7.0
 

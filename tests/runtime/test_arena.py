@@ -4,7 +4,9 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
+from runtime import arena
 from runtime.arena import ArenaExecutable
+from tests.backends import AVAILABLE
 
 X = np.arange(12, dtype=np.float64).reshape(3, 4)
 
@@ -133,6 +135,26 @@ def test_calling_a_program_bigger_than_the_machine_raises_before_touching_anythi
     assert isinstance(e.value, MemoryError) and isinstance(e.value, cc.CompilerError)
     assert f"{prog_bytes(f)} B" in str(e.value) and "test_arena.py:" in str(e.value)
     np.testing.assert_array_equal(x, X)      # ...but nothing ran
+
+
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_only_calls_that_need_much_new_memory_ask_the_os(backend, monkeypatch):
+    # Reading /proc/meminfo is a third of a small call's time: a call that needs fewer than
+    # CHECKED_BYTES new bytes doesn't ask; one that needs more is refused when they're missing.
+    asked = []
+
+    def nothing_available():
+        asked.append(1)
+        return 0
+    monkeypatch.setattr(arena, "available_memory", nothing_available)
+    small = cc.compile(lambda x: x * 2.0, backend=backend)
+    np.testing.assert_array_equal(small(X), X * 2.0)
+    assert asked == []
+    n = arena.CHECKED_BYTES // 8
+    big = cc.compile(lambda x: x.expand([2, n]) + 1.0, backend=backend)
+    with pytest.raises(cc.InsufficientMemoryError, match=r"only 0 B"):
+        big(np.ones(n))
+    assert asked == [1]
 
 
 def prog_bytes(f):
