@@ -79,6 +79,12 @@ class CpuExecutable:
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
+        # per-call argument vectors, filled in place (building ctypes arrays costs more)
+        self._in_ptrs = (ctypes.c_void_p * max(len(graph.inputs), 1))()
+        self._out_ptrs = (ctypes.c_void_p * max(len(self._output_buffers), 1))()
+        self._in_addr = ctypes.addressof(self._in_ptrs)
+        self._out_addr = ctypes.addressof(self._out_ptrs)
+        self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
         self.arena = None  # allocated at the first call, then reused
         self._sizes = self._buffer_sizes()
         self._error = None
@@ -93,7 +99,7 @@ class CpuExecutable:
     def check_memory(self, loc=None):
         """Raise `InsufficientMemoryError` before a call that can't get its memory (the
         driver calls this before anything is allocated or written)."""
-        check_memory(self.plan, self.arena is not None, loc)
+        check_memory(self.plan, self.arena is not None, loc)  # small calls skip the read
 
     def _allocate_arena(self):
         try:
@@ -191,15 +197,18 @@ class CpuExecutable:
             self._allocate_arena()
         arena = self.arena
         try:
-            outputs = [_aligned(max(b.size, 1)) for b in self._output_buffers]
+            outputs = [_aligned(n) for n in self._out_sizes]
         except MemoryError:
             raise InsufficientMemoryError(f"{graph.name}: can't allocate its outputs "
                                           f"({self.plan.output_bytes} bytes)") from None
-        in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
-        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
+        in_ptrs, out_ptrs = self._in_ptrs, self._out_ptrs
+        for k, a in enumerate(inputs):
+            in_ptrs[k] = a.ctypes.data
+        for k, o in enumerate(outputs):
+            out_ptrs[k] = o.ctypes.data
         self._error = None
-        status = self._entry(arena.ctypes.data, ctypes.addressof(in_ptrs),
-                             ctypes.addressof(out_ptrs), self._cb_address)
+        status = self._entry(arena.ctypes.data, self._in_addr, self._out_addr,
+                             self._cb_address)
         self._run_inputs = None
         if self._error is not None:
             raise self._error
