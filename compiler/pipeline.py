@@ -142,6 +142,7 @@ def _plan_memory(state):
     state.plan.recompute_decisions = state.recompute_decisions
     if state.written_graph is None:
         state.plan.schedule = state.schedule_info
+        state.plan.backend = state.backend
         return state
     # The written order, planned too: the report and pictures show its peak and curve beside
     # the schedule's, and it stays the program when the schedule did not lower the peak.
@@ -161,8 +162,10 @@ def _plan_memory(state):
         state.plan.schedule = state.schedule_info
         state.plan.gemm_decisions = state.gemm_decisions
         state.plan.recompute_decisions = state.recompute_decisions
+        state.plan.backend = state.backend
         return state
     state.plan.schedule = state.schedule_info
+    state.plan.backend = state.backend  # (its report says how that backend communicates)
     state.plan.written_order_live_bytes = plan.live_curve()
     state.plan.written_order_peak_bytes = plan.peak_bytes
     return state

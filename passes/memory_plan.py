@@ -123,6 +123,7 @@ class MemoryPlan:
     # Gradients computed straight into their slot of a bucket: Value -> byte offset there.
     packed: dict = field(default_factory=dict, repr=False)
     communication: list = field(default_factory=list)  # Bucket, one per all-reduced bucket
+    backend: str | None = None  # the backend it was planned for (set by the pipeline)
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -235,6 +236,12 @@ class MemoryPlan:
                  f"the ranks, then / ranks), {self.communicated_bytes} B per call for {grad} B "
                  "of gradients (slots padded to 64 B)"]
         lines += [f"  {b.text}" for b in self.communication]
+        how = {"numpy": "mpi4py's Iallreduce/Wait on the arena views",
+               "cpu": "the native entry calls back into Python (mpi4py's Iallreduce/Wait on "
+                      "the arena views) at each pack, start and wait node: one crossing per "
+                      "communication node, not native MPI calls"}.get(self.backend)
+        if how:
+            lines.append(f"  runs through {how}")
         return lines
 
     def to_json(self) -> str:

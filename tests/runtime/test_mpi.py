@@ -148,6 +148,10 @@ def test_one_rank_equals_the_plain_step_and_never_folds_the_update(backend):
     users = prog.graph.users()
     packed = [n for n in matmuls if any(u.op == "bucket_pack" for u in users[n.out])]
     assert len(packed) == 2  # dW1 and dW2 go to their buckets, not into a gemm
+    # the report says how this backend communicates (ISSUE-NOTES §12: "which ran")
+    how = [line for line in prog.plan.report().splitlines() if "runs through" in line]
+    assert len(how) == 1
+    assert ("calls back into Python" in how[0]) == (backend == "cpu")
 
 
 def test_the_plan_packs_gradients_in_their_slots_and_the_verifier_checks_it():
