@@ -10,8 +10,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the seed experiments and example models")
-    demo.add_argument("--backend", choices=("numpy", "cpu", "gpu"), default="numpy",
-                      help="the backend that runs the programs (default: numpy)")
+    demo.add_argument("--backend", choices=("numpy", "cpu", "gpu"), default="cpu",
+                      help="the backend that runs the programs (default: cpu)")
     plan = sub.add_parser(
         "plan", help="print the memory plan of an example program",
         description="Print the memory plan of a program file. The file must define "

@@ -120,7 +120,7 @@ def _time_call(prog, args) -> float:
 
 
 def demo(seeds=None, examples=("mlp", "transformer_block", "cnn", "gpt"),
-         backend: str = "numpy") -> int:
+         backend: str = "cpu") -> int:
     """The seed experiments, then the example models: results, graphs and memory plans, and
     what was checked. Counts only the checks it ran; an experiment without a check is named
     as unchecked, never counted as passed. Returns 1 when a check failed. With another
