@@ -361,7 +361,7 @@ def _param_names_from_graph(graph, signature):
     return names
 
 
-def build_program(graph: Graph, signature, backend="numpy", inplace="auto", donate=(),
+def build_program(graph: Graph, signature, backend="cpu", inplace="auto", donate=(),
                   sanitize=None, param_names=None, schedule="auto", fuse=None,
                   recompute="auto"):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
@@ -390,7 +390,7 @@ class CompiledFunction:
     again when a numpy array it captured has changed since; past RETRACE_LIMIT retraces a
     `RetraceWarning` says why (once)."""
 
-    def __init__(self, fn, backend="numpy", inplace="auto", donate=(), sanitize=None,
+    def __init__(self, fn, backend="cpu", inplace="auto", donate=(), sanitize=None,
                  schedule="auto", distributed=None, fuse=None, recompute="auto"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
@@ -529,7 +529,7 @@ class CompiledFunction:
                           kwnames=tuple(kwargs), distributed=self.distributed)[0]
 
 
-def compile(fn=None, *, backend="numpy", inplace="auto", donate=(), sanitize=None,
+def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
             schedule="auto", distributed=None, fuse=None, recompute="auto"):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.

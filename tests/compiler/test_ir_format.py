@@ -8,6 +8,12 @@ import compiler as cc
 import compiler.nn.functional as F
 
 
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
+
 def program(x, w):
     h = F.relu_(x @ w)
     h[0] = 1.0
@@ -83,7 +89,7 @@ def test_to_dot_mentions_every_node():
 def test_to_dot_with_a_plan_shows_buffers_and_decisions():
     def f(x):
         return (x * 2.0).exp()
-    prog = cc.compile(f).lower(np.ones(3))
+    prog = numpy_compile(f).lower(np.ones(3))
     dot = prog.graph.to_dot(prog.plan)
     exp = prog.graph.nodes[-1]
     line = next(s for s in dot.splitlines() if s.startswith(f"  v{exp.out.id} ["))

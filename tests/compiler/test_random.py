@@ -95,7 +95,8 @@ def test_dropout_backward_keeps_only_the_mask():
         h.sum().backward()
         return w.grad
     x, w = np.ones((4, 3), np.float32), np.ones((3, 5), np.float32)
-    prog = cc.compile(step).lower(x, w, np.array(7, np.uint64))
+    # (the numpy backend's graph: unfused, so the mask and its readers are nodes of their own)
+    prog = cc.compile(step, backend="numpy").lower(x, w, np.array(7, np.uint64))
     philox = [n for n in prog.graph.nodes if n.op == "philox"]
     assert len(philox) == 1  # the mask is drawn once, in the forward pass
     readers = [n for n in prog.graph.nodes if n.phase == "backward"

@@ -12,6 +12,12 @@ from passes import cse, dce, plan_memory, reinplace, verify_graph, verify_plan
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
 
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
 X = np.random.default_rng(0).standard_normal((3, 4))
 
 
@@ -76,11 +82,11 @@ graph scaled_exp_step(x: f64[3,4]) {
     assert (p1.arena_bytes, p1.peak_bytes, p1.lower_bound_bytes) == (256, 448, 448)
     assert p1.naive_bytes == p0.naive_bytes - 64  # one 8-byte buffer, aligned
     # The pipeline runs it: the compiled program is planned on the merged graph.
-    prog = cc.compile(scaled_exp_step, schedule="off").lower(X)
+    prog = numpy_compile(scaled_exp_step, schedule="off").lower(X)
     assert prog.plan.arena_bytes == 256 and len(_ops(prog.graph, "full")) == 2
-    assert cc.compile(scaled_exp_step).lower(X).plan.arena_bytes <= 256  # scheduled
+    assert numpy_compile(scaled_exp_step).lower(X).plan.arena_bytes <= 256  # scheduled
     _assert_same_results(before, after, [X])
-    np.testing.assert_array_equal(cc.compile(scaled_exp_step)(X.copy()),
+    np.testing.assert_array_equal(numpy_compile(scaled_exp_step)(X.copy()),
                                   evaluate(before, [X.copy()])[0][0])
 
 
@@ -155,7 +161,7 @@ def test_duplicate_views_that_functionalization_rederives_merge():
     _, decisions = reinplace(after)
     scatter = next(d for d in decisions if d.op == "slice_scatter")
     assert scatter.requested and scatter.inplace
-    np.testing.assert_array_equal(cc.compile(program, sanitize=True)(X.copy()),
+    np.testing.assert_array_equal(numpy_compile(program, sanitize=True)(X.copy()),
                                   evaluate(before, [X])[0][0])
 
 
@@ -169,9 +175,9 @@ def test_rederived_transposes_merge_and_the_requested_write_stays_in_place():
 
     before, after = _graphs(program, X)
     assert len(_ops(before, "transpose")) == 2 and len(_ops(after, "transpose")) == 1
-    prog = cc.compile(program, inplace="strict").lower(X)
+    prog = numpy_compile(program, inplace="strict").lower(X)
     assert [(d.op, d.inplace) for d in prog.plan.decisions if d.requested] == [("add_", True)]
-    np.testing.assert_array_equal(cc.compile(program)(X.copy()), ((2 * X + 1) ** 2).T)
+    np.testing.assert_array_equal(numpy_compile(program)(X.copy()), ((2 * X + 1) ** 2).T)
 
 
 def test_an_inplace_request_and_the_value_it_overwrites_are_never_merged():
@@ -185,10 +191,10 @@ def test_an_inplace_request_and_the_value_it_overwrites_are_never_merged():
 
     before, after = _graphs(program, X)
     assert len(after.nodes) == len(before.nodes)
-    prog = cc.compile(program, inplace="strict").lower(X)
+    prog = numpy_compile(program, inplace="strict").lower(X)
     sin = next(d for d in prog.plan.decisions if d.op == "sin_")
     assert sin.requested and sin.inplace
-    a, b = cc.compile(program)(X.copy())
+    a, b = numpy_compile(program)(X.copy())
     np.testing.assert_array_equal(a, np.exp(X))
     np.testing.assert_array_equal(b, np.sin(np.exp(X)))
 
@@ -209,7 +215,7 @@ def test_two_returned_values_stay_two_arrays():
 
     before, after = _graphs(program, X)
     assert len(_ops(after, "sin")) == 2
-    a, b = cc.compile(program)(X.copy())
+    a, b = numpy_compile(program)(X.copy())
     assert not np.shares_memory(a, b)
 
     def program2(x):  # only one of them is returned: one node
@@ -232,7 +238,7 @@ def test_outputs_and_mutations_are_remapped():
     assert len(_ops(before, "full")) == 2 and before.mutations[1] is before.nodes[1].out
     assert len(_ops(after, "full")) == 1 and after.mutations[1] is after.nodes[0].out
     y = X.copy()
-    out = cc.compile(program)(X.copy(), y)
+    out = numpy_compile(program)(X.copy(), y)
     np.testing.assert_array_equal(y, np.full((3, 4), 1.5))
     np.testing.assert_array_equal(out, 1.5 * X)
 
@@ -244,7 +250,7 @@ def test_outputs_and_mutations_are_remapped():
     before, after = _graphs(program2, X)
     assert len(_ops(after, "sin")) == 1 and after.outputs[1] is _ops(after, "sin")[0].out
     _assert_same_results(before, after, [X])
-    total, b = cc.compile(program2)(X.copy())
+    total, b = numpy_compile(program2)(X.copy())
     np.testing.assert_array_equal(b, np.sin(X))
 
 

@@ -11,6 +11,12 @@ from passes.gemm_accumulate import gemm_accumulate
 from passes.simplify import dce
 from runtime.reference import evaluate
 
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
 
@@ -36,7 +42,7 @@ def reference_steps(fn, args, steps=3):
 
 def compiled_steps(fn, args, steps=3, **options):
     args = [a.copy() for a in args]
-    prog = cc.compile(fn, sanitize=True, **options)
+    prog = numpy_compile(fn, sanitize=True, **options)
     outs = [np.asarray(prog(*args)).copy() for _ in range(steps)]
     return outs, args
 
@@ -44,7 +50,7 @@ def compiled_steps(fn, args, steps=3, **options):
 def test_mlp_update_of_w1_becomes_a_gemm_and_w2_keeps_its_small_gradient(monkeypatch):
     mlp = load_example("mlp")
     monkeypatch.setattr(mlp, "LR", 1.0)  # ISSUE-NOTES: ordering bugs hide at small lr
-    prog = cc.compile(mlp.train_step).lower(*mlp.example_inputs())
+    prog = numpy_compile(mlp.train_step).lower(*mlp.example_inputs())
     folded = {d.weight: d for d in prog.plan.gemm_decisions}
     assert set(folded) == {"w1", "w2"} and folded["w1"].folded
     # w2's gradient (40 KiB) is the last reader of h (1 MiB) once relu's mask runs early:
@@ -143,7 +149,7 @@ def _args(*extra):
 
 
 def _decisions(fn, args):
-    return cc.compile(fn).lower(*args).plan.gemm_decisions
+    return numpy_compile(fn).lower(*args).plan.gemm_decisions
 
 
 def _check_numbers(fn, args):
@@ -158,8 +164,8 @@ def test_a_returned_gradient_keeps_its_buffer():
     [d] = _decisions(step_returning_grad, _args())
     assert not d.folded and "is returned" in d.reason and d.weight == "w"
     args = _args()
-    want, _ = cc.compile(step_returning_grad, schedule="off")(*[a.copy() for a in args])
-    got, _ = cc.compile(step_returning_grad)(*[a.copy() for a in args])
+    want, _ = numpy_compile(step_returning_grad, schedule="off")(*[a.copy() for a in args])
+    got, _ = numpy_compile(step_returning_grad)(*[a.copy() for a in args])
     assert want.tobytes() == got.tobytes()  # not folded: the same arithmetic
 
 
@@ -231,7 +237,7 @@ def test_gemm_runs_in_place_only_into_its_accumulator():
 
 def _cpu_available():
     try:
-        cc.compile(lambda x: x + 1.0, backend="cpu")(np.ones(2, np.float32))
+        numpy_compile(lambda x: x + 1.0, backend="cpu")(np.ones(2, np.float32))
     except (cc.CompilerError, ImportError, RuntimeError):
         return False
     return True
@@ -244,7 +250,7 @@ def test_mlp_on_cpu_matches_the_unfolded_reference(monkeypatch):
     mlp = load_example("mlp")
     monkeypatch.setattr(mlp, "LR", 1.0)
     args = mlp.example_inputs()
-    prog = cc.compile(mlp.train_step, backend="cpu").lower(*args)
+    prog = numpy_compile(mlp.train_step, backend="cpu").lower(*args)
     assert [n.inputs[2].name for n in prog.graph.nodes if n.op == "gemm"] == ["w1"]
     want, want_args = reference_steps(mlp.train_step, args)
     got, got_args = compiled_steps(mlp.train_step, args, backend="cpu")

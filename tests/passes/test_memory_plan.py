@@ -10,11 +10,17 @@ import passes
 from passes.memory_plan import GPU_ALIGNMENT
 from passes.verify import verify_plan
 
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
 RELU_INPUT = np.zeros((1, 64, 512, 512), np.float32)  # 64 MiB, the Paddle seed
 
 
 def plan_of(fn, *args, **kw):
-    prog = cc.compile(fn, **kw).lower(*args)
+    prog = numpy_compile(fn, **kw).lower(*args)
     verify_plan(prog.graph, prog.plan)
     return prog.plan
 
@@ -27,7 +33,7 @@ def test_seed_relu_inplace_vs_out_of_place():
 
 def test_seed_relu_donated_output_is_the_callers_buffer():
     x = -np.ones((4, 4), np.float32)
-    out = cc.compile(F.relu, donate=("x",))(x)
+    out = numpy_compile(F.relu, donate=("x",))(x)
     assert np.shares_memory(out, x) and np.array_equal(out, np.zeros((4, 4)))
 
 
@@ -52,7 +58,7 @@ def test_hundred_additions_plan_the_same_peak_either_way():
     assert inplace.peak_bytes <= 2 * x.nbytes + 64
     assert out_of_place.naive_bytes - out_of_place.peak_bytes >= 99 * x.nbytes
     assert out_of_place.no_inplace_peak_bytes > out_of_place.peak_bytes
-    np.testing.assert_array_equal(cc.compile(_hundred_adds(False), sanitize=True)(x),
+    np.testing.assert_array_equal(numpy_compile(_hundred_adds(False), sanitize=True)(x),
                                   np.full_like(x, 100.0))
 
 
@@ -198,7 +204,7 @@ def test_graph_exports_to_networkx_in_topological_order():
 def test_the_four_figures_share_one_footing():
     """Issue 16: `x + 1.0` on float32[4] planned a 96 B peak and a 36 B naive figure (the peak
     counted the 64-byte alignment, the other two didn't)."""
-    plan = cc.compile(lambda x: x + 1.0).lower(np.ones(4, np.float32)).plan
+    plan = numpy_compile(lambda x: x + 1.0).lower(np.ones(4, np.float32)).plan
     # input 16 B + the 0-d constant in the arena (4 B, aligned to 64) + the 16 B result
     assert (plan.naive_bytes, plan.no_inplace_peak_bytes, plan.peak_bytes,
             plan.lower_bound_bytes) == (96, 96, 96, 96)

@@ -14,6 +14,12 @@ from passes.gemm_accumulate import gemm_accumulate
 from passes.schedule import _kept, schedule
 from passes.simplify import dce
 
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
 
@@ -75,7 +81,7 @@ def test_examples_plan_both_orders(example):
     assert plan.written_order_peak_bytes >= max(written)
     assert plan.peak_bytes < plan.written_order_peak_bytes
     assert plan.peak_bytes <= 1.05 * plan.lower_bound_bytes
-    off = cc.compile(example.train_step, schedule="off").lower(*example.example_inputs()).plan
+    off = numpy_compile(example.train_step, schedule="off").lower(*example.example_inputs()).plan
     assert off.peak_bytes == plan.written_order_peak_bytes  # the same written-order plan
     assert off.schedule is None and off.written_order_live_bytes is None
     report = plan.report()
@@ -101,7 +107,7 @@ def test_transformer_reaches_the_ordering_figure():
 
 def _train(example, monkeypatch, schedule_mode, inplace, steps=3):
     monkeypatch.setattr(example, "LR", 1.0)  # ISSUE-NOTES: ordering bugs hide at small lr
-    fn = cc.compile(example.train_step, inplace=inplace, schedule=schedule_mode, sanitize=True)
+    fn = numpy_compile(example.train_step, inplace=inplace, schedule=schedule_mode, sanitize=True)
     args = [a.copy() for a in example.example_inputs()]
     losses = [np.asarray(fn(*args)).copy() for _ in range(steps)]
     return losses, args
@@ -136,7 +142,7 @@ def _two_layer_args():
 
 
 def test_update_moves_up_to_its_gradient_but_stays_after_reads_of_the_old_weight():
-    prog = cc.compile(_two_layer).lower(*_two_layer_args())
+    prog = numpy_compile(_two_layer).lower(*_two_layer_args())
     nodes = prog.graph.nodes
     update = next(n for n in nodes if n.phase == "update" and n.inplace_of is not None
                   and n.inputs[n.inplace_of].name == "w2")
@@ -165,8 +171,8 @@ def test_update_of_two_layers_runs_like_the_written_order():
     got = [a.copy() for a in args]
     want = [a.copy() for a in args]
     for _ in range(3):
-        lg = cc.compile(_two_layer, sanitize=True)(*got)
-        lw = cc.compile(_two_layer, sanitize=True, schedule="off")(*want)
+        lg = numpy_compile(_two_layer, sanitize=True)(*got)
+        lw = numpy_compile(_two_layer, sanitize=True, schedule="off")(*want)
         assert np.asarray(lg).tobytes() == np.asarray(lw).tobytes()
     for a, b in zip(got, want):
         assert a.tobytes() == b.tobytes()
@@ -183,11 +189,11 @@ def test_mutations_of_a_caller_array_keep_their_order():
 
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     y = np.full((2, 4), 1.5, np.float32)
-    prog = cc.compile(f).lower(x, y)
+    prog = numpy_compile(f).lower(x, y)
     graph = dce(cc.trace(f, x, y))
     writes_after_their_reads(graph, prog.graph)
     got_x, want_x = x.copy(), x.copy()
-    out = cc.compile(f, sanitize=True)(got_x, y)
+    out = numpy_compile(f, sanitize=True)(got_x, y)
     a = want_x * 2
     want_x += 1
     b = want_x * 3
@@ -199,7 +205,7 @@ def test_mutations_of_a_caller_array_keep_their_order():
 def test_schedule_off_keeps_the_written_order():
     args = _two_layer_args()
     traced, _ = gemm_accumulate(dce(cc.trace(_two_layer, *args)))
-    prog = cc.compile(_two_layer, schedule="off").lower(*args)
+    prog = numpy_compile(_two_layer, schedule="off").lower(*args)
     assert [n.out.id for n in prog.graph.nodes] == [n.out.id for n in traced.nodes]
     assert prog.plan.schedule is None and "schedule:" not in prog.plan.report()
     state = cc.passes.run_passes(traced, until="schedule", schedule="off")
@@ -209,7 +215,7 @@ def test_schedule_off_keeps_the_written_order():
 
 def test_unknown_schedule_mode_is_refused():
     with pytest.raises(ValueError, match="schedule mode 'greedy'"):
-        cc.compile(_two_layer, schedule="greedy")
+        numpy_compile(_two_layer, schedule="greedy")
 
 
 def test_schedule_is_in_the_pipeline_before_reinplace():
@@ -224,7 +230,7 @@ def test_a_schedule_that_plans_no_lower_keeps_the_written_order():
             x = (x * 2.0).exp()
         return x.sum()
 
-    prog = cc.compile(f).lower(np.ones(64, np.float32))
+    prog = numpy_compile(f).lower(np.ones(64, np.float32))
     assert prog.plan.written_order_live_bytes is None
     assert prog.plan.schedule is not None and not prog.plan.schedule.changed
     assert "schedule: the written order is kept" in prog.plan.report()

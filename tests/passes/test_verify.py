@@ -15,12 +15,18 @@ from passes.verify import PlanError
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
 
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
 X = np.random.default_rng(0).standard_normal((3, 4))
 W = np.random.default_rng(1).standard_normal((4, 4))
 
 
 def _lower(fn, *args, inplace="auto"):
-    prog = cc.compile(fn, inplace=inplace).lower(*args)
+    prog = numpy_compile(fn, inplace=inplace).lower(*args)
     verify_plan(prog.graph, prog.plan)  # the unbroken plan is fine
     return prog
 

@@ -8,13 +8,19 @@ from runtime import arena
 from runtime.arena import ArenaExecutable
 from tests.backends import AVAILABLE
 
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
+    (the default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})
+
 X = np.arange(12, dtype=np.float64).reshape(3, 4)
 
 
 def test_arena_is_allocated_once_per_program_and_reused():
     def f(x):
         return ((x * 2.0).exp() + 1.0).sum()
-    fn = cc.compile(f)
+    fn = numpy_compile(f)
     prog = fn.lower(X)
     assert prog._exec.arena is None           # lower() allocates nothing
     first = fn(X)
@@ -29,7 +35,7 @@ def test_sanitizer_poisons_dead_buffers_but_not_live_ones():
         b = a.sin()      # a dies here (b can't take it: a is read below)
         c = b * a
         return c.sum()
-    prog = cc.compile(f, sanitize=False).lower(X)
+    prog = numpy_compile(f, sanitize=False).lower(X)
     exe = ArenaExecutable(prog.graph, prog.plan, sanitize=True)
     outs, _ = exe.run([X.copy()])
     np.testing.assert_allclose(outs[0], (np.sin(2 * X) * 2 * X).sum())
@@ -41,7 +47,7 @@ def test_outputs_never_alias_the_arena_and_only_views_alias_an_input():
         y = x * 2.0
         return y, x.reshape([12]), x
     x = X.copy()
-    fn = cc.compile(f)
+    fn = numpy_compile(f)
     y, flat, same = fn(x)
     prog = fn.lower(x)
     assert not np.shares_memory(y, x)
@@ -56,7 +62,7 @@ def test_mutated_input_returned_is_the_callers_array():
     def f(x):
         return x.add_(1.0)
     x = X.copy()
-    out = cc.compile(f)(x)
+    out = numpy_compile(f)(x)
     assert out is x and np.array_equal(x, X + 1)
 
 
@@ -65,7 +71,7 @@ def test_same_array_passed_twice_is_one_storage():
         x.add_(1.0)          # writes x...
         return y * 1.0       # ...and y, the same array, sees it (eager NumPy / PyTorch)
     a = X.copy()
-    out = cc.compile(f)(a, a)
+    out = numpy_compile(f)(a, a)
     np.testing.assert_array_equal(out, X + 1)
     np.testing.assert_array_equal(a, X + 1)     # x's update lands in the caller's array
 
@@ -75,7 +81,7 @@ def test_overlapping_arguments_are_detected():
         x.scale_(2.0)
         return y.sum()
     a = X.copy()
-    total = cc.compile(f)(a[0:2], a[1:3])
+    total = numpy_compile(f)(a[0:2], a[1:3])
     assert np.isclose(total, 2 * X[1].sum() + X[2].sum())  # y sees x's write to row 1
     np.testing.assert_array_equal(a[0:2], 2 * X[0:2])
     np.testing.assert_array_equal(a[2], X[2])
@@ -86,18 +92,18 @@ def test_donation_errors():
         return F.relu(x) + y
     a = X.copy()
     with pytest.raises(cc.InplaceError, match="donated twice"):
-        cc.compile(f, donate=("x", 0)).lower(a, a.copy())
+        numpy_compile(f, donate=("x", 0)).lower(a, a.copy())
     with pytest.raises(cc.InplaceError, match="shares memory with argument 'y'"):
-        cc.compile(f, donate=("x",))(a, a)
+        numpy_compile(f, donate=("x",))(a, a)
     with pytest.raises(cc.InplaceError, match="not an array argument"):
-        cc.compile(f, donate=(5,)).lower(a, a.copy())
+        numpy_compile(f, donate=(5,)).lower(a, a.copy())
 
 
 def test_donated_input_buffer_is_reused_by_the_program():
     def f(x):
         return (x * 2.0).exp()
     x = X.copy()
-    fn = cc.compile(f, donate=("x",))
+    fn = numpy_compile(f, donate=("x",))
     prog = fn.lower(x)
     assert prog.plan.arena_bytes == 64 and prog.plan.output_bytes == 0  # just a constant
     out = fn(x)
@@ -109,7 +115,7 @@ def test_read_only_donated_array_is_refused():
     x = X.copy()
     x.flags.writeable = False
     with pytest.raises(cc.InplaceError, match="read-only"):
-        cc.compile(lambda x: x * 2.0, donate=(0,))(x)
+        numpy_compile(lambda x: x * 2.0, donate=(0,))(x)
 
 
 # -- planning allocates nothing; a call that can't get its memory says so ----------------------
@@ -119,7 +125,7 @@ def huge(x):
 
 
 def test_planning_a_149_gib_program_allocates_nothing():
-    prog = cc.compile(huge).lower(X)
+    prog = numpy_compile(huge).lower(X)
     assert prog.plan.arena_bytes >= 200000 * 200000 * 4
     assert prog._exec.arena is None          # nothing allocated yet
     assert str(prog.plan.arena_bytes) in prog.plan.report()
@@ -131,7 +137,7 @@ def test_calling_a_program_bigger_than_the_machine_raises_before_touching_anythi
         return huge(x)
     x = X.copy()
     with pytest.raises(cc.InsufficientMemoryError, match=r"needs \d+ B .* only \d+ B") as e:
-        cc.compile(f)(x)
+        numpy_compile(f)(x)
     assert isinstance(e.value, MemoryError) and isinstance(e.value, cc.CompilerError)
     assert f"{prog_bytes(f)} B" in str(e.value) and "test_arena.py:" in str(e.value)
     np.testing.assert_array_equal(x, X)      # ...but nothing ran
@@ -147,16 +153,16 @@ def test_only_calls_that_need_much_new_memory_ask_the_os(backend, monkeypatch):
         asked.append(1)
         return 0
     monkeypatch.setattr(arena, "available_memory", nothing_available)
-    small = cc.compile(lambda x: x * 2.0, backend=backend)
+    small = numpy_compile(lambda x: x * 2.0, backend=backend)
     np.testing.assert_array_equal(small(X), X * 2.0)
     assert asked == []
     n = arena.CHECKED_BYTES // 8
-    big = cc.compile(lambda x: x.expand([2, n]) + 1.0, backend=backend)
+    big = numpy_compile(lambda x: x.expand([2, n]) + 1.0, backend=backend)
     with pytest.raises(cc.InsufficientMemoryError, match=r"only 0 B"):
         big(np.ones(n))
     assert asked == [1]
 
 
 def prog_bytes(f):
-    plan = cc.compile(f).lower(X).plan
+    plan = numpy_compile(f).lower(X).plan
     return plan.arena_bytes + plan.output_bytes
