@@ -14,8 +14,12 @@ Distributions, from the 4 output words w0..w3 of one counter:
   - "uniform" in [0, 1): float32 from the top 24 bits of w0; float64 from 53 bits of w0, w1;
   - "normal" (Box-Muller, in float64 then rounded to the dtype): u1 = 1 - U53(w0, w1) in
     (0, 1], u2 = U53(w2, w3); z = sqrt(-2 ln u1) cos(2 pi u2).
-The uniform bits are exact on every backend; normal values go through log and cos, so they
-agree within the transcendental tolerance (4 ulp) across backends.
+Every backend computes the same bits, normal numbers included: ln and cos are not library
+calls (whose last bits differ between NumPy, glibc and CUDA) but `box_muller` below, written
+once with + - * /, sqrt, floor, comparisons and selects, each correctly rounded in IEEE
+float64 everywhere, and evaluated in the same order by the numpy reference and by the
+rendered expression (native code must not contract a*b+c into an FMA: LLVM doesn't without
+fast-math flags; NVRTC gets --fmad=false).
 """
 from __future__ import annotations
 
@@ -59,6 +63,73 @@ def _u53(hi, lo):
             + (lo >> np.uint64(6)).astype(np.float64)) * 2.0 ** -53
 
 
+# -- Box-Muller from correctly rounded float64 operations only -------------------------------
+SQRT2 = math.sqrt(2.0)
+LN2 = math.log(2.0)
+_ATANH_TERMS = [1.0 / (2 * n + 1) for n in range(12)]                 # 1/1, 1/3, 1/5, ...
+_COS_TERMS = [(-1) ** n / math.factorial(2 * n) for n in range(11)]   # cos a = sum c_n a^2n
+_SIN_TERMS = [(-1) ** n / math.factorial(2 * n + 1) for n in range(11)]
+
+
+class _NumpyOps:
+    where, floor, sqrt = staticmethod(np.where), staticmethod(np.floor), staticmethod(np.sqrt)
+
+    @staticmethod
+    def eq(a, b):
+        return a == b
+
+
+class _ExprOps:
+    @staticmethod
+    def where(c, a, b):
+        return S.call("where", c, a, b)
+
+    @staticmethod
+    def floor(x):
+        return S.call("floor", x)
+
+    @staticmethod
+    def sqrt(x):
+        return S.call("sqrt", x)
+
+    @staticmethod
+    def eq(a, b):
+        return a.eq(b)
+
+
+def _horner(x, coefficients):
+    p = coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        p = p * x + c
+    return p
+
+
+def box_muller(u1, u2, ops):
+    """sqrt(-2 ln u1) cos(2 pi u2) for float64 u1 in (0, 1] (multiples of 2**-53) and u2 in
+    [0, 1), from operations that every backend rounds the same way; `ops` supplies `where`,
+    `floor`, `sqrt` and `eq` for numpy arrays or scalar expressions. Accuracy: a few ulp of
+    float64 (tested against math.log/math.cos), far below a float32 normal's rounding."""
+    # ln u1 = ln m - e ln 2 with m = u1 * 2**e in [sqrt(2)/2, sqrt(2)): e by binary search,
+    # each scaling by a power of two exact
+    m, e = u1, u1 * 0.0
+    for p in (32, 16, 8, 4, 2, 1):
+        scaled = m * 2.0 ** p
+        fits = scaled < SQRT2
+        m, e = ops.where(fits, scaled, m), ops.where(fits, e + float(p), e)
+    s = (m - 1.0) / (m + 1.0)             # |s| <= 0.1716; m - 1 is exact (Sterbenz)
+    ln_m = 2.0 * s * _horner(s * s, _ATANH_TERMS)   # 2 atanh(s): 12 terms reach 1e-19
+    ln_u1 = ln_m - e * LN2
+    # cos(2 pi u2) = cos(q pi/2 + a): q = round(4 u2), a = (4 u2 - q) pi/2 in [-pi/4, pi/4]
+    t = u2 * 4.0                           # exact
+    q = ops.floor(t + 0.5)
+    a = (t - q) * (math.pi / 2.0)          # t - q is exact
+    a2 = a * a
+    cos_a, sin_a = _horner(a2, _COS_TERMS), a * _horner(a2, _SIN_TERMS)
+    c = ops.where(ops.eq(q, 1.0), -sin_a,
+                  ops.where(ops.eq(q, 2.0), -cos_a, ops.where(ops.eq(q, 3.0), sin_a, cos_a)))
+    return ops.sqrt(ln_u1 * -2.0) * c
+
+
 def _philox_ref(index, seed, stream, dist, dtype):
     w = _words_ref(index, seed, stream)
     dtype = np.dtype(dtype)
@@ -67,7 +138,7 @@ def _philox_ref(index, seed, stream, dist, dtype):
             return ((w[0] >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24))
         return _u53(w[0], w[1])
     u1, u2 = 1.0 - _u53(w[0], w[1]), _u53(w[2], w[3])
-    return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)).astype(dtype)
+    return np.asarray(box_muller(u1, u2, _NumpyOps)).astype(dtype)
 
 
 # -- the same algorithm as a scalar expression (what native backends render) -----------------
@@ -106,8 +177,7 @@ def philox_expr(attrs) -> S.Expr:
             return S.cast(S.call("shr", w[0], _c(8)), dtype) * np.float32(2.0 ** -24)
         return _u53_expr(w[0], w[1])
     u1, u2 = 1.0 - _u53_expr(w[0], w[1]), _u53_expr(w[2], w[3])
-    z = S.call("sqrt", S.call("log", u1) * -2.0) * S.call("cos", u2 * (2.0 * math.pi))
-    return S.cast(z, dtype)
+    return S.cast(box_muller(u1, u2, _ExprOps), dtype)
 
 
 def _philox_infer(types, stream, dist, dtype):

@@ -111,13 +111,23 @@ _NP_OPS = {
 }
 
 
-def evaluate(e: Expr, args: list[np.ndarray]):
-    """Evaluate `e` elementwise with numpy over broadcast arguments."""
+def evaluate(e: Expr, args: list[np.ndarray], _memo=None):
+    """Evaluate `e` elementwise with numpy over broadcast arguments. A subexpression shared by
+    identity is evaluated once (expressions such as Philox's and Box-Muller's are DAGs)."""
     if e.op == "arg":
         return args[e.value]
     if e.op == "const":
         return e.value
-    vals = [evaluate(a, args) for a in e.args]
+    memo = {} if _memo is None else _memo
+    if id(e) in memo:
+        return memo[id(e)][0]
+    vals = [evaluate(a, args, memo) for a in e.args]
+    out = _apply(e, vals)
+    memo[id(e)] = (out, e)  # (keeps e alive, so its id stays unique while memo lives)
+    return out
+
+
+def _apply(e: Expr, vals):
     if e.op == "cast":
         return np.asarray(vals[0]).astype(e.value)
     if e.op in _NP_OPS:

@@ -84,7 +84,7 @@ class GpuExecutable:
         if self._kernels is not None:
             return
         try:
-            mod = cupy.RawModule(code=self.source, options=("--std=c++17",))
+            mod = cupy.RawModule(code=self.source, options=("--std=c++17", "--fmad=false"))
             names = {ln.kernel for ln in self.module.launches if ln.library is None}
             self._kernels = {n: mod.get_function(n) for n in names}
         except cupy.cuda.compiler.CompileException as e:

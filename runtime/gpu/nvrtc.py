@@ -10,7 +10,9 @@ from __future__ import annotations
 from compiler.errors import DeviceError
 
 ARCH = "compute_80"
-OPTIONS = (f"--gpu-architecture={ARCH}", "--std=c++17")
+# --fmad=false: a*b+c stays two correctly rounded operations, as in NumPy and the cpu backend
+# (ISSUE-NOTES §8: + - * / are bit-identical to the reference; NVRTC contracts by default)
+OPTIONS = (f"--gpu-architecture={ARCH}", "--std=c++17", "--fmad=false")
 
 
 def available() -> bool:

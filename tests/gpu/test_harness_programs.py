@@ -289,3 +289,20 @@ extern "C" __global__ void row_norm(const double *__restrict__ x, double *__rest
                  if all(right(module, schedule) for schedule in SCHEDULES)]
     assert not unnoticed, f"copies without a barrier that still gave the right answer: " \
         f"{unnoticed}"
+
+
+def test_random_draws_are_the_same_bits_on_numpy_cpu_and_the_gpu_code():
+    """ISSUE-NOTES §10: a step reproduces bit for bit across backends, normal numbers included
+    (Box-Muller from correctly rounded operations; NVRTC and the harness don't contract FMAs)."""
+    import compiler.nn.functional as F
+
+    def draw(s):
+        return (cc.rand([300, 257], seed=s), cc.randn([1000], seed=s),
+                cc.randn([77], "float64", seed=s), F.dropout(cc.ones([64, 64]), 0.3, seed=s))
+    seed = np.array(2 ** 40 + 77, np.uint64)
+    want = cc.compile(draw, backend="numpy")(seed)
+    on_cpu = cc.compile(draw, backend="cpu")(seed)
+    on_gpu = harness.on_host(cc.compile(draw, backend="gpu").lower(seed))(seed)
+    for w, c, g in zip(want, on_cpu, on_gpu):
+        np.testing.assert_array_equal(c, w)
+        np.testing.assert_array_equal(g, w)

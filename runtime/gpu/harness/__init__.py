@@ -41,7 +41,9 @@ import numpy as np
 from ..launch import GpuModule, Launch
 
 HEADER = Path(__file__).with_name("cuda_host.h")
-FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fwrapv",
+# (-ffp-contract=off: no a*b+c fused into one rounding, as on the device with --fmad=false)
+FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden",
+         "-fwrapv",
          "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0")
 POISON = 0xFF   # arena and outputs before the run: NaN as float32/float64, -1 as an integer
 CANARY = 0xA5   # the slack around every buffer (cuda_host::CANARY)
