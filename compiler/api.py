@@ -419,6 +419,7 @@ class CompiledFunction:
                              "has no host staging of its buckets yet")
         self.distributed = distributed
         self._cache: dict = {}
+        self._positional_names: dict[int, list[str]] = {}
         self.traces = 0          # how many times fn was traced
         self._last_key = None
         self._warned = False
@@ -461,7 +462,10 @@ class CompiledFunction:
 
     def _lower(self, args, kwargs, loc) -> Program:
         values = tuple(args) + tuple(kwargs.values())
-        names = _param_names(self.fn, len(args)) + list(kwargs)
+        positional = self._positional_names.get(len(args))
+        if positional is None:  # (inspect.signature costs ~20 us: once per arity, not per call)
+            positional = self._positional_names[len(args)] = _param_names(self.fn, len(args))
+        names = positional + list(kwargs)
         for i, (name, a) in enumerate(zip(names, values)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
         sig, _ = _bind(values, names, loc)

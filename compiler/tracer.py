@@ -26,7 +26,9 @@ def user_loc(depth: int = 1) -> Loc:
     """The first stack frame outside our packages: the user's line that made this call."""
     frame = sys._getframe(depth)
     while frame is not None:
-        fname = os.path.abspath(frame.f_code.co_filename)
+        fname = frame.f_code.co_filename
+        # (abspath calls getcwd: only relative names need it; normpath is string work)
+        fname = os.path.normpath(fname) if os.path.isabs(fname) else os.path.abspath(fname)
         if not fname.startswith(_PACKAGE_DIRS) and fname not in _SKIP_FILES:
             return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
         frame = frame.f_back
