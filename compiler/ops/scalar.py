@@ -89,6 +89,37 @@ def substitute(e: Expr, args: dict) -> Expr:
     return Expr(e.op, tuple(substitute(x, args) for x in e.args), e.value)
 
 
+# -- typing, as every renderer does it -----------------------------------------------------
+class Weak:
+    """A Python constant whose type is decided by the operand it meets (NEP 50)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    @property
+    def is_float(self) -> bool:
+        return isinstance(self.value, float)
+
+
+def d_value(w):
+    return w.value if isinstance(w, Weak) else w
+
+
+def common_dtype(items) -> np.dtype:
+    """numpy's result type of typed operands (dtypes) and weak Python constants (Weak): the
+    type every renderer (LLVM, CUDA C) gives an operator's operands."""
+    typed = [d for d in items if not isinstance(d, Weak)]
+    weak = [d for d in items if isinstance(d, Weak)]
+    if typed:
+        t = np.result_type(*typed)
+        if any(w.is_float for w in weak) and t.kind in "iub":
+            t = np.dtype(np.float64)
+        elif weak and t == np.dtype(np.bool_):
+            t = np.dtype(np.int64)
+        return t
+    return np.dtype(np.float64 if any(w.is_float for w in weak) else np.int64)
+
+
 # -- numpy evaluation (for testing expressions against reference implementations) ---------
 _NP_FUNCS = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "expm1": np.expm1, "log": np.log,

@@ -25,6 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from compiler.ops.fused import postorder
+from compiler.ops.scalar import Weak, common_dtype, d_value  # noqa: F401  (shared typing)
 
 from .jit import LIBM
 
@@ -93,16 +94,6 @@ def convert(b: ir.IRBuilder, v, src, dst):
         return b.sext(v, t)
     return b.trunc(v, t) if dst.itemsize < src.itemsize else v
 
-
-class Weak:
-    """A Python constant whose type is decided by the operand it meets (NEP 50)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    @property
-    def is_float(self) -> bool:
-        return isinstance(self.value, float)
 
 
 def _declare(module: ir.Module, name: str, ret, args) -> ir.Function:
@@ -535,18 +526,6 @@ def select_max(b, x, y, dtype, is_max=True):
     return b.select(b.icmp_signed(">=" if is_max else "<=", x, y), x, y)
 
 
-def common_dtype(items) -> np.dtype:
-    """numpy's result type of typed operands (dtypes) and weak Python constants (Weak)."""
-    typed = [d for d in items if not isinstance(d, Weak)]
-    weak = [d for d in items if isinstance(d, Weak)]
-    if typed:
-        t = np.result_type(*typed)
-        if any(w.is_float for w in weak) and t.kind in "iub":
-            t = np.dtype(np.float64)
-        elif weak and t == BOOL:
-            t = np.dtype(np.int64)
-        return t
-    return np.dtype(np.float64 if any(w.is_float for w in weak) else np.int64)
 
 
 def _int_pow(b: ir.IRBuilder, x, y):
@@ -712,5 +691,3 @@ class Renderer:
         raise NotImplementedError(f"scalar function {e.op}")
 
 
-def d_value(w):
-    return w.value if isinstance(w, Weak) else w

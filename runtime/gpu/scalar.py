@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.ops.fused import postorder
+from compiler.ops.scalar import Weak, common_dtype, d_value  # noqa: F401  (shared typing)
 
 BOOL = np.dtype(np.bool_)
 
@@ -158,29 +159,7 @@ _UNARY_F = ("exp", "expm1", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt", "
 _CMP = ("<", ">", "<=", ">=", "==", "!=")
 
 
-class Weak:
-    """A Python constant whose type is decided by the operand it meets (NEP 50)."""
 
-    def __init__(self, value):
-        self.value = value
-
-    @property
-    def is_float(self) -> bool:
-        return isinstance(self.value, float)
-
-
-def common_dtype(items) -> np.dtype:
-    """numpy's result type of typed operands and weak Python constants (as on cpu)."""
-    typed = [d for d in items if not isinstance(d, Weak)]
-    weak = [d for d in items if isinstance(d, Weak)]
-    if typed:
-        t = np.result_type(*typed)
-        if any(w.is_float for w in weak) and t.kind in "iub":
-            t = np.dtype(np.float64)
-        elif weak and t == BOOL:
-            t = np.dtype(np.int64)
-        return t
-    return np.dtype(np.float64 if any(w.is_float for w in weak) else np.int64)
 
 
 class Renderer:
@@ -303,5 +282,3 @@ class Renderer:
         raise NotImplementedError(f"scalar function {e.op} has no CUDA rendering")
 
 
-def d_value(w):
-    return w.value if isinstance(w, Weak) else w
