@@ -25,7 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from compiler.ops.fused import postorder
-from compiler.ops.scalar import Weak, common_dtype, d_value  # noqa: F401  (shared typing)
+from compiler.ops.scalar import Weak, common_dtype, d_value  # (typing shared by renderers)
 
 from .jit import LIBM
 

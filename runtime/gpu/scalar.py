@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.ops.fused import postorder
-from compiler.ops.scalar import Weak, common_dtype, d_value  # noqa: F401  (shared typing)
+from compiler.ops.scalar import Weak, common_dtype, d_value  # (typing shared by renderers)
 
 BOOL = np.dtype(np.bool_)
 
