@@ -538,6 +538,8 @@ def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
+    `backend`: "cpu" (default; native code through llvmlite), "numpy" (the reference
+    executor) or "gpu" (CUDA C run by CuPy; lowering needs no device).
     `sanitize=True` runs the planned program with every dead buffer poisoned (also switched
     on for every program by the environment variable COMPILER_SANITIZE=1). `schedule="auto"`
     reorders the program to lower its peak (passes.schedule; never above the written order's
