@@ -260,6 +260,8 @@ def _into(out, *arrays, body, scratch=None):
                    buffersize=CHUNK, order="K")
     with it:
         for pieces in it:
+            if not arrays:  # (over one operand nditer yields the piece itself, not a tuple)
+                pieces = (pieces,)
             n = len(pieces[-1])
             body.evaluate(pieces[:-1], pieces[-1], [row[:n] for row in scratch])
 

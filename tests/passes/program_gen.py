@@ -54,6 +54,7 @@ ALIASES = {
 # Helpers the numpy twin calls: each writes its result into `t` (a numpy view or array) after
 # reading every operand, and returns `t` (Paddle: an inplace op returns the same Tensor).
 NUMPY_PRELUDE = '''
+import math
 import numpy as np
 
 def sigmoid(x):
@@ -66,6 +67,18 @@ def softmax(x, axis):
 def inplace(t, value):
     t[...] = value
     return t
+
+def gelu(x, approximate=False):
+    if approximate:
+        inner = np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)
+        return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype)
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return (0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))).astype(x.dtype)
+
+def layer_norm(x, eps=1e-5):
+    m = x.mean(axis=-1, keepdims=True)
+    v = np.square(x - m).mean(axis=-1, keepdims=True)
+    return ((x - m) / np.sqrt(v + eps)).astype(x.dtype)
 
 arr = np.asarray  # numpy ops on 0-d arrays give scalars; the compiler's give 0-d tensors
 
@@ -517,6 +530,12 @@ class _Gen:
         if self.arr(x).ndim >= 1:
             ax = self.draw(st.integers(-1, self.arr(x).ndim - 1))
             ops.append((f"F.softmax({{x}}, axis={ax})", f"softmax({{x}}, {ax})"))
+        if m <= 10:  # the composite ops of issue 9 (their own VJPs, recomputation, fusion)
+            ops += [("F.gelu({x})", "gelu({x})"), ("F.gelu({x}, approximate=True)",
+                                                   "gelu({x}, approximate=True)")]
+        if self.arr(x).ndim >= 1 and self.arr(x).shape[-1] >= 3 and self.arr(x).size:
+            n = self.arr(x).shape[-1]
+            ops.append((f"F.layer_norm({{x}}, {n})", "layer_norm({x})"))
         pd, npx = self.choice(ops)
         out = self.fresh()
         self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")", define=out)

@@ -512,3 +512,23 @@ def test_a_deep_shared_body_renders_once_per_value(backend):
         for _ in range(30):
             want = want * want + want
         np.testing.assert_array_equal(prog(x), want)
+
+
+def test_a_body_of_constants_alone_runs_on_numpy_too():
+    """Found by the random programs: `a.zero_(); a += 0.5; a += 0.5` fuses into a body with no
+    array operand (the zero is an inlined constant); the numpy executor's chunked loop then
+    iterates over the output alone, where nditer yields pieces, not tuples of pieces."""
+    def program(a, b):
+        v0 = a.matmul(b)  # noqa: F841  (read before the writes: a stays an argument)
+        a.zero_()
+        a += 0.5
+        a += 0.5
+        return -a
+    a0, b = np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    for backend in ("numpy", "cpu"):
+        fn = cc.compile(program, backend=backend, fuse=True, sanitize=True)
+        a = a0.copy()
+        fused = [n for n in fn.lower(a, b).graph.nodes if n.op == "fused"]
+        assert fused and not fused[0].inputs
+        np.testing.assert_array_equal(fn(a, b), np.full((3, 4), -1.0, np.float32))
+        np.testing.assert_array_equal(a, np.ones((3, 4), np.float32))
