@@ -80,7 +80,12 @@ def layer_norm(x, eps=1e-5):
     v = np.square(x - m).mean(axis=-1, keepdims=True)
     return ((x - m) / np.sqrt(v + eps)).astype(x.dtype)
 
-arr = np.asarray  # numpy ops on 0-d arrays give scalars; the compiler's give 0-d tensors
+def arr(x):
+    """A computed value as the compiler makes it: an array (numpy ops on 0-d arrays give
+    scalars; the compiler's give 0-d tensors), C-contiguous (a fresh buffer), so that a later
+    `reshape(-1)` of it is a view in the twin too: numpy keeps `-e`'s transposed layout when
+    `e` is a transposed argument, and reshaping that copies."""
+    return np.asarray(x, order="C")
 
 def cross_entropy(x, labels, weight=None, ignore_index=-100, reduction="mean",
                   label_smoothing=0.0):
