@@ -16,3 +16,9 @@ def available(backend: str) -> bool:
 
 
 AVAILABLE = [b for b in BACKENDS if available(b)]
+
+
+def numpy_compile(fn=None, **options):
+    """cc.compile on the numpy backend, for tests that pin its plans: the unfused graph's (the
+    default backend, cpu, fuses elementwise chains first)."""
+    return cc.compile(fn, **{"backend": "numpy", **options})

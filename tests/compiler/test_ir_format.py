@@ -7,11 +7,7 @@ import numpy as np
 import compiler as cc
 import compiler.nn.functional as F
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 
 def program(x, w):

@@ -12,11 +12,7 @@ from passes import cse, dce, plan_memory, reinplace, verify_graph, verify_plan
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 X = np.random.default_rng(0).standard_normal((3, 4))
 

@@ -10,11 +10,7 @@ import passes
 from passes.memory_plan import GPU_ALIGNMENT
 from passes.verify import verify_plan
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 RELU_INPUT = np.zeros((1, 64, 512, 512), np.float32)  # 64 MiB, the Paddle seed
 

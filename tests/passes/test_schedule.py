@@ -14,11 +14,7 @@ from passes.gemm_accumulate import gemm_accumulate
 from passes.schedule import _kept, schedule
 from passes.simplify import dce
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 

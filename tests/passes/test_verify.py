@@ -8,18 +8,13 @@ technicality.
 import numpy as np
 import pytest
 
-import compiler as cc
 from compiler.ir import Graph
 from passes import Buffer, verify_graph, verify_plan
 from passes.verify import PlanError
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 X = np.random.default_rng(0).standard_normal((3, 4))
 W = np.random.default_rng(1).standard_normal((4, 4))

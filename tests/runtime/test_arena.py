@@ -8,11 +8,7 @@ from runtime import arena
 from runtime.arena import ArenaExecutable
 from tests.backends import AVAILABLE
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 X = np.arange(12, dtype=np.float64).reshape(3, 4)
 

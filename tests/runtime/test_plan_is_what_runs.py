@@ -18,11 +18,7 @@ from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
 from tests.backends import AVAILABLE
 
-
-def numpy_compile(fn=None, **options):
-    """cc.compile on the numpy backend: these tests pin its plans, which are the unfused graph's
-    (the default backend, cpu, fuses elementwise chains first)."""
-    return cc.compile(fn, **{"backend": "numpy", **options})
+from tests.backends import numpy_compile
 
 SLACK = 64 * 1024  # small objects: array headers, the argument checks, NumPy's ufunc buffers
 
