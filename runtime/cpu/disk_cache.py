@@ -177,10 +177,14 @@ def _mac_key(dfd: int) -> bytes:
         try:
             kfd = os.open(KEY_NAME, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=dfd)
         except FileNotFoundError:
-            _create_key(dfd)
+            try:
+                _create_key(dfd)
+            except OSError as e:  # a read-only directory, a full disk
+                raise _Refused(f"key file {KEY_NAME}: can't be created: {e.strerror}")
             continue
         except OSError as e:  # ELOOP: a symlink; ENXIO: a socket
-            raise _Refused(f"key file {KEY_NAME}: {e.strerror}")
+            raise _Refused(f"key file {KEY_NAME}: "
+                           + ("a symbolic link" if e.errno == errno.ELOOP else e.strerror))
         try:
             st = os.fstat(kfd)
             if not stat.S_ISREG(st.st_mode):
@@ -192,6 +196,8 @@ def _mac_key(dfd: int) -> bytes:
                 raise _Refused(f"key file {KEY_NAME}: mode {stat.S_IMODE(st.st_mode):04o}, "
                                "group or others can read or write it (must be 0600)")
             data = os.read(kfd, KEY_BYTES + 1)
+        except OSError as e:
+            raise _Refused(f"key file {KEY_NAME}: {e.strerror}")
         finally:
             os.close(kfd)
         if len(data) == KEY_BYTES:
@@ -248,8 +254,8 @@ def _dir_for(path: str, stacklevel: int = 4) -> _Dir | None:
             try:
                 d = _open_dir(path)
             except _Refused as e:
-                d = str(e)
-                STATS["refused directory"] += 1
+                d = _checked_dirs[path] = str(e)  # recorded before the warning, which
+                STATS["refused directory"] += 1   # may be raised as an error
                 warnings.warn(f"compiler cache directory {path} refused ({d}): the disk cache is "
                               "off for this process (set COMPILER_CACHE_DIR to a directory of "
                               "your own, mode 0700, or to '' to turn the cache off)",

@@ -670,3 +670,16 @@ def test_a_directory_group_or_others_alone_can_write_turns_the_cache_off(tmp_pat
         assert list(d.iterdir()) == []
     finally:
         disk_cache._reset()
+
+
+def test_a_key_that_cannot_be_created_turns_the_cache_off(cache, monkeypatch):
+    # a read-only or full cache directory (simulated: root ignores a read-only mode)
+    def refuse(dfd, suffix):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(disk_cache, "_open_tmp", refuse)
+    before = _counts()
+    with pytest.warns(RuntimeWarning, match=r"refused \(key file .*can't be created: "
+                                             r"Permission denied\): the disk cache is off"):
+        assert _compile_and_call(_module(53)) == 266
+    assert _compile_and_call(_module(53)) == 266
+    assert _delta(before) == {"llvm": 2, "hit": 0, "miss": 0, "store": 0, "refused entry": 0}
