@@ -228,16 +228,28 @@ __all__ = ["demo", "plan", "load_example", "resolve_example", "UsageError"]
 
 
 def cache(action: str) -> int:
-    """`python -m compiler cache info|clear`."""
+    """`python -m compiler cache info|clear`. `clear` removes only what the cache wrote; a
+    refused directory (a symlink, another user's, writable by others) is not touched: exit 1."""
+    import warnings
     from runtime.cpu import disk_cache
+    with warnings.catch_warnings():  # the refusal is printed below, once
+        warnings.simplefilter("ignore", RuntimeWarning)
+        info = disk_cache.info()
     if action == "clear":
         if disk_cache.cache_dir() is None:
             print("the disk cache is off (COMPILER_CACHE_DIR is empty): nothing to clear")
             return 0
+        if info["status"] != "in use":
+            print(f"{info['directory']}: {info['status']}; nothing removed")
+            return 1
         n = disk_cache.clear()
-        print(f"removed {n} entries from {disk_cache.cache_dir()}")
+        others = info["other files"]
+        print(f"removed {n} entries from {disk_cache.cache_dir()}"
+              + (f" ({others} other files left alone: the cache did not write them)"
+                 if others else ""))
         return 0
-    info = disk_cache.info()
     print(f"directory: {info['directory']}\nstatus: {info['status']}\n"
-          f"entries: {info['entries']} ({info['bytes']} bytes; at most {info['max_bytes']})")
+          f"entries: {info['entries']} ({info['bytes']} bytes; at most {info['max_bytes']})"
+          + (f"\nother files: {info['other files']} (not the cache's; clear leaves them)"
+             if info["other files"] else ""))
     return 0
