@@ -123,8 +123,8 @@ def check_timeout(comm, rank):
         except cc.distributed.CommunicationError as e:
             result["raised"], result["message"] = type(e).__name__, str(e)
     comm.Barrier()
-    if rank != 0:  # the signature exchange rank 0 posted before giving up
-        dup.Iallgather(np.zeros(1, np.uint64), np.empty(dup.Get_size(), np.uint64)).Wait()
+    if rank != 0:  # the signature exchange rank 0 posted before giving up (2 hashes a rank)
+        dup.Iallgather(np.zeros(2, np.uint64), np.empty((dup.Get_size(), 2), np.uint64)).Wait()
     return result
 
 
