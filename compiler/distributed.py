@@ -276,8 +276,7 @@ def _program_difference(comm, lines) -> str:
         return ("data-parallel step is a different program on different ranks (the same "
                 "function name and arguments, but another graph, constant, bucket layout or "
                 "compile option; every rank must run the same program, or the all-reduces "
-                f"differ): they first differ at line {k} of the program: {show(0, first)}; "
-                f"{show(r, other)}")
+                f"differ); the first difference: {show(0, first)}; {show(r, other)}")
     return "data-parallel step: the ranks' program hashes differ"  # (a hash collision)
 
 
@@ -301,8 +300,9 @@ def program_lines(program, config) -> list[tuple[str, str]]:
     def node_text(n, operands):
         attrs = " ".join(f"{k}={_attr_text(n.op, k, v, base)}" for k, v in n.attrs.items()
                          if k != "comm" and k != "body")
-        return f"{n.out.type} = {n.op} {', '.join(operands)} {{{attrs}}} " \
-               f"phase={n.phase} inplace_of={n.inplace_of}"
+        return " ".join(x for x in (f"{n.out.type} = {n.op}", ", ".join(operands),
+                                    f"{{{attrs}}}" if attrs else "", f"phase={n.phase}",
+                                    f"inplace_of={n.inplace_of}") if x)
 
     for t, n in enumerate(graph.nodes):
         where = n.loc.describe() if n.loc is not UNKNOWN_LOC else ""

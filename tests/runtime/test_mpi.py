@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,62 @@ def test_a_rank_that_never_calls_ends_in_a_timeout_not_a_hang(ranks):
     t = ranks[0]["timeout"]
     assert t["raised"] == "CommunicationError"
     assert "did not complete within 1 s" in t["message"]
+
+
+DIFFERENT_PROGRAMS = {  # what rank 0 and rank 1 show where their programs first differ
+    "lr": ("value=float(0.1)", "value=float(0.05)", "p.subtract_(lr * p.grad)"),
+    "activation": ("= relu", "= sigmoid", "act(x @ w1 + b1)"),
+    "bucket_bytes": ("bucket_bytes=1024", "bucket_bytes=4096", "options:"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(DIFFERENT_PROGRAMS))
+def test_ranks_running_different_programs_raise_before_any_all_reduce(ranks, backend, case):
+    # same function name and argument types; rank 1 traced another learning rate, another
+    # activation, or compiled with other buckets (all-reduces of other sizes: MPI_ERR_TRUNCATE
+    # and heap corruption before the program hash was exchanged)
+    mine, theirs, where = DIFFERENT_PROGRAMS[case]
+    for r in ranks:
+        m = r[f"programs_{backend}"][case]
+        assert m["raised"] == "ShapeError", m
+        assert m["allreduces_posted"] == 0
+        assert m["untouched"], "an argument was written by a step that raised"
+        assert "different program on different ranks" in m["message"]
+        first, second = m["message"].split("rank 0: ", 1)[1].split("; rank 1: ", 1)
+        assert mine in first and theirs in second and where in m["message"]
+        assert re.search(r"\(at mpi_worker\.py:\d+: step\(\*args\)\)$", m["message"])  # caller
+    # nothing was left out of step: the same program on every rank then trains
+    assert ranks[0][f"programs_{backend}"]["then_same_program_trains"]
+
+
+LATE_TIMEOUT = 1.0  # mpi_worker.LATE_TIMEOUT
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_late_rank_fails_the_step_within_the_timeout_and_changes_nothing(ranks, backend):
+    t = ranks[0][f"late_{backend}"]
+    assert t["raised"] == "CommunicationError", t
+    assert "bucket 0" in t["message"] and "on rank 0" in t["message"]
+    # every argument (the four weights, which the step updates, and the data) as it was
+    assert t["untouched"] == [True] * 6
+    # the call's waits together (exchange included) last `timeout`: a hang guard, not a speed
+    # test (one timeout per wait: 1.6 s on numpy, ~1.9 s on cpu)
+    assert 0.95 * LATE_TIMEOUT <= t["seconds"] < 1.5 * LATE_TIMEOUT, t["seconds"]
+    # the communicator is out of step now: the next call says so at once
+    assert "earlier call failed on this communicator" in t["next_call"]
+    # the late rank completed its step: rank 0's posted reductions were kept alive
+    assert ranks[1][f"late_{backend}"]["completed"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_error_mpi_reports_is_a_communication_error_naming_rank_and_bucket(ranks, backend):
+    for r in ranks:
+        m = r[f"mpi_error_{backend}"]
+        assert m["raised"] == "CommunicationError", m
+        assert "the all-reduce of bucket 0 (1024 B) failed on rank 0" in m["message"]
+        assert "MPI_ERR_BUFFER" in m["message"]
+        assert m["untouched"]
 
 
 # -- in this process: plans on a 1-rank communicator --------------------------------------------
