@@ -172,7 +172,8 @@ def check_different_programs(backend, comm, rank):
     out = {}
     for name, (kw0, kw1, dist1) in cases.items():
         kw = kw0 if rank == 0 else kw1
-        dist = cc.distributed.mpi(comm, **({"bucket_bytes": 1024} | (dist1 if rank else {})))
+        dist = cc.distributed.mpi(comm, timeout=20.0,
+                                  **({"bucket_bytes": 1024} | (dist1 if rank else {})))
         step = cc.compile(make_step(**kw), backend=backend, distributed=dist)
         x, labels = batch(0, LOCAL_BATCH)
         args = [x, labels, *params()]
