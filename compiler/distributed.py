@@ -117,8 +117,10 @@ class MpiConfig:
 def mpi(comm=None, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         timeout: float = DEFAULT_TIMEOUT) -> MpiConfig:
     """Data parallelism over an MPI communicator (mpi4py; default `COMM_WORLD`): gradients are
-    averaged over its ranks in buckets of at most `bucket_bytes`; a collective that has not
-    completed after `timeout` seconds raises `CommunicationError`."""
+    averaged over its ranks in buckets of at most `bucket_bytes`; a call whose waits (the
+    exchange of call and program hashes included) have taken `timeout` seconds in all raises
+    `CommunicationError`, and so does an error MPI reports; the step then leaves the caller's
+    arrays untouched, and the communicator can't be used again (see the module docstring)."""
     MPI = _mpi()
     comm = MPI.COMM_WORLD if comm is None else comm
     if bucket_bytes <= 0 or timeout <= 0:
@@ -224,11 +226,6 @@ def check_signature(config: MpiConfig, text: str, loc=None, program=None) -> Non
     _TIMEOUTS[key] = config.timeout
     _LEFT[key] = config.timeout
     comm = config.comm
-    MPI = _mpi()
-    # Requests of a run that raised between a start and its wait (every rank posted them):
-    # MPI may still write into the arena, so they complete before it is used again.
-    for req, buffers in _ABANDONED.pop(key, ()):
-        _wait_for(key, req, "an all-reduce the previous call left in flight", buffers)
     phash = b""
     if program is not None:
         phash = _PROGRAM_HASHES.get(program)
@@ -237,12 +234,10 @@ def check_signature(config: MpiConfig, text: str, loc=None, program=None) -> Non
                 line for line, _ in program_lines(program, config)))
     mine = np.frombuffer(_digest(text) + (phash or bytes(8)), np.uint64).copy()
     everyone = np.empty((comm.Get_size(), 2), np.uint64)
-    what = "the exchange of call signatures"
     try:
-        req = comm.Iallgather(mine, everyone)
-    except MPI.Exception as e:
-        raise _fail(key, _mpi_failure(key, what, e)) from None
-    _wait_for(key, req, what, (mine, everyone))
+        _exchange(key, comm, mine, everyone)
+    except CommunicationError as e:
+        raise CommunicationError(e.bare_message, loc) from None  # naming the caller's line
     if (everyone == mine).all():
         return
     # Every rank got here and sees the same table: a blocking exchange can't hang.
@@ -252,6 +247,20 @@ def check_signature(config: MpiConfig, text: str, loc=None, program=None) -> Non
         raise ShapeError(f"data-parallel step called with different arguments on different "
                          f"ranks (each rank must pass the same shapes and dtypes): {lines}", loc)
     raise ShapeError(_program_difference(comm, program_lines(program, config)), loc)
+
+
+def _exchange(key, comm, mine, everyone):
+    MPI = _mpi()
+    # Requests of a run that raised between a start and its wait (every rank posted them):
+    # MPI may still write into the arena, so they complete before it is used again.
+    for req, buffers in _ABANDONED.pop(key, ()):
+        _wait_for(key, req, "an all-reduce the previous call left in flight", buffers)
+    what = "the exchange of call signatures"
+    try:
+        req = comm.Iallgather(mine, everyone)
+    except MPI.Exception as e:
+        raise _fail(key, _mpi_failure(key, what, e)) from None
+    _wait_for(key, req, what, (mine, everyone))
 
 
 def _digest(text: str) -> bytes:

@@ -105,6 +105,8 @@ def test_a_rank_that_never_calls_ends_in_a_timeout_not_a_hang(ranks):
     t = ranks[0]["timeout"]
     assert t["raised"] == "CommunicationError"
     assert "did not complete within 1 s" in t["message"]
+    assert "exchange of call signatures" in t["message"] and "on rank 0" in t["message"]
+    assert "(at mpi_worker.py:" in t["message"]  # the caller's line
 
 
 DIFFERENT_PROGRAMS = {  # what rank 0 and rank 1 show where their programs first differ
