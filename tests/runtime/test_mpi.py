@@ -272,6 +272,27 @@ def test_gradient_accumulation_over_two_backwards_reduces_once():
     np.testing.assert_array_equal(w, np.full((4, 2), 1 - 9, np.float32))
 
 
+def test_the_program_hash_covers_constants_and_buckets_not_the_communicator_key():
+    from compiler.distributed import program_lines
+
+    def lines(lr=0.5, **kw):
+        def step(x, labels, w1, b1, w2, b2):
+            for p in (w1, b1, w2, b2):
+                p.stop_gradient = False
+            F.cross_entropy(F.relu(x @ w1 + b1) @ w2 + b2, labels).backward()
+            with cc.no_grad():
+                for p in (w1, b1, w2, b2):
+                    p.subtract_(lr * p.grad)
+        dist = cc.distributed.mpi(**kw)
+        prog = cc.compile(step, distributed=dist).lower(*_args())
+        return [text for text, _ in program_lines(prog, dist)]
+    same = lines()
+    # another communicator (another process-local key in the comm attributes): same program
+    assert lines(comm=MPI.COMM_WORLD.Dup()) == same
+    assert lines(lr=0.25) != same                       # a constant
+    assert lines(bucket_bytes=256) != same              # the bucket layout
+
+
 def test_distributed_takes_an_mpi_config():
     with pytest.raises(ValueError, match="cc.distributed.mpi"):
         cc.compile(_step, distributed="mpi")
