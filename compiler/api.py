@@ -263,7 +263,7 @@ class Program:
             # Before anything is checked or written: ranks called with other shapes raise on
             # every rank, instead of hanging in an all-reduce of another size.
             from .distributed import check_signature
-            check_signature(self.distributed, self._call_text(args), loc)
+            check_signature(self.distributed, self._call_text(args), loc, program=self)
         arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
         self._check_data(arrays)
         names = [v.name for v in self.graph.inputs]
@@ -278,9 +278,10 @@ class Program:
         if check is not None:
             check(loc)  # before anything is allocated or written
         run_arrays = list(arrays)
-        if self._checks_while_running:
-            # A data check runs mid-program: the program writes into private copies, so that
-            # a failing run leaves the caller's arrays as they were (DESIGN §4).
+        if self._checks_while_running or self.distributed is not None:
+            # A data check runs mid-program, or a collective may fail mid-program: the program
+            # writes into private copies, so that a failing run leaves the caller's arrays as
+            # they were (DESIGN §4).
             for k in self.graph.mutations:
                 run_arrays[k] = arrays[k].copy()
         for k, a in enumerate(arrays):

@@ -1,6 +1,6 @@
 """Lowering a planned graph to one LLVM module with one entry function.
 
-    i64 run(i8* arena, i8** inputs, i8** outputs, void (*fallback)(i64 node, i8** ptrs))
+    i64 run(i8* arena, i8** inputs, i8** outputs, i64 (*fallback)(i64 node, i8** ptrs))
 
 `run` executes the whole schedule: for each node, in the plan's order, it calls that node's
 kernel with one pointer per distinct buffer the node touches (the arena at the buffer's
@@ -16,7 +16,9 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
   - views emit no code: they are places (`places.py`);
   - it returns 0, or `t + 1` when node `t` found data out of range (an index, a computed
     label: `index_kernels.py`) and stopped before writing anything; the driver then raises
-    the numpy backend's `DataError` for that node.
+    the numpy backend's `DataError` for that node. A fallback node whose callback returns
+    nonzero (it raised: a failed all-reduce) stops the run the same way, and the driver
+    re-raises the callback's exception.
 
 Kernels by kind (`native_ops()`; `FALLBACK_OPS` is the explicit list of ops that call back
 into the numpy reference through `fallback`: empty today, the mechanism stays so that an op
@@ -221,7 +223,7 @@ class ModuleEmitter(IndexKernels):
 
     # -- entry ------------------------------------------------------------------------------
     def _emit_entry(self):
-        cb_type = ir.FunctionType(ir.VoidType(), [I64, PTR])
+        cb_type = ir.FunctionType(I64, [I64, PTR])
         fn = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR, PTR, PTR]), "run")
         arena, ins, outs, cb = fn.args
         for a, n in zip(fn.args, ("arena", "inputs", "outputs", "fallback")):
@@ -376,7 +378,11 @@ class ModuleEmitter(IndexKernels):
         arr = b.alloca(PTR, size=len(places))
         for k, p in enumerate(places):
             b.store(self.slot_ptr(p.slot), b.gep(arr, [i64(k)], source_etype=PTR))
-        b.call(_Callee(cb, cb_type), [i64(t), arr])
+        status = b.call(_Callee(cb, cb_type), [i64(t), arr])
+        # The callback raised (kept for the driver): stop here, as a checked node does, so
+        # that nothing after it runs (no update with a gradient that was never reduced).
+        with b.if_then(b.icmp_signed("!=", status, i64(0)), likely=False):
+            b.ret(i64(t + 1))
         self.fallback_nodes[t] = node
 
     # -- kernels ---------------------------------------------------------------------------

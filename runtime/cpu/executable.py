@@ -14,7 +14,9 @@ the result into the planned place; the communication ops of data-parallel traini
 `into` instead (the all-reduce is posted on, and completed in, the bucket's arena memory, so the
 native entry runs the whole step in one crossing, with a callback per communication node). An
 exception there is kept and re-raised after the native
-call returns (ctypes would otherwise print and swallow it).
+call returns (ctypes would otherwise print and swallow it); the callback then returns 1 and the
+native entry stops at that node, so a failed all-reduce is the last thing the step does (no
+update runs with a gradient that was never reduced).
 
 Data out of range (an index, a computed class label): the native entry returns `t + 1` when
 node `t` found some, before that node wrote anything (`index_kernels.py`); the driver then runs
@@ -40,7 +42,7 @@ from .emitter import ModuleEmitter
 
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.c_void_p)
-_FALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
+_FALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
 ALIGN = 64
 
 
@@ -121,7 +123,7 @@ class CpuExecutable:
     def _fallback(self, t, ptrs):
         if t < 0:  # a profiling tick after node -1 - t
             self._ticks.append((-1 - t, time.perf_counter_ns()))
-            return
+            return 0
         try:
             node = self.fallback_nodes[t]
             values = list(node.inputs) + [node.out]
@@ -133,9 +135,11 @@ class CpuExecutable:
                 compute(node, arrays[-1], arrays[:-1])
             else:
                 np.copyto(arrays[-1], run_node(node, arrays[:-1]))
-        except BaseException as e:  # re-raised by run()
+        except BaseException as e:  # re-raised by run(); the entry stops at this node
             if self._error is None:
                 self._error = e
+            return 1
+        return 0
 
     def _storage_at(self, slot, address):
         kind, k = slot

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,64 @@ def test_a_rank_that_never_calls_ends_in_a_timeout_not_a_hang(ranks):
     t = ranks[0]["timeout"]
     assert t["raised"] == "CommunicationError"
     assert "did not complete within 1 s" in t["message"]
+    assert "exchange of call signatures" in t["message"] and "on rank 0" in t["message"]
+    assert "(at mpi_worker.py:" in t["message"]  # the caller's line
+
+
+DIFFERENT_PROGRAMS = {  # what rank 0 and rank 1 show where their programs first differ
+    "lr": ("value=float(0.1)", "value=float(0.05)", "p.subtract_(lr * p.grad)"),
+    "activation": ("= relu", "= sigmoid", "act(x @ w1 + b1)"),
+    "bucket_bytes": ("bucket_bytes=1024", "bucket_bytes=4096", "options:"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(DIFFERENT_PROGRAMS))
+def test_ranks_running_different_programs_raise_before_any_all_reduce(ranks, backend, case):
+    # same function name and argument types; rank 1 traced another learning rate, another
+    # activation, or compiled with other buckets (all-reduces of other sizes: MPI_ERR_TRUNCATE
+    # and heap corruption before the program hash was exchanged)
+    mine, theirs, where = DIFFERENT_PROGRAMS[case]
+    for r in ranks:
+        m = r[f"programs_{backend}"][case]
+        assert m["raised"] == "ShapeError", m
+        assert m["allreduces_posted"] == 0
+        assert m["untouched"], "an argument was written by a step that raised"
+        assert "different program on different ranks" in m["message"]
+        first, second = m["message"].split("rank 0: ", 1)[1].split("; rank 1: ", 1)
+        assert mine in first and theirs in second and where in m["message"]
+        assert re.search(r"\(at mpi_worker\.py:\d+: step\(\*args\)\)$", m["message"])  # caller
+    # nothing was left out of step: the same program on every rank then trains
+    assert ranks[0][f"programs_{backend}"]["then_same_program_trains"]
+
+
+LATE_TIMEOUT = 1.0  # mpi_worker.LATE_TIMEOUT
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_late_rank_fails_the_step_within_the_timeout_and_changes_nothing(ranks, backend):
+    t = ranks[0][f"late_{backend}"]
+    assert t["raised"] == "CommunicationError", t
+    assert "bucket 0" in t["message"] and "on rank 0" in t["message"]
+    # every argument (the four weights, which the step updates, and the data) as it was
+    assert t["untouched"] == [True] * 6
+    # the call's waits together (exchange included) last `timeout`: a hang guard, not a speed
+    # test (one timeout per wait: 1.6 s on numpy, ~1.9 s on cpu)
+    assert 0.95 * LATE_TIMEOUT <= t["seconds"] < 1.5 * LATE_TIMEOUT, t["seconds"]
+    # the communicator is out of step now: the next call says so at once
+    assert "earlier call failed on this communicator" in t["next_call"]
+    # the late rank completed its step: rank 0's posted reductions were kept alive
+    assert ranks[1][f"late_{backend}"]["completed"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_error_mpi_reports_is_a_communication_error_naming_rank_and_bucket(ranks, backend):
+    for r in ranks:
+        m = r[f"mpi_error_{backend}"]
+        assert m["raised"] == "CommunicationError", m
+        assert "the all-reduce of bucket 0 (1024 B) failed on rank 0" in m["message"]
+        assert "MPI_ERR_BUFFER" in m["message"]
+        assert m["untouched"]
 
 
 # -- in this process: plans on a 1-rank communicator --------------------------------------------
@@ -211,6 +270,27 @@ def test_gradient_accumulation_over_two_backwards_reduces_once():
     w = np.ones((4, 2), np.float32)
     cc.compile(step, distributed=cc.distributed.mpi())(x, w)
     np.testing.assert_array_equal(w, np.full((4, 2), 1 - 9, np.float32))
+
+
+def test_the_program_hash_covers_constants_and_buckets_not_the_communicator_key():
+    from compiler.distributed import program_lines
+
+    def lines(lr=0.5, **kw):
+        def step(x, labels, w1, b1, w2, b2):
+            for p in (w1, b1, w2, b2):
+                p.stop_gradient = False
+            F.cross_entropy(F.relu(x @ w1 + b1) @ w2 + b2, labels).backward()
+            with cc.no_grad():
+                for p in (w1, b1, w2, b2):
+                    p.subtract_(lr * p.grad)
+        dist = cc.distributed.mpi(**kw)
+        prog = cc.compile(step, backend="numpy", distributed=dist).lower(*_args())
+        return [text for text, _ in program_lines(prog, dist)]
+    same = lines()
+    # another communicator (another process-local key in the comm attributes): same program
+    assert lines(comm=MPI.COMM_WORLD.Dup()) == same
+    assert lines(lr=0.25) != same                       # a constant
+    assert lines(bucket_bytes=256) != same              # the bucket layout
 
 
 def test_distributed_takes_an_mpi_config():
