@@ -44,6 +44,12 @@ def _param_names(fn, n: int) -> list[str]:
 
 def _check_arg(i, name, a, loc):
     if isinstance(a, np.ndarray):
+        if type(a) is not np.ndarray and isinstance(a, np.ma.MaskedArray):
+            # Every other subclass runs as the plain array over its memory (arguments.plain);
+            # a masked array's masked elements would be computed as ordinary values.
+            raise TraceError(f"argument '{name}' is a numpy masked array: a compiled program "
+                             f"would ignore its mask; pass {name}.filled(value) (or "
+                             f"{name}.data to ignore the mask)", loc)
         if a.dtype not in SUPPORTED_DTYPES:
             raise TraceError(f"argument '{name}' has unsupported dtype {a.dtype}: use one of "
                              + ", ".join(d.name for d in SUPPORTED_DTYPES), loc)
