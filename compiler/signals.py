@@ -93,15 +93,16 @@ class DeferredSignals:
         return caught
 
     def __exit__(self, *exc):
-        originals = dict(self._saved)
+        received = self._received
+        originals = dict(self._saved) if received else None
         caught = self._restore()
-        for signum, frame in self._received:
+        for signum, frame in received:
             try:
                 originals[signum](signum, frame)
             except BaseException as e:
                 if caught is None:
                     caught = e
-        self._received.clear()
         if caught is not None:
+            received.clear()
             raise caught
         return False
