@@ -329,10 +329,10 @@ class Program:
 
     def _all_or_nothing(self, arrays, run_arrays):
         """The region that runs the program and writes the caller's arrays: one that signal
-        handlers can't split (compiler.signals) when Python code writes them; none when
-        nothing of the caller's is written or only one native call writes it (cpu, no
-        fallback op calling back into Python, every mutation in place in the caller's
-        array), which no handler splits (it costs ~2 us a call)."""
+        handlers can't split (compiler.signals, ~2 us a call) when Python code writes them;
+        none when nothing of the caller's is written or one native call writes all of it
+        (cpu, no fallback op calling back into Python, every mutation in place in the
+        caller's array): no handler runs inside a native call."""
         mutations = self.graph.mutations
         if not mutations or (self.backend == "cpu" and not self._copies_back
                              and not getattr(self._exec, "fallback_nodes", None)
