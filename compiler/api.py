@@ -6,6 +6,7 @@ import functools
 import gc
 import inspect
 import numbers
+import operator
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ from .ir import Graph, type_str
 from .layout import apply_view
 from .ops import REGISTRY, SUPPORTED_DTYPES, VIEW
 from .ops.nn_ops import bad_label, label_range_message
+from .signals import DeferredSignals
 from .tensor import Storage, Tensor, _is_scalar
 
 BACKENDS = ("numpy", "cpu", "gpu")
@@ -44,6 +46,12 @@ def _param_names(fn, n: int) -> list[str]:
 
 def _check_arg(i, name, a, loc):
     if isinstance(a, np.ndarray):
+        if type(a) is not np.ndarray and isinstance(a, np.ma.MaskedArray):
+            # Every other subclass runs as the plain array over its memory (arguments.plain);
+            # a masked array's masked elements would be computed as ordinary values.
+            raise TraceError(f"argument '{name}' is a numpy masked array: a compiled program "
+                             f"would ignore its mask; pass {name}.filled(value) (or "
+                             f"{name}.data to ignore the mask)", loc)
         if a.dtype not in SUPPORTED_DTYPES:
             raise TraceError(f"argument '{name}' has unsupported dtype {a.dtype}: use one of "
                              + ", ".join(d.name for d in SUPPORTED_DTYPES), loc)
@@ -190,6 +198,9 @@ class Program:
         self._captured = [(node, ref, snap) for node, ref, snap in graph.captured
                           if node in live]
         self.distributed = None  # an MpiConfig for a data-parallel step (set by compile)
+        # Whether the last call copied a mutated argument's value back from elsewhere (the
+        # plan decides; assumed until a call shows otherwise): then its region is deferred.
+        self._copies_back = True
 
     @property
     def source(self) -> str:
@@ -289,11 +300,15 @@ class Program:
                 # The trace took every input as a row-major buffer (a reshape of it is a view):
                 # run on a contiguous copy; mutations are copied back below.
                 run_arrays[k] = np.ascontiguousarray(a)
-        outs, muts = self._exec.run(run_arrays)
-        # The whole program succeeded: the caller's arrays get their final values.
-        for k, arr in muts.items():
-            if not _same_memory(arr, arrays[k]):
-                np.copyto(arrays[k], arr)
+        with self._all_or_nothing(arrays, run_arrays):
+            outs, muts = self._exec.run(run_arrays)
+            # The whole program succeeded: the caller's arrays get their final values.
+            copied = False
+            for k, arr in muts.items():
+                if not _same_memory(arr, arrays[k]):
+                    np.copyto(arrays[k], arr)
+                    copied = True
+        self._copies_back = copied
         results = []
         for v, arr in zip(self.graph.outputs, outs):
             # An argument, or a view of one, is returned as that array or that view of it, as
@@ -312,6 +327,19 @@ class Program:
             tree = ("t", 0) if len(results) == 1 else \
                 ("tuple", [("t", i) for i in range(len(results))])
         return _rebuild(tree, results)
+
+    def _all_or_nothing(self, arrays, run_arrays):
+        """The region that runs the program and writes the caller's arrays: one that signal
+        handlers can't split (compiler.signals, ~2 us a call) when Python code writes them;
+        none when nothing of the caller's is written or one native call writes all of it
+        (cpu, no fallback op calling back into Python, every mutation in place in the
+        caller's array): no handler runs inside a native call."""
+        mutations = self.graph.mutations
+        if not mutations or (self.backend == "cpu" and not self._copies_back
+                             and not getattr(self._exec, "fallback_nodes", None)
+                             and not any(map(operator.is_not, run_arrays, arrays))):
+            return _NOT_DEFERRED
+        return DeferredSignals()
 
     def _call_text(self, args) -> str:
         """The argument types of a call, as the ranks compare them."""
@@ -343,6 +371,9 @@ class Program:
             if out is None:  # a reshape the caller's strides can't take as a view
                 return None
         return out
+
+
+_NOT_DEFERRED = contextlib.nullcontext()
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:

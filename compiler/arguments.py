@@ -12,6 +12,12 @@ exactly that storage has `index == perm == ()`: every such member is one and the
 Overlaps that are not such views of one owner (another dtype, a stride-0 broadcast, memory
 owned by something other than an ndarray) are
 refused before anything runs.
+
+An instance of an ndarray subclass (`np.matrix`, `np.memmap`, a user's subclass) is bound as
+the plain ndarray over its memory (`np.asarray`): the program writes into that memory, and no
+subclass method (`matrix.sum` without `keepdims`, an `__array_ufunc__` override) runs inside
+a backend, so every backend computes the same values. Masked arrays are refused before this
+(`compiler.api._check_arg`): their mask would be ignored.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ def _base_candidates(members: list[np.ndarray]):
     owner = members[0]
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
+    owner = plain(owner)  # (a subclass's reshape or indexing may differ: np.matrix stays 2-D)
     if not owner.flags.c_contiguous or owner.dtype != members[0].dtype:
         return
     yield owner
@@ -157,9 +164,16 @@ def _covers_exactly(a: np.ndarray, region: np.ndarray) -> bool:
             and all(d == 1 or s == t for d, s, t in zip(a.shape, a.strides, region.strides)))
 
 
+def plain(a: np.ndarray) -> np.ndarray:
+    """`a` as a plain ndarray over the same memory (itself when it is one)."""
+    return a if type(a) is np.ndarray else np.asarray(a)
+
+
 def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
     """(signature, arrays): the cache key of a call, one entry per argument (see the module
-    docstring), and the arrays the call hands to the program, one per graph input."""
+    docstring), and the arrays the call hands to the program, one per graph input (plain
+    ndarrays: a subclass instance's memory as an ndarray)."""
+    args = [plain(a) if isinstance(a, np.ndarray) else a for a in args]
     arrays = {p: a for p, a in enumerate(args) if isinstance(a, np.ndarray)}
     units = [[p] for p in sorted(arrays)]
     while True:  # merge arguments (and boxes of merged ones) that share memory, to a fixpoint
