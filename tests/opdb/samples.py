@@ -2630,3 +2630,69 @@ def build_signed_zeros():
 
 
 build_signed_zeros()
+
+
+# -- rows longer than a warp and a block (the gpu's block reductions) -------------------------
+def _long_rows(n, rows, dtype, spots, seed, nan=()):
+    """`rows` rows of n values in [-1, 1); row r holds its maximum (+5) at spots[r][0] and its
+    minimum (-5) at spots[r][1] (a list: ties, the first one wins). The gpu code reduces a row
+    with up to 256 threads (runtime/gpu/emitter.py RBLOCK), thread j taking j, j + 256, ...,
+    then warp shuffles: the spots are chosen in lanes 16-31, in other warps, and past the
+    first 256 elements."""
+    x = rand((rows, n), dtype, -1, 1, seed=seed)
+    for r, (hi, lo) in enumerate(spots):
+        for i in np.atleast_1d(hi):
+            x[r, i] = 5
+        for i in np.atleast_1d(lo):
+            x[r, i] = -5
+    for r, i in nan:
+        x[r, i] = np.nan
+    return x
+
+
+def build_long_rows():
+    # thread, lane, warp of each spot under 256 threads: 20 (t20: lane 20), 150 (w4 lane 22),
+    # 290 (t34: w1 lane 2, 2nd pass), 1400 (t120: w3 lane 24), 700 (t188: w5 lane 28)
+    cases = [
+        (300, [(20, 150), (150, 290), ([270, 100], [25, 281]), (299, 0)], ()),
+        (1500, [(1400, 700), ([1100, 23], 1499), (700, [1300, 17])], ()),
+        (300, [(20, 150), (150, 20)], [(0, 277), (0, 280), (1, 31)]),
+        (40, [(31, 17), (17, 31), (39, 32)], ()),
+    ]
+    for k, (n, spots, nan) in enumerate(cases):
+        for dtype in FLOATS + ((I32,) if not nan else ()):
+            x = _long_rows(n, len(spots), dtype, spots, seed=k, nan=nan)
+            if dtype == I32:
+                x = x.astype(I32) if x.dtype != I32 else x
+
+            def one(api, fn, want, tol=EXACT, terms=None, args=(x,)):
+                add(Sample(api, fn, args, want, tol, terms=terms, label="|long", always=True))
+            for name, f in (("argmax", np.argmax), ("argmin", np.argmin)):
+                one(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=1),
+                    lambda v, f=f: f(v, axis=1))
+                one(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t.t(), axis=0),
+                    lambda v, f=f: f(v.T, axis=0))     # strided rows
+            one("Tensor.max", lambda t: t.max(axis=1), lambda v: np.maximum.reduce(v, axis=1))
+            one("Tensor.min", lambda t: t.min(axis=-1, keepdim=True),
+                lambda v: np.minimum.reduce(v, axis=-1, keepdims=True))
+            one("cc.max", lambda t: cc.max(t), lambda v: np.asarray(np.maximum.reduce(v, None)))
+            one("Tensor.sum", lambda t: t.sum(axis=1),
+                _reduction_want("sum", 1, False), SUM if dtype != I32 else EXACT,
+                _reduction_terms("sum", 1, False))
+            if dtype == I32:
+                continue
+            one("Tensor.mean", lambda t: t.mean(axis=1), _reduction_want("mean", 1, False), SUM,
+                _reduction_terms("mean", 1, False))
+            p = x / 50 + 1  # near 1: a product of 1500 stays finite
+            add(Sample("Tensor.prod", lambda t: t.prod(axis=1), (p,),
+                       lambda v: np.multiply.reduce(f64(v), axis=1).astype(v.dtype), SUM,
+                       terms=lambda v: np.abs(np.multiply.reduce(f64(v), axis=1)),
+                       label="|long", always=True))
+            # softmax subtracts the row's maximum: a missed +50 overflows exp
+            big = np.where(x == 5, 50, x).astype(x.dtype)
+            for api, fn, ref in (("F.softmax", lambda t: F.softmax(t, axis=1), _softmax),
+                                 ("F.log_softmax", lambda t: F.log_softmax(t, axis=-1),
+                                  _log_softmax)):
+                add(Sample(api, fn, (big,), _in(lambda v, r=ref: r(v, 1)), CLOSE,
+                           label="|long", always=True))
+build_long_rows()
