@@ -283,11 +283,13 @@ class Program:
             # a failing run leaves the caller's arrays as they were (DESIGN §4).
             for k in self.graph.mutations:
                 run_arrays[k] = arrays[k].copy()
-        if not all(a.flags.c_contiguous for a in arrays):
-            # Row-major copies, counted by the memory check first (mutations are copied back
-            # below). (A late import: runtime imports this package.)
-            from runtime.arena import contiguous_arguments
-            contiguous_arguments(run_arrays, arrays, names, self._exec, loc)
+        for a in arrays:
+            if not a.flags.c_contiguous:
+                # Row-major copies, counted by the memory check first (mutations are copied
+                # back below). (A late import: runtime imports this package.)
+                from runtime.arena import contiguous_arguments
+                contiguous_arguments(run_arrays, arrays, names, self._exec, loc)
+                break
         outs, muts = self._exec.run(run_arrays)
         # The whole program succeeded: the caller's arrays get their final values.
         for k, arr in muts.items():
