@@ -236,7 +236,8 @@ unary("atan", np.arctan, S.call("atan", a), dtype=_float,
 
 # -- activations with attributes (their expression is a function of the attrs) --------------
 def _elu_ref(x, alpha):
-    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)
+    # (S.minimum: min(-0.0, 0) is -0.0, so elu(-0.0) is -0.0, as on cpu and gpu)
+    return np.where(x > 0, x, alpha * np.expm1(S.minimum(x, 0))).astype(x.dtype)
 
 
 # The input form only: with alpha < 0 the output no longer tells which branch ran.

@@ -247,7 +247,8 @@ UNARY = {
 }
 # name -> (formula with attrs, tol, attr sets): activations with attributes, float inputs
 ACTIVATIONS = {
-    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))), ULP,
+    # (x itself where x <= 0: elu(-0.0) is -0.0)
+    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.where(x > 0, 0, x))), ULP,
             [{}, {"alpha": 0.5}, {"alpha": -0.3}], "alpha", 1.0),
     "leaky_relu": (lambda x, negative_slope: np.where(x > 0, x, x * negative_slope), ULP,
                    [{}, {"negative_slope": 0.2}, {"negative_slope": -1.5}], "negative_slope",
