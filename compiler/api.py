@@ -295,11 +295,13 @@ class Program:
             # they were (DESIGN §4).
             for k in self.graph.mutations:
                 run_arrays[k] = arrays[k].copy()
-        for k, a in enumerate(arrays):
+        for a in arrays:
             if not a.flags.c_contiguous:
-                # The trace took every input as a row-major buffer (a reshape of it is a view):
-                # run on a contiguous copy; mutations are copied back below.
-                run_arrays[k] = np.ascontiguousarray(a)
+                # Row-major copies, counted by the memory check first (mutations are copied
+                # back below). (A late import: runtime imports this package.)
+                from runtime.arena import contiguous_arguments
+                contiguous_arguments(run_arrays, arrays, names, self._exec, loc)
+                break
         with self._all_or_nothing(arrays, run_arrays):
             outs, muts = self._exec.run(run_arrays)
             # The whole program succeeded: the caller's arrays get their final values.

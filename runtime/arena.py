@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.errors import CompilerError, InsufficientMemoryError
+from compiler.ir import type_str
 from compiler.layout import apply_view
 from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, scratch_offsets, scratch_specs
 from compiler.ops.shape_ops import numpy_index
@@ -71,6 +72,40 @@ def check_memory(plan, arena_allocated: bool, loc=None) -> None:
             f"{plan.arena_bytes} B, outputs {plan.output_bytes} B) but only {available} B "
             f"({available / 2**30:.1f} GiB) are available; nothing was allocated or written",
             loc)
+
+
+def contiguous_arguments(run_arrays, arrays, names, executable, loc=None) -> None:
+    """Put a row-major copy of each non-contiguous argument `arrays[k]` in `run_arrays[k]` (the
+    trace took every input as a row-major buffer), once the copies are known to fit beside what
+    the plan needs: a zero-stride `np.broadcast_to` argument's copy is its full size, which the
+    plan never counted. Refused with `InsufficientMemoryError` naming the argument and the
+    bytes before any copy is made (nothing is allocated to find out)."""
+    copies = [k for k, a in enumerate(arrays) if not a.flags.c_contiguous]
+    if not copies:
+        return
+    need = sum(arrays[k].nbytes for k in copies)
+    if need >= CHECKED_BYTES:
+        plan = getattr(executable, "plan", None)
+        if plan is not None and hasattr(executable, "arena"):  # host memory (not the gpu's)
+            need += plan.output_bytes + (0 if executable.arena is not None else plan.arena_bytes)
+        available = available_memory()
+        if available is not None and need > available:
+            what = "; ".join(f"argument '{names[k]}' ({type_str(a.shape, a.dtype)}, strides "
+                             f"{a.strides}) is not contiguous: its row-major copy needs "
+                             f"{a.nbytes} B" for k in copies for a in (arrays[k],))
+            raise InsufficientMemoryError(
+                f"{what}; with the plan's memory the call needs {need} B "
+                f"({need / 2**30:.1f} GiB) but only {available} B ({available / 2**30:.1f} GiB) "
+                "are available; nothing was allocated or written", loc)
+    for k in copies:
+        try:
+            run_arrays[k] = np.ascontiguousarray(arrays[k])
+        except MemoryError:
+            a = arrays[k]
+            raise InsufficientMemoryError(
+                f"argument '{names[k]}' ({type_str(a.shape, a.dtype)}, strides {a.strides}) is "
+                f"not contiguous and its row-major copy of {a.nbytes} B could not be allocated; "
+                "nothing was written", loc) from None
 
 
 class ArenaExecutable:

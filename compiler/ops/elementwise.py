@@ -74,7 +74,7 @@ def unary(name, ref, expr, *, vjp=None, dtype=_same, inplace=True, doc="", infer
                  inplace=(name + "_") if inplace else None, doc=doc, into=into)
 
 
-def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
+def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True, into=None):
     def infer(types, **attrs):
         (sa, da), (sb, db) = types
         out_dtype = dtype(da, db) if dtype else promote(da, db)
@@ -89,7 +89,7 @@ def binary(name, ref, expr, *, vjp=None, dtype=None, inplace=True):
         return ref(x, y)
     return defop(name, ELEMENTWISE, infer, ref_in_out_dtype, vjp=vjp, expr=expr,
                  inplace=(name + "_") if inplace else None,
-                 into=_ufunc_into(ref) if isinstance(ref, np.ufunc) else None)
+                 into=into or (_ufunc_into(ref) if isinstance(ref, np.ufunc) else None))
 
 
 a, b, c = S.arg(0), S.arg(1), S.arg(2)
@@ -142,8 +142,9 @@ unary("sqrt", np.sqrt, S.call("sqrt", a), dtype=_float,
            "input": lambda ctx, g: (g / (ctx.inputs[0].sqrt() * 2.0),)})
 unary("square", np.square, a * a, dtype=_numeric,
       vjp={"input": lambda ctx, g: (g * ctx.inputs[0] * 2.0,)})
-unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), S.call("max", a, 0),
-      into=lambda out, x: np.maximum(x, 0, out=out, dtype=out.dtype, casting="unsafe"),
+# max/min keep the first operand on ties (S.maximum): relu(-0.0) is -0.0, as on cpu and gpu.
+unary("relu", lambda x: S.maximum(x, 0).astype(x.dtype), S.call("max", a, 0),
+      into=lambda out, x: S.maximum(x, 0, out=out, dtype=out.dtype, casting="unsafe"),
       vjp={"output": lambda ctx, g: (g.where_positive(ctx.out),),
            "input": lambda ctx, g: (g.where_positive(ctx.inputs[0]),)})
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -235,7 +236,8 @@ unary("atan", np.arctan, S.call("atan", a), dtype=_float,
 
 # -- activations with attributes (their expression is a function of the attrs) --------------
 def _elu_ref(x, alpha):
-    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)
+    # (S.minimum: min(-0.0, 0) is -0.0, so elu(-0.0) is -0.0, as on cpu and gpu)
+    return np.where(x > 0, x, alpha * np.expm1(S.minimum(x, 0))).astype(x.dtype)
 
 
 # The input form only: with alpha < 0 the output no longer tells which branch ran.
@@ -260,7 +262,7 @@ def _hardtanh_vjp(which):
     return vjp
 
 
-unary("hardtanh", lambda x, min, max: np.minimum(np.maximum(x, min), max).astype(x.dtype),
+unary("hardtanh", lambda x, min, max: S.minimum(S.maximum(x, min), max).astype(x.dtype),
       lambda at: S.call("min", S.call("max", a, at["min"]), at["max"]), dtype=_float,
       vjp={"input": _hardtanh_vjp("input"), "output": _hardtanh_vjp("output")})
 
@@ -284,12 +286,12 @@ def _clip_vjp(ctx, g):
 def _clip_into(out, x, lo, hi):
     if not x.dtype == lo.dtype == hi.dtype:
         return NotImplemented  # the reference rounds once, after both steps
-    np.minimum(np.maximum(x, lo, out=out), hi, out=out)
+    S.minimum(S.maximum(x, lo, out=out), hi, out=out)
 
 
 # max/min propagate NaN from x, as np.clip does; lo > hi gives hi everywhere (np.clip, torch).
 defop("clip", ELEMENTWISE, _clip_infer,
-      lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi).astype(x.dtype),
+      lambda x, lo, hi: S.minimum(S.maximum(x, lo), hi).astype(x.dtype),
       expr=S.call("min", S.call("max", a, b), c), vjp={"input": _clip_vjp}, inplace="clip_",
       into=_clip_into)
 unary("logical_not", np.logical_not, S.call("not", a), dtype=_bool)
@@ -379,9 +381,9 @@ def _select_vjp(lose_x, lose_y):
     return vjp
 
 
-binary("maximum", np.maximum, S.call("max", a, b),
+binary("maximum", S.maximum, S.call("max", a, b), into=_ufunc_into(S.maximum),
        vjp={"input": _select_vjp(lambda x, y: x < y, lambda x, y: x > y)})
-binary("minimum", np.minimum, S.call("min", a, b),
+binary("minimum", S.minimum, S.call("min", a, b), into=_ufunc_into(S.minimum),
        vjp={"input": _select_vjp(lambda x, y: x > y, lambda x, y: x < y)})
 
 # -- comparisons and logic (never differentiable; inplace forms keep the target's dtype) ---

@@ -24,6 +24,7 @@ An entry holds everything any part of the compiler needs to know about the op:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -93,10 +94,26 @@ def defop(name, kind, infer, ref, *, vjp=None, expr=None, inplace=None, doc="",
     assert scratch is None or into is not None, f"{name}: scratch is for an `into`"
     for need in (vjp or {}):
         assert need in VJP_NEEDS, (name, need)
-    op = OpDef(name, kind, infer, ref, dict(vjp or {}), expr, inplace, doc, random, into,
-               scratch, tuple(overwrites))
+    op = OpDef(name, kind, _sized(infer), ref, dict(vjp or {}), expr, inplace, doc, random,
+               into, scratch, tuple(overwrites))
     REGISTRY[name] = op
     return op
+
+
+# A value no array can hold: NumPy's limit (its byte size must fit an intp), which the planner's
+# int64 offsets share. Refused where the trace makes it, naming the user's line.
+MAX_VALUE_BYTES = np.iinfo(np.intp).max
+
+
+def _sized(infer):
+    def sized_infer(types, **attrs):
+        shape, dtype = infer(types, **attrs)
+        nbytes = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize  # (no overflow)
+        if nbytes > MAX_VALUE_BYTES:
+            raise ShapeError(f"the result, {list(shape)} {np.dtype(dtype)}, is {nbytes} bytes: "
+                             f"too big (an array holds at most {MAX_VALUE_BYTES})")
+        return shape, dtype
+    return sized_infer
 
 
 SCRATCH_ALIGN = 64  # each scratch array of a workspace starts on a cache line
@@ -136,8 +153,18 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ShapeError("shapes " + " and ".join(str(list(s)) for s in shapes)
-                         + " can't be broadcast together") from None
+        pass
+    # NumPy also refuses shapes that do broadcast when the result would be too big for an
+    # array: the rule itself, so that the size check names the result and its bytes.
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s, rank - len(s)):
+            if d != 1 and out[i] not in (1, d):
+                raise ShapeError("shapes " + " and ".join(str(list(s)) for s in shapes)
+                                 + " can't be broadcast together")
+            out[i] = d if d != 1 else out[i]
+    return tuple(int(d) for d in out)
 
 
 def promote(*dtypes) -> np.dtype:

@@ -132,8 +132,11 @@ def _matmul_vjp(ctx, g):
         # A 2-D weight under batched operands: fold the batch into one GEMM
         # ([b*t, k].T @ [b*t, n]) instead of a [b, k, n] product summed over b (DESIGN §4);
         # a plain 2-D matmul is what GEMM-accumulate can fold into the weight's update.
+        # (literal shapes: a -1 can't be inferred when k or n is 0, and the user-facing
+        # reshape reads a 0 as "keep this dimension")
         k, n = y.shape
-        return gx, x.reshape([-1, k]).t().matmul(g.reshape([-1, n]))
+        rows = math.prod(g.shape[:-1])
+        return gx, x.reshape_to([rows, k]).t().matmul(g.reshape_to([rows, n]))
     return gx, _swap_last(x).matmul(g)
 
 

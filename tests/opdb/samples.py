@@ -52,6 +52,7 @@ class Sample:
     label: str = ""
     apis: tuple = field(default=())  # further public names the sample exercises
     wrt: tuple | None = None      # the inputs differentiated (default: every float64 one)
+    always: bool = False          # runs on every backend, also in the default (sampled) run
 
     @property
     def id(self) -> str:
@@ -192,15 +193,19 @@ def _sinh(x):
 
 
 def _relu(x):
-    return np.where(np.isnan(x) | (x > 0), x, np.zeros_like(x))
+    # max(x, 0) keeping x on a tie: relu(-0.0) is -0.0 (NumPy's clip, torch); NaN stays
+    return np.where(x < 0, np.zeros_like(x), x)
 
 
 # name -> (formula on float64 / on the dtype, tolerance, "float" (result in a float dtype)
 #          or "same", dtypes, random range, gradient range (None: no gradient), attrs)
 UNARY = {
-    "abs": (lambda x: np.where(x < 0, -x, x) if x.dtype != B else x, EXACT, "same", ALL,
+    # (0 - x: abs(-0.0) is +0.0)
+    "abs": (lambda x: np.where(x <= 0, 0 - x, x) if x.dtype != B else x, EXACT, "same", ALL,
             (-3, 3), "away0", {}),
-    "neg": (lambda x: 0 - x, EXACT, "same", NUMERIC, (-3, 3), (-2, 2), {}),
+    # (x * -1, not 0 - x: -(+0.0) is -0.0)
+    "neg": (lambda x: x * np.asarray(-1, x.dtype), EXACT, "same", NUMERIC, (-3, 3), (-2, 2),
+            {}),
     "sign": (lambda x: np.where(x > 0, 1, np.where(x < 0, -1, np.where(x == 0, 0, x)))
              .astype(x.dtype), EXACT, "same", NUMERIC, (-3, 3), None, {}),
     "square": (lambda x: x * x, EXACT, "same", NUMERIC, (-3, 3), (-2, 2), {}),
@@ -220,9 +225,11 @@ UNARY = {
     # issue 10; rounding ops take floats only and have a zero gradient (away from the jumps)
     "floor": (np.floor, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4), {}),
     "ceil": (np.ceil, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4), {}),
-    "round": (lambda x: np.where(np.abs(x - np.trunc(x)) == 0.5,
-                                 2.0 * np.round(x / 2.0), np.floor(x + 0.5)).astype(x.dtype)
-              if x.size else x, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4), {}),
+    # (rounding keeps the sign: round(-0.3) is -0.0)
+    "round": (lambda x: np.copysign(np.where(np.abs(x - np.trunc(x)) == 0.5,
+                                             2.0 * np.round(x / 2.0), np.floor(x + 0.5)), x)
+              .astype(x.dtype) if x.size else x, EXACT, "same", FLOATS, (-3, 3), (0.1, 0.4),
+              {}),
     "trunc": (lambda x: np.where(x < 0, np.ceil(x), np.floor(x)), EXACT, "same", FLOATS,
               (-3, 3), (0.1, 0.4), {}),
     "reciprocal": (lambda x: 1.0 / x, EXACT, "float", ALL, (0.2, 3), (0.5, 2), {}),
@@ -240,13 +247,14 @@ UNARY = {
 }
 # name -> (formula with attrs, tol, attr sets): activations with attributes, float inputs
 ACTIVATIONS = {
-    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))), ULP,
+    # (x itself where x <= 0: elu(-0.0) is -0.0)
+    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.where(x > 0, 0, x))), ULP,
             [{}, {"alpha": 0.5}, {"alpha": -0.3}], "alpha", 1.0),
     "leaky_relu": (lambda x, negative_slope: np.where(x > 0, x, x * negative_slope), ULP,
                    [{}, {"negative_slope": 0.2}, {"negative_slope": -1.5}], "negative_slope",
                    0.01),
-    "hardtanh": (lambda x, min, max: np.where(np.isnan(x), x, np.minimum(np.maximum(x, min),
-                                                                          max)),
+    # (x itself where it is at a bound: hardtanh(-0.0, 0, 0) is -0.0)
+    "hardtanh": (lambda x, min, max: np.where(x < min, min, np.where(x > max, max, x)),
                  EXACT, [{}, {"min": -0.5, "max": 2.0}, {"min": 0.0, "max": 0.0}], None, None),
 }
 ACT_DEFAULTS = {"elu": {"alpha": 1.0}, "leaky_relu": {"negative_slope": 0.01},
@@ -1527,8 +1535,8 @@ def build_functional():
 
     for p in (0.0, 0.3, 1.0):
         def drop(x, p=p):
-            if p == 1.0:
-                return np.zeros_like(x)
+            if p == 1.0:  # x * 0 (Paddle, torch): -0.0 where x is negative
+                return x * np.asarray(0, x.dtype)
             keep = philox_uniform(x.shape, x.dtype, 7, 0) >= np.asarray(p, x.dtype)
             return np.where(keep, x * np.asarray(1 / (1 - p), x.dtype), 0).astype(x.dtype)
         for dtype in FLOATS:
@@ -2548,3 +2556,144 @@ def build_along_broadcast():
 
 
 build_along_broadcast()
+
+
+# -- signed zeros (issue 22 item 10) --------------------------------------------------------------
+def _first_on_ties(is_max):
+    """The project's max/min: NaN propagates, and where the two compare equal (+0.0 and -0.0
+    do) the first operand is the result, as the cpu and gpu code select it."""
+    def select(a, b):
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        take_b = (a < b if is_max else a > b) | (np.isnan(b) & ~np.isnan(a))
+        return np.where(take_b, b, a)
+    return select
+
+
+def _z(a):
+    return np.zeros((), a.dtype)
+
+
+def build_signed_zeros():
+    """Each op whose zero results can come out as +0.0 on one backend and -0.0 on another,
+    over inputs holding both zeros and values that round or clamp to a zero. The comparison
+    (test_opdb.assert_zero_signs) checks the sign of every zero the formula gives."""
+    smax, smin = _first_on_ties(True), _first_on_ties(False)
+    v = [-0.0, 0.0, -0.3, 0.3, -0.5, 0.5, -0.7, 0.7, -1.5, 1.5, -2.5, np.nan, -np.inf, np.inf]
+    for dtype in FLOATS:
+        x = np.array(v, dtype)
+        pz, nz = np.zeros(len(v), dtype), np.full(len(v), -0.0, dtype)
+
+        def one(api, fn, args, want, tol=EXACT):
+            add(Sample(api, fn, args, want, tol, label="|signed-zero", always=True))
+        one("F.relu", lambda t: F.relu(t), (x,), lambda a: smax(a, _z(a)))
+        add(Sample("F.relu_", lambda t: F.relu_(t), (x.copy(),), lambda a: smax(a, _z(a)),
+                   writes=0, label="|signed-zero", always=True))
+        add(Sample("Tensor.relu_", lambda t: t.relu_(), (x.copy(),), lambda a: smax(a, _z(a)),
+                   writes=0, label="|signed-zero", always=True))
+        one("Tensor.clip", lambda t: t.clip(0, 1), (x,), lambda a: smin(smax(a, _z(a)), _z(a) + 1))
+        one("cc.clip", lambda t: cc.clip(t, -1.0, 0.0), (x,),
+            lambda a: smin(smax(a, _z(a) - 1), _z(a)))
+        add(Sample("Tensor.clip_", lambda t: t.clip_(0.0, 1.0), (x.copy(),),
+                   lambda a: smin(smax(a, _z(a)), _z(a) + 1), writes=0, label="|signed-zero",
+                   always=True))
+        one("F.hardtanh", lambda t: F.hardtanh(t, 0.0, 1.0), (x,),
+            lambda a: smin(smax(a, _z(a)), _z(a) + 1))
+        for y, yl in ((pz, "+0"), (nz, "-0")):
+            one("Tensor.maximum", lambda t, u: t.maximum(u), (x, y), smax)
+            one("cc.maximum", lambda t, u: cc.maximum(u, t), (x, y), lambda a, b: smax(b, a))
+            one("Tensor.minimum", lambda t, u: t.minimum(u), (x, y), smin)
+            one("cc.minimum", lambda t, u: cc.minimum(u, t), (x, y), lambda a, b: smin(b, a))
+        one("Tensor.abs", lambda t: t.abs(), (x,), lambda a: np.where(a <= 0, 0 - a, a))
+        one("Tensor.__neg__", lambda t: -t, (x,), lambda a: a * (_z(a) - 1))
+        one("Tensor.__mul__", lambda t: t * 0.0, (x,), lambda a: a * _z(a))
+        one("Tensor.__rmul__", lambda t: 0 * t, (x,), lambda a: _z(a) * a)
+        one("Tensor.__add__", lambda t: t + 0.0, (x,), lambda a: a + _z(a))   # -0 + 0 = +0
+        one("Tensor.__sub__", lambda t: t - 0.0, (x,), lambda a: a - _z(a))   # -0 - 0 = -0
+        # (scale * x + bias: the bias 0.0 turns -0.0 into +0.0)
+        one("Tensor.scale", lambda t: t.scale(-1.0), (x,), lambda a: a * (_z(a) - 1) + _z(a))
+        one("Tensor.sign", lambda t: t.sign(), (x,),
+            lambda a: np.where(a > 0, 1, np.where(a < 0, -1, np.where(a == 0, 0, a)))
+            .astype(a.dtype))
+        # rounding keeps the sign of its argument: -0.3 -> -0.0
+        one("Tensor.round", lambda t: t.round(), (x,), lambda a: np.copysign(np.where(
+            np.abs(a - np.trunc(a)) == 0.5, 2.0 * np.round(a / 2.0), np.floor(a + 0.5)), a)
+            .astype(a.dtype))
+        one("Tensor.floor", lambda t: t.floor(), (x,), lambda a: np.copysign(
+            np.where(a - np.trunc(a) < 0, np.trunc(a) - 1, np.trunc(a)), a).astype(a.dtype))
+        one("Tensor.ceil", lambda t: t.ceil(), (x,), lambda a: np.copysign(
+            np.where(a - np.trunc(a) > 0, np.trunc(a) + 1, np.trunc(a)), a).astype(a.dtype))
+        one("Tensor.trunc", lambda t: t.trunc(), (x,),
+            lambda a: np.copysign(np.trunc(np.abs(a)), a).astype(a.dtype))
+        one("F.leaky_relu", lambda t: F.leaky_relu(t, 0.1), (x,),
+            lambda a: np.where(a > 0, a, a * np.asarray(0.1, a.dtype)))
+        one("cc.where", lambda t: cc.where(t > 0, t, t * 0.0), (x,),
+            lambda a: np.where(a > 0, a, a * _z(a)))
+
+
+build_signed_zeros()
+
+
+# -- rows longer than a warp and a block (the gpu's block reductions) -------------------------
+def _long_rows(n, rows, dtype, spots, seed, nan=()):
+    """`rows` rows of n values in [-1, 1); row r holds its maximum (+5) at spots[r][0] and its
+    minimum (-5) at spots[r][1] (a list: ties, the first one wins). The gpu code reduces a row
+    with up to 256 threads (runtime/gpu/emitter.py RBLOCK), thread j taking j, j + 256, ...,
+    then warp shuffles: the spots are chosen in lanes 16-31, in other warps, and past the
+    first 256 elements."""
+    x = rand((rows, n), dtype, -1, 1, seed=seed)
+    for r, (hi, lo) in enumerate(spots):
+        for i in np.atleast_1d(hi):
+            x[r, i] = 5
+        for i in np.atleast_1d(lo):
+            x[r, i] = -5
+    for r, i in nan:
+        x[r, i] = np.nan
+    return x
+
+
+def build_long_rows():
+    # thread, lane, warp of each spot under 256 threads: 20 (t20: lane 20), 150 (w4 lane 22),
+    # 290 (t34: w1 lane 2, 2nd pass), 1400 (t120: w3 lane 24), 700 (t188: w5 lane 28)
+    cases = [
+        (300, [(20, 150), (150, 290), ([270, 100], [25, 281]), (299, 0)], ()),
+        (1500, [(1400, 700), ([1100, 23], 1499), (700, [1300, 17])], ()),
+        (300, [(20, 150), (150, 20)], [(0, 277), (0, 280), (1, 31)]),
+        (40, [(31, 17), (17, 31), (39, 32)], ()),
+    ]
+    for k, (n, spots, nan) in enumerate(cases):
+        for dtype in FLOATS + ((I32,) if not nan else ()):
+            x = _long_rows(n, len(spots), dtype, spots, seed=k, nan=nan)
+            if dtype == I32:
+                x = x.astype(I32) if x.dtype != I32 else x
+
+            def one(api, fn, want, tol=EXACT, terms=None, args=(x,)):
+                add(Sample(api, fn, args, want, tol, terms=terms, label="|long", always=True))
+            for name, f in (("argmax", np.argmax), ("argmin", np.argmin)):
+                one(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(axis=1),
+                    lambda v, f=f: f(v, axis=1))
+                one(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t.t(), axis=0),
+                    lambda v, f=f: f(v.T, axis=0))     # strided rows
+            one("Tensor.max", lambda t: t.max(axis=1), lambda v: np.maximum.reduce(v, axis=1))
+            one("Tensor.min", lambda t: t.min(axis=-1, keepdim=True),
+                lambda v: np.minimum.reduce(v, axis=-1, keepdims=True))
+            one("cc.max", lambda t: cc.max(t), lambda v: np.asarray(np.maximum.reduce(v, None)))
+            one("Tensor.sum", lambda t: t.sum(axis=1),
+                _reduction_want("sum", 1, False), SUM if dtype != I32 else EXACT,
+                _reduction_terms("sum", 1, False))
+            if dtype == I32:
+                continue
+            one("Tensor.mean", lambda t: t.mean(axis=1), _reduction_want("mean", 1, False), SUM,
+                _reduction_terms("mean", 1, False))
+            p = x / 50 + 1  # near 1: a product of 1500 stays finite
+            add(Sample("Tensor.prod", lambda t: t.prod(axis=1), (p,),
+                       lambda v: np.multiply.reduce(f64(v), axis=1).astype(v.dtype), SUM,
+                       terms=lambda v: np.abs(np.multiply.reduce(f64(v), axis=1)),
+                       label="|long", always=True))
+            # softmax subtracts the row's maximum: a missed +50 overflows exp
+            big = np.where(x == 5, 50, x).astype(x.dtype)
+            for api, fn, ref in (("F.softmax", lambda t: F.softmax(t, axis=1), _softmax),
+                                 ("F.log_softmax", lambda t: F.log_softmax(t, axis=-1),
+                                  _log_softmax)):
+                add(Sample(api, fn, (big,), _in(lambda v, r=ref: r(v, 1)), CLOSE,
+                           label="|long", always=True))
+build_long_rows()
