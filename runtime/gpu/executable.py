@@ -24,6 +24,7 @@ import numpy as np
 
 from compiler.errors import DeviceError, InsufficientMemoryError
 
+from . import nvrtc
 from .emitter import ModuleEmitter
 
 _CUBLAS_OP = {"N": 0, "T": 1}  # CUBLAS_OP_N, CUBLAS_OP_T
@@ -83,16 +84,22 @@ class GpuExecutable:
     def _load(self, cupy):
         if self._kernels is not None:
             return
+        names = {ln.kernel for ln in self.module.launches if ln.library is None}
         try:
-            mod = cupy.RawModule(code=self.source, options=("--std=c++17", "--fmad=false"))
-            names = {ln.kernel for ln in self.module.launches if ln.library is None}
-            self._kernels = {n: mod.get_function(n) for n in names}
-        except cupy.cuda.compiler.CompileException as e:
-            raise DeviceError(f"NVRTC could not compile the generated CUDA C of "
-                              f"{self.graph.name}:\n{e}") from None
+            # compiled here with the backend's NVRTC options (not cupy.RawModule, which
+            # appends -ftz=true after ours: see nvrtc.py)
+            from cupy_backends.cuda.libs import nvrtc as nv
+            capability = int(cupy.cuda.Device().compute_capability)
+            image = nvrtc.device_image(nv, self.source, f"{self.graph.name}.cu", capability)
+            mod = cupy.cuda.function.Module()
+            mod.load(image)
+            kernels = {n: mod.get_function(n) for n in names}
+        except DeviceError:
+            raise
         except Exception as e:
             raise DeviceError(f"loading the CUDA module of {self.graph.name} failed: "
                               f"{type(e).__name__}: {e}") from None
+        self._cuda_module, self._kernels = mod, kernels   # the module outlives its functions
         try:
             self._arena = cupy.empty(max(self.plan.arena_bytes, 1), cupy.uint8)
         except cupy.cuda.memory.OutOfMemoryError:
