@@ -23,11 +23,25 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.errors import DeviceError, InsufficientMemoryError
+from runtime.reference import run_node
 
 from . import nvrtc
 from .emitter import ModuleEmitter
 
 _CUBLAS_OP = {"N": 0, "T": 1}  # CUBLAS_OP_N, CUBLAS_OP_T
+
+
+def raise_data_error(graph, t: int, inputs):
+    """Node `t` found data out of range on the device (the status word): the numpy
+    reference, run up to it on the call's inputs (untouched on the host: the device had
+    copies), raises the numpy backend's `DataError` naming the node's line."""
+    env = dict(zip(map(id, graph.inputs), inputs))
+    with np.errstate(all="ignore"):
+        for node in graph.nodes[:t + 1]:
+            env[id(node.out)] = run_node(node, [env[id(v)] for v in node.inputs])
+    node = graph.nodes[t]
+    raise AssertionError(f"the gpu kernel of {node.op} at {node.loc} reported data out of "
+                         "range, but its reference accepts it")
 
 
 def _cupy(loc=None):
@@ -74,7 +88,7 @@ class GpuExecutable:
         if self._arena is not None:
             return
         free, _ = cupy.cuda.runtime.memGetInfo()
-        need = self.plan.arena_bytes + self.plan.output_bytes
+        need = self.module.arena_bytes + self.plan.output_bytes
         if need > free:
             raise InsufficientMemoryError(f"{self.graph.name}: its arena and outputs need "
                                           f"{need} bytes of device memory; {free} are free",
@@ -101,7 +115,7 @@ class GpuExecutable:
                               f"{type(e).__name__}: {e}") from None
         self._cuda_module, self._kernels = mod, kernels   # the module outlives its functions
         try:
-            self._arena = cupy.empty(max(self.plan.arena_bytes, 1), cupy.uint8)
+            self._arena = cupy.empty(max(self.module.arena_bytes, 1), cupy.uint8)
         except cupy.cuda.memory.OutOfMemoryError:
             raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
                                           f"{self.plan.arena_bytes} bytes on the device") \
@@ -165,6 +179,9 @@ class GpuExecutable:
             else:
                 self._run_launches(cupy, dev_in, outputs)
             cupy.cuda.get_current_stream().synchronize()
+            status = self.module.status_offset
+            if status is not None:
+                status = int(self._arena[status:status + 8].get().view(np.uint64)[0])
         except (DeviceError, InsufficientMemoryError):
             raise
         except Exception as e:
@@ -172,6 +189,8 @@ class GpuExecutable:
                 raise DeviceError(f"running {self.graph.name} on the device failed: "
                                   f"{type(e).__name__}: {e}") from None
             raise
+        if status:   # before anything is copied back: the caller's arrays are untouched
+            raise_data_error(self.graph, status - 1, inputs)
 
         def host(v):
             place = self.places[id(v)]
