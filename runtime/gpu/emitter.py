@@ -750,32 +750,44 @@ class ModuleEmitter:
         body.append(f"    {c} acc = "
                     f"{convert(self._load(x, _offset(x.offset, x.strides, idx)), x.dtype, od)};")
         if op == "index_add":
-            nj = index.shape[0]
+            loops = [(ax, "j", index.shape[0])]
             ii = _offset(index.offset, index.strides, ["j"])
             vs = val.strides
             vi = _offset(val.offset, vs, [("j" if d == ax else idx[d]) for d in range(len(idx))])
             add = True
         else:
-            nj = index.shape[ax]
-            region = tuple(index.shape[d] if d == ax else out.shape[d]
+            # NumPy's region: the indices' extent along the axis, elsewhere the larger of x's
+            # and the indices' (x broadcast where it has 1). An x-broadcast dim is a loop of
+            # its own: every index along it lands on x's one position there. The loops nest
+            # in dim order, so the updates come in the region's row-major order (the last
+            # assignment wins, additions in order, as the reference's loop)
+            region = tuple(index.shape[d] if d == ax else max(out.shape[d], index.shape[d])
                            for d in range(len(out.shape)))
+            loops = [(d, "j" if d == ax else f"b{d}", region[d]) for d in range(len(region))
+                     if d == ax or out.shape[d] != region[d]]
             istr = broadcast_strides(index, region)
             istr = tuple(index.strides[ax] if d == ax else istr[d] for d in range(len(region)))
             vstr = broadcast_strides(val, region)
             if val.shape and len(val.shape) == len(region) and val.shape[ax] != 1:
                 vstr = tuple(val.strides[ax] if d == ax else vstr[d] for d in range(len(region)))
-            sub = [("j" if d == ax else idx[d]) for d in range(len(idx))]
+            var = {d: v for d, v, _ in loops}
+            sub = [var.get(d, idx[d]) for d in range(len(idx))]
             ii = _offset(index.offset, istr, sub)
             vi = _offset(val.offset, vstr, sub)
             add = node.attrs["reduce"] == "add"
-        body.append(f"    for (long long j = 0; j < {nj}LL; ++j) {{")
-        body.append(f"      long long k = (long long){self._load(index, ii)};")
-        body.append(f"      if (k < 0) k += {size}LL;")
-        body.append(f"      if (k < 0 || k >= {size}LL) {_fail(t)}")
+        pad = "    "
+        for _, v, n in loops:
+            pad += "  "
+            body.append(f"{pad[:-2]}for (long long {v} = 0; {v} < {n}LL; ++{v}) {{")
+        body.append(f"{pad}long long k = (long long){self._load(index, ii)};")
+        body.append(f"{pad}if (k < 0) k += {size}LL;")
+        body.append(f"{pad}if (k < 0 || k >= {size}LL) {_fail(t)}")
         v = convert(self._load(val, vi), val.dtype, od)
         upd = (f"acc || {v}" if od == np.bool_ else f"acc + {v}") if add else v
-        body.append(f"      if (k == {idx[ax]}) acc = {upd};")
-        body.append("    }")
+        body.append(f"{pad}if (k == {idx[ax]}) acc = {upd};")
+        for _ in loops:
+            pad = pad[:-2]
+            body.append(f"{pad}}}")
         body.append("    " + self._store(out, _offset(out.offset, out.strides, idx), "acc"))
         body.append("  }")
         self._kernel(t, node, "", [out] + list(ins), body, _grid(total), (BLOCK, 1, 1),

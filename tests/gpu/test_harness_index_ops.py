@@ -23,7 +23,7 @@ for _sub in ("tests", os.path.join("tests", "opdb"), os.path.join("tests", "pass
         sys.path.insert(0, os.path.join(ROOT, _sub))
 
 import samples as db  # noqa: E402
-from gradcheck import grad_program, loss_program  # noqa: E402
+from gradcheck import grad_program  # noqa: E402
 
 SCHEDULES = harness.SCHEDULES
 INDEX_APIS = ("Tensor.gather", "Tensor.index_select", "Tensor.index_add", "Tensor.index_add_",
@@ -103,3 +103,74 @@ def test_invalid_indices_raise_the_numpy_backends_error(api, fn, args, error):
         for a, b in zip(call, args):   # the caller's arrays are untouched
             if isinstance(a, np.ndarray):
                 np.testing.assert_array_equal(a, b)
+
+
+# -- the values and gradients of every opdb sample of these ops ---------------------------------
+# (the harness's per-op test runs only the first sample of each op: the x-broadcast samples
+# of take_along_axis / put_along_axis, wrong on the device, were never run through it)
+SAMPLES = [s for s in db.SAMPLES if s.api in INDEX_APIS]
+
+
+def _flat(tree):
+    if isinstance(tree, (tuple, list)):
+        return [x for t in tree for x in _flat(t)]
+    return [tree]
+
+
+def _same(got, want, what):
+    got, want = _flat(got), _flat(want)
+    assert len(got) == len(want), what
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, g.shape, g.dtype, w.dtype)
+        if w.dtype.kind == "f":
+            tol = 1e-12 if w.dtype == np.float64 else 1e-5
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=what)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=what)
+
+
+def _grad_body(sample):
+    """As tests/opdb's: a `_` form differentiates through a non-leaf."""
+    def body(*xs):
+        if sample.writes is not None:
+            xs = list(xs)
+            xs[sample.writes] = xs[sample.writes] * 1.0
+        return sample.fn(*xs)
+    return body
+
+
+def _programs(backend):
+    """(sample id, program, arguments) of each sample's call, and of each gradient sample's
+    gradient program (the loss's gradient with respect to its float64 inputs)."""
+    out = []
+    for s in SAMPLES:
+        out.append((s.id, cc.compile(s.fn, backend=backend), s.args))
+        if s.grad:
+            wrt = list(s.wrt) if s.wrt is not None else \
+                [i for i, a in enumerate(s.args) if np.asarray(a).dtype == np.float64]
+            out.append((f"{s.id} gradient", cc.compile(grad_program(_grad_body(s), wrt),
+                                                       backend=backend), s.args))
+    return out
+
+
+@pytest.fixture(scope="module")
+def lowered():
+    progs = [(what, fn.lower(*_copy(args)), args) for what, fn, args in _programs("gpu")]
+    harness.prebuild([p._exec.module for _, p, _ in progs])
+    return progs
+
+
+def test_every_index_op_sample_and_its_gradient_match_the_numpy_backend(lowered):
+    failures = []
+    for (what, prog, args), (_, ref, _) in zip(lowered, _programs("numpy")):
+        want_args = _copy(args)
+        want = ref(*want_args)
+        for schedule in SCHEDULES:
+            got_args = _copy(args)
+            try:
+                _same(harness.on_host(prog, schedule)(*got_args), want, f"{what} ({schedule})")
+                _same(got_args, want_args, f"{what}: the arguments after the call")
+            except AssertionError as e:
+                failures.append(str(e)[:500])
+    assert not failures, f"{len(failures)} differ:\n" + "\n".join(failures)
