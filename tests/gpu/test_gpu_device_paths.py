@@ -155,3 +155,106 @@ def test_a_module_nvrtc_rejects_is_a_device_error_with_the_log(monkeypatch):
     with pytest.raises(DeviceError, match=r'(?s)NVRTC could not compile.*--ftz=false.*'
                                           r'identifier "a0" is undefined'):
         exe._load(fake)
+
+
+# -- what a call copies back to the host -----------------------------------------------------
+SLACK = 64 * 1024   # array headers (as tests/runtime/test_plan_is_what_runs.py)
+
+
+class _Dev:
+    """A device array: memory from mmap, which tracemalloc doesn't see (as device memory);
+    `get` as CuPy's (into `out`, or a fresh host array); records each copy."""
+
+    copies: list = []
+
+    def __init__(self, a):
+        self.a = a
+
+    @classmethod
+    def holding(cls, values):
+        import mmap
+        raw = np.frombuffer(mmap.mmap(-1, max(values.nbytes, 1)), np.uint8)
+        raw[:values.nbytes] = values.reshape(-1).view(np.uint8)
+        return cls(raw)
+
+    def __getitem__(self, key):
+        return _Dev(self.a[key])
+
+    def get(self, out=None):
+        _Dev.copies.append("into" if out is not None else "fresh")
+        if out is None:
+            return self.a.copy()
+        assert out.shape == self.a.shape and out.dtype == self.a.dtype
+        np.copyto(out, self.a)
+        return out
+
+
+def _view(cupy, storage, place):
+    item = place.dtype.itemsize
+    return _Dev(np.ndarray(place.shape, place.dtype, storage.a, place.offset * item,
+                           tuple(s * item for s in place.strides)))
+
+
+def _copied_back(exe, device, inputs):
+    """`exe._copy_back` over `device` (slot -> _Dev), and the host bytes it allocated."""
+    import tracemalloc
+    _Dev.copies = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        outs, muts = exe._copy_back(None, lambda slot: device[slot], inputs)
+        return outs, muts, tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_mutated_argument_comes_back_into_the_callers_array_and_nothing_else(monkeypatch):
+    """F.relu_(x) on 16 MiB: the device's x is copied straight into the array the call got
+    (the driver then copies nothing), and the output, x itself, is a view of it: no host
+    allocation, where the plan promises none (it was 2 x 16 MiB, and x copied twice)."""
+    from runtime.gpu.executable import GpuExecutable
+    import compiler.nn.functional as F
+    monkeypatch.setattr(GpuExecutable, "_device_view", staticmethod(_view))
+    x = np.linspace(-1.0, 1.0, 4 * 2**20, dtype=np.float32)
+    prog = cc.compile(lambda x: F.relu_(x), backend="gpu").lower(x)
+    assert prog.plan.output_bytes == 0
+    host = x.copy()
+    outs, muts, used = _copied_back(prog._exec, {("input", 0): _Dev.holding(np.maximum(x, 0))},
+                                    [host])
+    assert used <= SLACK, used
+    assert _Dev.copies == ["into"]
+    assert muts[0] is host and np.array_equal(host, np.maximum(x, 0))
+    assert np.shares_memory(outs[0], host) and np.array_equal(outs[0], host)
+
+
+def test_an_output_comes_back_as_one_fresh_array(monkeypatch):
+    from runtime.gpu.executable import GpuExecutable
+    import compiler.nn.functional as F
+    monkeypatch.setattr(GpuExecutable, "_device_view", staticmethod(_view))
+    x = np.linspace(-1.0, 1.0, 4 * 2**20, dtype=np.float32)
+    prog = cc.compile(lambda x: F.relu(x), backend="gpu").lower(x)
+    slot = prog._exec.places[id(prog.graph.outputs[0])].slot
+    host = x.copy()
+    outs, muts, used = _copied_back(prog._exec, {slot: _Dev.holding(np.maximum(x, 0))},
+                                    [host])
+    assert x.nbytes <= used <= x.nbytes + SLACK
+    assert _Dev.copies == ["fresh"] and muts == {}
+    assert np.array_equal(outs[0], np.maximum(x, 0)) and np.array_equal(host, x)
+
+
+def test_the_memory_check_counts_the_host_bytes_of_the_outputs(monkeypatch):
+    """As the cpu and numpy backends: a call whose outputs the host can't hold is refused
+    before anything runs (the device's own check follows)."""
+    from runtime import arena
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
+        getDeviceCount=lambda: 1, memGetInfo=lambda: (2**40, 2**40)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(arena, "available_memory", lambda: 0)
+    n = arena.CHECKED_BYTES // 8
+    prog = cc.compile(lambda x: x.expand([2, n]) + 1.0, backend="gpu").lower(np.ones(n))
+    with pytest.raises(cc.InsufficientMemoryError, match=r"only 0 B"):
+        prog._exec.check_memory()
+    small = cc.compile(lambda x: x * 2.0, backend="gpu").lower(np.ones(4))
+    small._exec.check_memory()   # under CHECKED_BYTES: the host isn't asked
