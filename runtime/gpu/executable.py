@@ -7,26 +7,48 @@ A call:
   - allocates the arena once, as ONE device allocation of `plan.arena_bytes` (256-byte
     aligned: CuPy's allocations are, and every planned offset is a multiple of 256), reused by
     every later call;
-  - copies numpy arguments to the device (CuPy arrays are used where they lie), allocates the
-    per-call output buffers, runs the whole launch list from this one Python call (RawModule
-    kernels, cuBLAS for the gemm launches), and copies the outputs and mutated arguments back
-    into numpy arrays: the caller's mutated arrays are updated in place;
+  - copies the numpy arguments to the device, allocates the per-call output buffers, runs
+    the whole launch list from this one Python call (the module's kernels, compiled with
+    `nvrtc.options` and loaded through CuPy; cuBLAS for the gemm launches), and, once the
+    whole run succeeded (no index out of range: the status word), copies each mutated
+    argument straight into the array the driver passed and each output into a fresh numpy
+    array (an output living in an argument that came back is a view of it): the host
+    allocates the plan's outputs and nothing more;
   - optionally (`graph=True`) captures the launch list as a CUDA graph at the second call and
     replays it afterwards (inputs are staged into fixed device buffers so the captured pointers
     stay valid).
 
 Anything that keeps a call from running (no CuPy, no device, NVRTC rejecting the source)
-raises `DeviceError` saying which, never a raw CuPy exception.
+raises `DeviceError` saying which, never a raw CuPy exception; outputs the host can't hold,
+or an arena the device can't, `InsufficientMemoryError` before anything runs.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from compiler.errors import DeviceError, InsufficientMemoryError
+from runtime.arena import check_memory as check_host_memory
+from runtime.reference import run_node
+
+from . import nvrtc
+from runtime.cpu.places import contiguous_strides
 
 from .emitter import ModuleEmitter
 
 _CUBLAS_OP = {"N": 0, "T": 1}  # CUBLAS_OP_N, CUBLAS_OP_T
+
+
+def raise_data_error(graph, t: int, inputs):
+    """Node `t` found data out of range on the device (the status word): the numpy
+    reference, run up to it on the call's inputs (untouched on the host: the device had
+    copies), raises the numpy backend's `DataError` naming the node's line."""
+    env = dict(zip(map(id, graph.inputs), inputs))
+    with np.errstate(all="ignore"):
+        for node in graph.nodes[:t + 1]:
+            env[id(node.out)] = run_node(node, [env[id(v)] for v in node.inputs])
+    node = graph.nodes[t]
+    raise AssertionError(f"the gpu kernel of {node.op} at {node.loc} reported data out of "
+                         "range, but its reference accepts it")
 
 
 def _cupy(loc=None):
@@ -67,13 +89,16 @@ class GpuExecutable:
         return self.module.launches
 
     def check_memory(self, loc=None):
-        """Raise `InsufficientMemoryError` when the device can't hold the arena (before
-        anything is allocated or written); `DeviceError` when there is no device."""
+        """Raise `InsufficientMemoryError` when the host can't hold the outputs a call
+        returns (as the other backends: `runtime.arena.check_memory`; the arena is on the
+        device) or the device the arena and the outputs (before anything is allocated or
+        written); `DeviceError` when there is no device."""
         cupy = _cupy(loc)
+        check_host_memory(self.plan, True, loc)
         if self._arena is not None:
             return
         free, _ = cupy.cuda.runtime.memGetInfo()
-        need = self.plan.arena_bytes + self.plan.output_bytes
+        need = self.module.arena_bytes + self.plan.output_bytes
         if need > free:
             raise InsufficientMemoryError(f"{self.graph.name}: its arena and outputs need "
                                           f"{need} bytes of device memory; {free} are free",
@@ -83,18 +108,24 @@ class GpuExecutable:
     def _load(self, cupy):
         if self._kernels is not None:
             return
+        names = {ln.kernel for ln in self.module.launches if ln.library is None}
         try:
-            mod = cupy.RawModule(code=self.source, options=("--std=c++17", "--fmad=false"))
-            names = {ln.kernel for ln in self.module.launches if ln.library is None}
-            self._kernels = {n: mod.get_function(n) for n in names}
-        except cupy.cuda.compiler.CompileException as e:
-            raise DeviceError(f"NVRTC could not compile the generated CUDA C of "
-                              f"{self.graph.name}:\n{e}") from None
+            # compiled here with the backend's NVRTC options (not cupy.RawModule, which
+            # appends -ftz=true after ours: see nvrtc.py)
+            from cupy_backends.cuda.libs import nvrtc as nv
+            capability = int(cupy.cuda.Device().compute_capability)
+            image = nvrtc.device_image(nv, self.source, f"{self.graph.name}.cu", capability)
+            mod = cupy.cuda.function.Module()
+            mod.load(image)
+            kernels = {n: mod.get_function(n) for n in names}
+        except DeviceError:
+            raise
         except Exception as e:
             raise DeviceError(f"loading the CUDA module of {self.graph.name} failed: "
                               f"{type(e).__name__}: {e}") from None
+        self._cuda_module, self._kernels = mod, kernels   # the module outlives its functions
         try:
-            self._arena = cupy.empty(max(self.plan.arena_bytes, 1), cupy.uint8)
+            self._arena = cupy.empty(max(self.module.arena_bytes, 1), cupy.uint8)
         except cupy.cuda.memory.OutOfMemoryError:
             raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
                                           f"{self.plan.arena_bytes} bytes on the device") \
@@ -146,9 +177,11 @@ class GpuExecutable:
             self.calls += 1
             if self.use_graph:
                 dev_in = self._stage(cupy, inputs)
-            else:
-                dev_in = [cupy.asarray(np.ascontiguousarray(a)).reshape(-1).view(cupy.uint8)
-                          if a.size else cupy.empty(1, cupy.uint8) for a in inputs]
+            else:   # straight from the caller's (contiguous) arrays: no host staging copy
+                dev_in = [cupy.empty(max(a.nbytes, 1), cupy.uint8) for a in inputs]
+                for buf, a in zip(dev_in, inputs):
+                    if a.size:
+                        buf.set(a.reshape(-1).view(np.uint8))
             if self.use_graph and self._staged_outputs is not None:
                 outputs = self._staged_outputs
             else:
@@ -158,6 +191,9 @@ class GpuExecutable:
             else:
                 self._run_launches(cupy, dev_in, outputs)
             cupy.cuda.get_current_stream().synchronize()
+            status = self.module.status_offset
+            if status is not None:
+                status = int(self._arena[status:status + 8].get().view(np.uint64)[0])
         except (DeviceError, InsufficientMemoryError):
             raise
         except Exception as e:
@@ -165,18 +201,57 @@ class GpuExecutable:
                 raise DeviceError(f"running {self.graph.name} on the device failed: "
                                   f"{type(e).__name__}: {e}") from None
             raise
+        if status:   # before anything is copied back: the caller's arrays are untouched
+            raise_data_error(self.graph, status - 1, inputs)
 
-        def host(v):
+        def storage(slot):
+            kind, k = slot
+            if kind == "input":
+                return dev_in[k]
+            return outputs[k] if kind == "output" else \
+                self._arena[self.plan.buffers[k].offset:]
+        try:
+            return self._copy_back(cupy, storage, inputs)
+        except Exception as e:
+            if type(e).__module__.startswith(("cupy", "cupy_backends")):
+                raise DeviceError(f"copying the results of {self.graph.name} from the device "
+                                  f"failed: {type(e).__name__}: {e}") from None
+            raise
+
+    @staticmethod
+    def _device_view(cupy, storage, place):
+        item = place.dtype.itemsize
+        return cupy.ndarray(place.shape, place.dtype, storage.data + place.offset * item,
+                            strides=tuple(s * item for s in place.strides))
+
+    def _copy_back(self, cupy, storage, inputs):
+        """(outputs, mutations) once the whole run succeeded, allocating on the host only the
+        outputs that don't live in an argument: a mutated argument's value is copied straight
+        into `inputs[k]` (the driver's array: it then copies nothing), and an output in an
+        argument's buffer that came back whole is a view of that array (`return x`,
+        `F.relu_(x)`: the driver returns the caller's array, as planned: 0 bytes)."""
+        whole, muts = set(), {}
+        for k, v in self.graph.mutations.items():
+            place, dst = self.places[id(v)], inputs[k]
+            if dst.size:
+                if place.slot == ("input", k) and place.offset == 0 \
+                        and place.strides == contiguous_strides(place.shape):
+                    storage(place.slot)[:dst.nbytes].get(out=dst.reshape(-1).view(np.uint8))
+                    whole.add(k)
+                else:
+                    self._device_view(cupy, storage(place.slot), place).get(out=dst)
+            muts[k] = dst
+        outs = []
+        for v in self.graph.outputs:
             place = self.places[id(v)]
             kind, k = place.slot
-            storage = {"input": lambda: dev_in[k], "output": lambda: outputs[k],
-                       "arena": lambda: self._arena[self.plan.buffers[k].offset:]}[kind]()
-            item = place.dtype.itemsize
-            arr = cupy.ndarray(place.shape, place.dtype, storage.data + place.offset * item,
-                               strides=tuple(s * item for s in place.strides))
-            return cupy.asnumpy(arr)  # the report says so: results come back as numpy arrays
-        outs = [host(v) for v in self.graph.outputs]
-        muts = {k: host(v) for k, v in self.graph.mutations.items()}
+            if kind == "input" and k in whole:
+                item = place.dtype.itemsize
+                outs.append(np.ndarray(place.shape, place.dtype, inputs[k],
+                                       place.offset * item,
+                                       tuple(s * item for s in place.strides)))
+            else:
+                outs.append(self._device_view(cupy, storage(place.slot), place).get())
         return outs, muts
 
     _staged_outputs = None

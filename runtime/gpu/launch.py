@@ -43,3 +43,6 @@ class GpuModule:
     launches: list[Launch] = field(default_factory=list)
     arena_bytes: int = 0
     arena_alignment: int = 256
+    # byte offset in the arena of the status word (uint64: 0, or the node + 1 of the first
+    # kernel that found data out of range); None when no kernel checks data
+    status_offset: int | None = None

@@ -244,7 +244,8 @@ def test_the_emitters_block_reduction_fails_without_each_of_its_barriers():
     src = module.source
     sites = _block_reduce_barriers(src)
     assert len(sites) == 3
-    programs = [GpuModule(s, launches, module.arena_bytes, module.arena_alignment)
+    programs = [GpuModule(s, launches, module.arena_bytes, module.arena_alignment,
+                          module.status_offset)
                 for s in [src] + [_without(src, at) for at in sites[1:]]]
 
     norm = PRELUDE + BLOCK_PRELUDE + r"""

@@ -10,6 +10,7 @@ import pytest
 from gradcheck import check_grads
 
 import compiler as cc
+from tests.backends import assert_sin_equal
 
 pytestmark = pytest.mark.usefixtures("each_backend")
 
@@ -120,13 +121,13 @@ def numpy_twin(c, d):
 
 
 @pytest.mark.parametrize("inplace", ["auto", "off"])
-def test_inplace_writes_through_a_3d_transpose_reach_the_base(inplace):
+def test_inplace_writes_through_a_3d_transpose_reach_the_base(inplace, each_backend):
     c, d = C.copy(), D.copy()
     b, t = cc.compile(writes_through_3d_transposes, inplace=inplace, sanitize=True)(c, d)
     c_want = C.copy()
     b_want, t_want = numpy_twin(c_want, D.copy())
     np.testing.assert_array_equal(c, c_want)     # the caller's array, written through views
-    np.testing.assert_array_equal(b, b_want)
+    assert_sin_equal(b, b_want, each_backend)    # b holds sin values
     np.testing.assert_array_equal(t, t_want)
     np.testing.assert_array_equal(d, D)
 

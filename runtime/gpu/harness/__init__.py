@@ -639,6 +639,12 @@ class HostExecutable:
         sizes = [max(b.size, 1) for b in self.gpu._output_buffers]
         result = run_on_cpu(self.module, flat, [((n,), np.uint8) for n in sizes],
                             self.schedule)
+        at = self.module.status_offset
+        if at is not None:   # as the device executable: raise before anything is returned
+            status = int(result.arena[at:at + 8].view(np.uint64)[0])
+            if status:
+                from ..executable import raise_data_error
+                raise_data_error(self.graph, status - 1, inputs)
 
         def host(v):
             place = self.gpu.places[id(v)]
