@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ def _in_threads(work, n=THREADS):
 
     def body(i):
         try:
-            barrier.wait()
+            barrier.wait(timeout=120)
             results[i] = work(i)
         except BaseException as e:  # re-raised in the test's thread
             errors.append(e)
@@ -143,14 +144,14 @@ def test_concurrent_calls_use_arenas_of_their_own_and_the_pool_keeps_a_few(backe
     def held_run(inputs):  # three calls hold their arenas at the same moment
         outs, muts, held = run_held(inputs)
         seen.append(held[1].arena)
-        entered.wait()
-        release.wait()
+        entered.wait(timeout=120)
+        release.wait(timeout=120)
         return outs, muts, held
     exe.run_held = held_run
     try:
         def work(i):
             if i == 0:
-                entered.wait()
+                entered.wait(timeout=120)
                 release.set()
                 return None
             return fn(x)
@@ -164,7 +165,7 @@ def test_concurrent_calls_use_arenas_of_their_own_and_the_pool_keeps_a_few(backe
     assert exe.arena is first and 2 <= len(exe._free) <= arena_mod.POOL_LIMIT
 
 
-# -- what a compiled function holds ----------------------------------------------------------------
+# -- what a compiled function holds -------------------------------------------------------------
 def small(x, w):
     return (x @ w).tanh().sum(0)
 
@@ -217,7 +218,6 @@ def test_clearing_the_cache_is_not_a_retrace():
     fn = cc.compile(small, backend="numpy")
     w = np.ones((16, 8), np.float32)
     x = np.ones((2, 16), np.float32)
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error", cc.RetraceWarning)
         for _ in range(api.RETRACE_LIMIT + 3):
@@ -226,7 +226,7 @@ def test_clearing_the_cache_is_not_a_retrace():
     assert fn.traces == api.RETRACE_LIMIT + 3
 
 
-# -- the gpu backend: its Python side, with a stand-in for CuPy -------------------------------------
+# -- the gpu backend: its Python side, with a stand-in for CuPy ----------------------------------
 class _Ptr:
     def __init__(self, ptr):
         self.ptr = ptr
