@@ -7,7 +7,9 @@ import gc
 import inspect
 import numbers
 import operator
+import threading
 import warnings
+from collections import OrderedDict, namedtuple
 
 import numpy as np
 
@@ -29,6 +31,12 @@ RECOMPUTE_MODES = ("auto", "off")
 
 
 # -- tracing -----------------------------------------------------------------------------
+# Tracing and building a program take this lock: the tracer's state (the active tracer,
+# `no_grad`) is process-wide, and so is LLVM's. Re-entrant: a traced function may call a
+# compiled function on numpy arrays.
+_COMPILE_LOCK = threading.RLock()
+
+
 def _param_names(fn, n: int) -> list[str]:
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -83,7 +91,7 @@ def trace(fn, *args, name: str | None = None, **kwargs) -> Graph:
     as views of one storage (see `compiler.arguments`). Keyword arguments are passed by
     keyword and become graph inputs named after them, after the positional ones."""
     args = tuple(args) + tuple(kwargs.values())
-    with _no_gc():
+    with _COMPILE_LOCK, _no_gc():
         return _trace(fn, args, _tr.user_loc(), name, tuple(kwargs))[0]
 
 
@@ -302,14 +310,25 @@ class Program:
                 from runtime.arena import contiguous_arguments
                 contiguous_arguments(run_arrays, arrays, names, self._exec, loc)
                 break
+        exe = self._exec
+        run_held = getattr(exe, "run_held", None)
+        held = None
         with self._all_or_nothing(arrays, run_arrays):
-            outs, muts = self._exec.run(run_arrays)
-            # The whole program succeeded: the caller's arrays get their final values.
-            copied = False
-            for k, arr in muts.items():
-                if not _same_memory(arr, arrays[k]):
-                    np.copyto(arrays[k], arr)
-                    copied = True
+            if run_held is None:  # (an executable with no arena pool: each call its own memory)
+                outs, muts = exe.run(run_arrays)
+            else:
+                # The call's arena stays this call's until the mutations are copied out of it.
+                outs, muts, held = run_held(run_arrays)
+            try:
+                # The whole program succeeded: the caller's arrays get their final values.
+                copied = False
+                for k, arr in muts.items():
+                    if not _same_memory(arr, arrays[k]):
+                        np.copyto(arrays[k], arr)
+                        copied = True
+            finally:
+                if run_held is not None:
+                    exe.put_back(held)
         self._copies_back = copied
         results = []
         for v, arr in zip(self.graph.outputs, outs):
@@ -413,6 +432,15 @@ def _describe_sig(entry) -> str:
 
 
 RETRACE_LIMIT = 8  # as torch.compile's cache_size_limit
+# Signatures whose programs keep their arenas while idle: the most recently called ones. An
+# older signature's program stays cached (no retrace) but gives its arenas back; its next call
+# allocates them again.
+ARENA_LIMIT = 8
+
+CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize arenas arena_bytes")
+CacheInfo.__doc__ = """`fn.cache_info()`, as functools' (`maxsize` is None: programs are kept
+until `fn.clear_cache()`); `arenas`: programs holding idle arenas (at most ARENA_LIMIT, plus
+calls in flight), `arena_bytes`: the bytes of those idle arenas."""
 
 
 class CompiledFunction:
@@ -422,7 +450,11 @@ class CompiledFunction:
     cache key is the signature (`compiler.arguments`: shapes, dtypes, memory sharing, Python
     scalars' values) and the names of keyword-only arguments. A cached program is traced
     again when a numpy array it captured has changed since; past RETRACE_LIMIT retraces a
-    `RetraceWarning` says why (once)."""
+    `RetraceWarning` says why (once).
+
+    Thread-safe: calls from several threads run at once, each on an arena of its own from the
+    program's pool; threads making the first call of a signature together trace it once.
+    Only the ARENA_LIMIT most recently called signatures keep their arenas while idle."""
 
     def __init__(self, fn, backend="cpu", inplace="auto", donate=(), sanitize=None,
                  schedule="auto", distributed=None, fuse=None, recompute="auto"):
@@ -455,8 +487,13 @@ class CompiledFunction:
         self._cache: dict = {}
         self._positional_names: dict[int, list[str]] = {}
         self.traces = 0          # how many times fn was traced
+        self._retraces = 0       # traces for a changed signature or capture (not the first)
         self._last_key = None
         self._warned = False
+        self._lock = threading.Lock()   # the counters and the arenas' LRU below
+        self._hits = self._misses = 0
+        self._with_arenas: OrderedDict = OrderedDict()  # key -> program, last called last
+        self._last_prog = None
         functools.update_wrapper(self, fn)
 
     def _bind_call(self, args, kwargs, loc):
@@ -494,7 +531,7 @@ class CompiledFunction:
         args, kwargs = self._bind_call(args, kwargs, loc)
         return self._lower(args, kwargs, loc)
 
-    def _lower(self, args, kwargs, loc) -> Program:
+    def _lower(self, args, kwargs, loc, call=False) -> Program:
         values = tuple(args) + tuple(kwargs.values())
         positional = self._positional_names.get(len(args))
         if positional is None:  # (inspect.signature costs ~20 us: once per arity, not per call)
@@ -512,21 +549,78 @@ class CompiledFunction:
                 reason, prog = f"{changed} changed since tracing", None
         elif self._last_key is not None:
             reason = self._what_changed(self._last_key, key, names)
+        traced = False
         if prog is None:
-            with _no_gc():
-                graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs),
-                                    distributed=self.distributed)
-                prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                     self.sanitize, names, self.schedule, self.fuse,
-                                     recompute=self.recompute)
-                prog.distributed = self.distributed
-            prog._bind_call = self._bind_call
-            self._cache[key] = prog
-            self.traces += 1
-            if self.traces > 1:
-                self._note_retrace(reason, loc)
+            with _COMPILE_LOCK:
+                # Another thread may have built it while this one waited.
+                prog = self._cache.get(key)
+                if prog is not None and prog.changed_capture() is not None:
+                    prog = None
+                if prog is None:
+                    prog = self._build(values, names, kwargs, loc)
+                    self._cache[key] = prog
+                    self.traces += 1
+                    traced = True
+                    if reason is not None:
+                        self._retraces += 1
+                        self._note_retrace(reason, loc)
         self._last_key = key
+        if call or traced:
+            self._count(key, prog, traced)
         return prog
+
+    def _build(self, values, names, kwargs, loc) -> Program:
+        with _no_gc():
+            graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs),
+                                distributed=self.distributed)
+            prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
+                                 self.sanitize, names, self.schedule, self.fuse,
+                                 recompute=self.recompute)
+            prog.distributed = self.distributed
+        prog._bind_call = self._bind_call
+        return prog
+
+    def _count(self, key, prog, traced):
+        """A call's (or a trace's) statistics; a signature called after another one becomes the
+        most recent with arenas, and past ARENA_LIMIT the least recent gives its arenas back."""
+        idle = []
+        with self._lock:
+            if traced:
+                self._misses += 1
+            else:
+                self._hits += 1
+            if prog is not self._last_prog:  # (the same signature again: nothing moves)
+                self._last_prog = prog
+                lru = self._with_arenas
+                old = lru.pop(key, None)
+                if old is not None and old is not prog:
+                    idle.append(old)  # traced again (a captured array changed)
+                lru[key] = prog
+                while len(lru) > ARENA_LIMIT:
+                    idle.append(lru.popitem(last=False)[1])
+        for p in idle:  # (outside the lock: the gpu's release waits for a call in flight)
+            _release_arenas(p)
+
+    def cache_info(self) -> CacheInfo:
+        """Hits (calls that found their program), misses (traces), maxsize (None: programs are
+        kept), currsize (programs cached), arenas and arena_bytes (idle arenas held)."""
+        with self._lock:
+            held = [getattr(p._exec, "idle_arena_bytes", lambda: 0)()
+                    for p in list(self._cache.values())]
+            return CacheInfo(self._hits, self._misses, None, len(held),
+                             sum(1 for b in held if b), sum(held))
+
+    def clear_cache(self) -> None:
+        """Drop every cached program and its arenas (a call in flight finishes on its own);
+        the next call traces again. The statistics start again from zero."""
+        with self._lock:
+            progs = list(self._cache.values())
+            self._cache = {}
+            self._with_arenas = OrderedDict()
+            self._hits = self._misses = 0
+            self._last_key = self._last_prog = None
+        for p in progs:
+            _release_arenas(p)
 
     @staticmethod
     def _what_changed(old, new, names) -> str:
@@ -542,7 +636,7 @@ class CompiledFunction:
         return "an argument"
 
     def _note_retrace(self, reason, loc):
-        retraces = self.traces - 1
+        retraces = self._retraces
         if retraces <= RETRACE_LIMIT or self._warned:
             return
         self._warned = True
@@ -557,14 +651,20 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         loc = _tr.user_loc()
         args, kwargs = self._bind_call(args, kwargs, loc)
-        return self._lower(args, kwargs, loc)(*args, *kwargs.values())
+        return self._lower(args, kwargs, loc, call=True)(*args, *kwargs.values())
 
     def trace(self, *args, **kwargs) -> Graph:
         loc = _tr.user_loc()
         args, kwargs = self._bind_call(args, kwargs, loc)
-        with _no_gc():
+        with _COMPILE_LOCK, _no_gc():
             return _trace(self.fn, tuple(args) + tuple(kwargs.values()), loc,
                           kwnames=tuple(kwargs), distributed=self.distributed)[0]
+
+
+def _release_arenas(prog):
+    release = getattr(prog._exec, "release", None)
+    if release is not None:
+        release()
 
 
 def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,

@@ -36,6 +36,17 @@ CHUNK = 512
 # elements per operand (8192 by default: ~100 KB for three float32 operands); 1024 keeps
 # them small at no measurable cost.
 UFUNC_BUFSIZE = 1024
+# Arenas a program keeps for later calls: one per call running at once (threads), allocated
+# when a call finds none idle; beyond this many idle ones an arena is dropped after its call.
+POOL_LIMIT = 8
+
+
+class _ArenaState:
+    """One arena of a program and the arrays that view it."""
+    __slots__ = ("arena", "slot", "scratch")
+
+    def __init__(self, arena, slot, scratch):
+        self.arena, self.slot, self.scratch = arena, slot, scratch
 
 
 def available_memory() -> int | None:
@@ -110,42 +121,73 @@ def contiguous_arguments(run_arrays, arrays, names, executable, loc=None) -> Non
 
 class ArenaExecutable:
     """Runs a planned graph. Building one allocates nothing: the arena is allocated by the
-    first call (so `fn.lower(...)` of a program bigger than the machine can be inspected)."""
+    first call (so `fn.lower(...)` of a program bigger than the machine can be inspected).
+    Calls may run at once from several threads: each takes an arena of its own from the
+    program's pool (a new one when none is idle), so they share no memory but the inputs."""
 
     def __init__(self, graph, plan, sanitize: bool = False):
         self.graph, self.plan, self.sanitize = graph, plan, sanitize
         self.source = ""
-        self.arena = None  # allocated once per program, at its first call
         self._ops = [REGISTRY[n.op] for n in graph.nodes]
         # Buffers to poison after each node (sanitizer): arena buffers whose life ends there.
         self._dies_after: dict[int, list] = {}
         for b in plan.buffers:
             if b.kind == "arena" and b.size:
                 self._dies_after.setdefault(b.end, []).append(b)
-        self._slot: dict[int, np.ndarray] = {}
-        self._scratch: dict[int, list[np.ndarray]] = {}
+        self._free: list[_ArenaState] = []  # the pool: idle arenas, at most POOL_LIMIT
+        self._arena = None
 
-    def _allocate(self):
-        """The arena, and the arrays that view it (made once: a call creates none)."""
+    # -- the arena pool ------------------------------------------------------------------------
+    arena = property(lambda self: self._arena, lambda self, a: self._adopt(a),
+                     doc="The program's first arena (None before the first call and after "
+                         "`release()`); concurrent calls take further ones from the pool.")
+
+    def _adopt(self, arena):
+        self._arena, self._free = arena, ([] if arena is None else [self._state(arena)])
+
+    def release(self) -> None:
+        """Drop the idle arenas (a call in flight keeps its own, which is then dropped as it
+        ends); the next call allocates a new one."""
+        self._arena, self._free = None, []
+
+    def idle_arena_bytes(self) -> int:
+        return len(self._free) * self.plan.arena_bytes
+
+    def _new_state(self) -> "_ArenaState":
+        """A new arena for a call (the first one is `self.arena`)."""
+        state = self._state(np.empty(self.plan.arena_bytes, np.uint8))
+        if self._arena is None:
+            self._arena = state.arena
+        return state
+
+    def _allocate(self) -> "_ArenaState":
+        """A new arena, idle in the pool."""
+        state = self._new_state()
+        self._free.append(state)
+        return state
+
+    def _state(self, arena) -> "_ArenaState":
+        """The arrays that view `arena` (made once per arena: a call creates none)."""
         plan = self.plan
-        self.arena = arena = np.empty(plan.arena_bytes, np.uint8)
+        slot, scratch = {}, {}
         for t, node in enumerate(self.graph.nodes):
             if self._ops[t].kind == VIEW:
                 continue
             b = plan.buffer_of[node.out]
             if b.kind == "arena" and node not in plan.reuse:
                 # (a gradient packed into a bucket lies at its slot's offset there)
-                self._slot[t] = np.ndarray(node.out.shape, node.out.dtype, buffer=arena,
-                                           offset=b.offset + plan.packed.get(node.out, 0))
+                slot[t] = np.ndarray(node.out.shape, node.out.dtype, buffer=arena,
+                                     offset=b.offset + plan.packed.get(node.out, 0))
             # (a node running in place over its input needs its scratch too: a fused body)
             if self._ops[t].scratch is not None:
                 ws = plan.workspace.get(node)  # (none when every scratch array is empty)
                 specs = scratch_specs(node)
                 offsets, _ = scratch_offsets(specs)
-                self._scratch[t] = [
+                scratch[t] = [
                     np.empty(shape, dtype) if ws is None else
                     np.ndarray(shape, dtype, buffer=arena, offset=ws.offset + o)
                     for (shape, dtype), o in zip(specs, offsets)]
+        return _ArenaState(arena, slot, scratch)
 
     def _fresh(self, value, buffer, outputs_storage):
         # A returned buffer: allocated per call, shared by the values that live in it.
@@ -155,29 +197,52 @@ class ArenaExecutable:
         return np.ndarray(value.shape, value.dtype, buffer=storage, offset=0)
 
     def check_memory(self, loc=None):
-        check_memory(self.plan, self.arena is not None, loc)
+        check_memory(self.plan, bool(self._free), loc)
 
     def run(self, inputs):
-        graph = self.graph
-        if self.arena is None:
-            self._allocate()
-        if self.sanitize:
-            self.arena.fill(POISON)
-        arrays: dict[int, np.ndarray] = {}
-        for v, arr in zip(graph.inputs, inputs):
-            arrays[id(v)] = arr
-        outputs_storage: dict[int, np.ndarray] = {}
-        bufsize = np.setbufsize(UFUNC_BUFSIZE)
-        try:
-            self._run_nodes(arrays, outputs_storage)
-        finally:
-            np.setbufsize(bufsize)
-        outs = [arrays[id(v)] for v in graph.outputs]
-        muts = {k: arrays[id(v)] for k, v in graph.mutations.items()}
+        """(outputs, mutations) of a call; the arena goes back to the pool."""
+        outs, muts, held = self.run_held(inputs)
+        self.put_back(held)
         return outs, muts
 
-    def _run_nodes(self, arrays, outputs_storage):
-        graph, plan, slot = self.graph, self.plan, self._slot
+    def run_held(self, inputs):
+        """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
+        which no other call uses until `put_back(held)` (the driver copies it out first)."""
+        graph = self.graph
+        free = self._free
+        try:  # (list.pop and append are atomic: two threads never get one arena)
+            state = free.pop()
+        except IndexError:
+            state = self._new_state()
+        try:
+            if self.sanitize:
+                state.arena.fill(POISON)
+            arrays: dict[int, np.ndarray] = {}
+            for v, arr in zip(graph.inputs, inputs):
+                arrays[id(v)] = arr
+            outputs_storage: dict[int, np.ndarray] = {}
+            bufsize = np.setbufsize(UFUNC_BUFSIZE)  # (NumPy keeps it per thread)
+            try:
+                self._run_nodes(state, arrays, outputs_storage)
+            finally:
+                np.setbufsize(bufsize)
+        except BaseException:
+            self.put_back((free, state))
+            raise
+        outs = [arrays[id(v)] for v in graph.outputs]
+        muts = {k: arrays[id(v)] for k, v in graph.mutations.items()}
+        return outs, muts, (free, state)
+
+    @staticmethod
+    def put_back(held) -> None:
+        """Return a call's arena to the pool it came from (after `release()` that pool is
+        gone, and the arena with it); the pool keeps at most POOL_LIMIT."""
+        free, state = held
+        if len(free) < POOL_LIMIT:
+            free.append(state)
+
+    def _run_nodes(self, state, arrays, outputs_storage):
+        graph, plan, slot, arena = self.graph, self.plan, state.slot, state.arena
         with np.errstate(all="ignore"):
             for t, node in enumerate(graph.nodes):
                 op = self._ops[t]
@@ -191,7 +256,7 @@ class ArenaExecutable:
                 if taken is None:
                     dest = slot[t] if t in slot else \
                         self._fresh(node.out, plan.buffer_of[node.out], outputs_storage)
-                    compute(node, dest, args, self._scratch.get(t))
+                    compute(node, dest, args, state.scratch.get(t))
                 elif op.kind == SCATTER:
                     dest = args[0]  # in place: write only the touched region
                     region = dest[numpy_index(node.attrs["index"])]
@@ -201,11 +266,11 @@ class ArenaExecutable:
                         region[...] = src  # (skipped when the op already wrote it there)
                 else:
                     dest = args[taken]
-                    compute(node, dest, args, self._scratch.get(t))
+                    compute(node, dest, args, state.scratch.get(t))
                 arrays[id(node.out)] = dest
                 if self.sanitize:
                     for b in self._dies_after.get(t, ()):
-                        self.arena[b.offset:b.offset + b.size] = POISON
+                        arena[b.offset:b.offset + b.size] = POISON
 
 
 def compute(node, dest: np.ndarray, args: list[np.ndarray], scratch=None) -> None:

@@ -6,17 +6,19 @@ the results as numpy views of those buffers (the layouts come from `places.py`).
 allocated at the first call and reused (64-byte aligned, the plan's alignment), so lowering a
 program bigger than the machine works, and a call that can't get its memory raises
 `InsufficientMemoryError` before anything runs (`check_memory`, as the numpy executor).
-A Program is not re-entrant, like the numpy arena executor.
+Calls may run at once from several threads (the ctypes call releases the GIL): each takes an
+arena, with its own pointer tables, from the program's pool (`runtime.arena.POOL_LIMIT`).
 
 Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebuilds the
-operands as numpy views from the buffer pointers it gets, runs the op's reference and writes
+operands as numpy views from the buffer pointers it gets (nothing of the call is kept on the
+executable: calls in other threads run the same callback), runs the op's reference and writes
 the result into the planned place; the communication ops of data-parallel training run their
 `into` instead (the all-reduce is posted on, and completed in, the bucket's arena memory, so the
 native entry runs the whole step in one crossing, with a callback per communication node). An
-exception there is kept and re-raised after the native
-call returns (ctypes would otherwise print and swallow it); the callback then returns 1 and the
-native entry stops at that node, so a failed all-reduce is the last thing the step does (no
-update runs with a gradient that was never reduced).
+exception there is kept (per thread) and re-raised after the native call returns (ctypes would
+otherwise print and swallow it); the callback then returns 1 and the native entry stops at that
+node, so a failed all-reduce is the last thing the step does (no update runs with a gradient
+that was never reduced).
 
 Data out of range (an index, a computed class label): the native entry returns `t + 1` when
 node `t` found some, before that node wrote anything (`index_kernels.py`); the driver then runs
@@ -28,13 +30,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 
 import numpy as np
 
 from compiler.errors import InsufficientMemoryError
 from compiler.ops import COMM_OPS
-from runtime.arena import check_memory, compute
+from runtime.arena import POOL_LIMIT, check_memory, compute
 from runtime.reference import run_node
 
 from . import jit
@@ -63,6 +66,19 @@ def _buffer_at(address: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(address))
 
 
+class _ArenaState:
+    """One arena of a program and the pointer tables of the calls that use it (filled in
+    place: building ctypes arrays per call costs more)."""
+    __slots__ = ("arena", "arena_ptr", "in_ptrs", "out_ptrs", "in_addr", "out_addr")
+
+    def __init__(self, arena, n_in, n_out):
+        self.arena, self.arena_ptr = arena, arena.ctypes.data
+        self.in_ptrs = (ctypes.c_void_p * max(n_in, 1))()
+        self.out_ptrs = (ctypes.c_void_p * max(n_out, 1))()
+        self.in_addr = ctypes.addressof(self.in_ptrs)
+        self.out_addr = ctypes.addressof(self.out_ptrs)
+
+
 class CpuExecutable:
     """A planned graph compiled to native code through llvmlite."""
 
@@ -81,15 +97,11 @@ class CpuExecutable:
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
-        # per-call argument vectors, filled in place (building ctypes arrays costs more)
-        self._in_ptrs = (ctypes.c_void_p * max(len(graph.inputs), 1))()
-        self._out_ptrs = (ctypes.c_void_p * max(len(self._output_buffers), 1))()
-        self._in_addr = ctypes.addressof(self._in_ptrs)
-        self._out_addr = ctypes.addressof(self._out_ptrs)
         self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
-        self.arena = None  # allocated at the first call, then reused
+        self._free: list[_ArenaState] = []  # the pool: idle arenas, at most POOL_LIMIT
+        self._arena = None
         self._sizes = self._buffer_sizes()
-        self._error = None
+        self._errors: dict[int, BaseException] = {}  # a fallback's exception, per thread
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
 
@@ -101,14 +113,51 @@ class CpuExecutable:
     def check_memory(self, loc=None):
         """Raise `InsufficientMemoryError` before a call that can't get its memory (the
         driver calls this before anything is allocated or written)."""
-        check_memory(self.plan, self.arena is not None, loc)  # small calls skip the read
+        check_memory(self.plan, bool(self._free), loc)  # small calls skip the read
 
-    def _allocate_arena(self):
+    # -- the arena pool ------------------------------------------------------------------------
+    arena = property(lambda self: self._arena, lambda self, a: self._adopt(a),
+                     doc="The program's first arena (None before the first call and after "
+                         "`release()`); concurrent calls take further ones from the pool.")
+
+    def _adopt(self, arena):
+        self._arena = arena
+        self._free = [] if arena is None else [self._state(arena)]
+
+    def _state(self, arena) -> _ArenaState:
+        return _ArenaState(arena, len(self.graph.inputs), len(self._output_buffers))
+
+    def release(self) -> None:
+        """Drop the idle arenas (a call in flight keeps its own, which is then dropped as it
+        ends); the next call allocates a new one."""
+        self._arena, self._free = None, []
+
+    def idle_arena_bytes(self) -> int:
+        return len(self._free) * self.plan.arena_bytes
+
+    def _new_state(self) -> _ArenaState:
         try:
-            self.arena = _aligned(self.plan.arena_bytes)
+            state = self._state(_aligned(self.plan.arena_bytes))
         except MemoryError:
             raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
                                           f"{self.plan.arena_bytes} bytes") from None
+        if self._arena is None:
+            self._arena = state.arena
+        return state
+
+    def _allocate_arena(self) -> _ArenaState:
+        """A new arena, idle in the pool."""
+        state = self._new_state()
+        self._free.append(state)
+        return state
+
+    @staticmethod
+    def put_back(held) -> None:
+        """Return a call's arena to the pool it came from (after `release()` that pool is
+        gone, and the arena with it); the pool keeps at most POOL_LIMIT."""
+        free, state = held
+        if len(free) < POOL_LIMIT:
+            free.append(state)
 
     def _buffer_sizes(self) -> dict:
         sizes = {}
@@ -135,18 +184,20 @@ class CpuExecutable:
                 compute(node, arrays[-1], arrays[:-1])
             else:
                 np.copyto(arrays[-1], run_node(node, arrays[:-1]))
-        except BaseException as e:  # re-raised by run(); the entry stops at this node
-            if self._error is None:
-                self._error = e
+        except BaseException as e:  # re-raised by run() (the callback runs in its thread);
+            self._errors.setdefault(threading.get_ident(), e)  # the entry stops at this node
             return 1
         return 0
 
     def _storage_at(self, slot, address):
+        """The memory at `address`, the start of `slot` in this call (an arena buffer's start:
+        the view may reach to the arena's end, as `arena[offset:]`)."""
         kind, k = slot
         if kind == "input":
-            return self._run_inputs[k]
+            v = self.graph.inputs[k]
+            return _buffer_at(address, v.size * v.dtype.itemsize)
         if kind == "arena":
-            return self.arena[self._arena_offset(k):]
+            return _buffer_at(address, self.plan.arena_bytes - self._arena_offset(k))
         return _buffer_at(address, self._sizes[slot])
 
     def _arena_offset(self, buffer_id):
@@ -170,7 +221,7 @@ class CpuExecutable:
         return [(self.graph.nodes[t], float(np.median([r[t] for r in runs])))
                 for t in sorted(runs[0])]
 
-    def _raise_data_error(self, node, flat, outputs):
+    def _raise_data_error(self, node, arena, flat, outputs):
         """`node` found data out of range and stopped before writing: its reference, run on
         the same operands, raises the numpy backend's `DataError` (with the node's line)."""
         storage = {"input": flat, "output": outputs}
@@ -179,7 +230,7 @@ class CpuExecutable:
             place = self.places[id(v)]
             kind, k = place.slot
             if kind == "arena":
-                buf = self.arena[self._arena_offset(k):]
+                buf = arena[self._arena_offset(k):]
             elif kind == "const":
                 buf = self._const_data[k]
             else:
@@ -191,33 +242,51 @@ class CpuExecutable:
 
     # -- a call --------------------------------------------------------------------------------
     def run(self, inputs):
+        """(outputs, mutations) of a call; the arena goes back to the pool."""
+        outs, muts, held = self.run_held(inputs)
+        self.put_back(held)
+        return outs, muts
+
+    def run_held(self, inputs):
+        """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
+        which no other call uses until `put_back(held)` (the driver copies it out first)."""
         graph = self.graph
         flat = []
         for v, a in zip(graph.inputs, inputs):
             assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape
             flat.append(a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8))
-        self._run_inputs = flat
-        if self.arena is None:
-            self._allocate_arena()
-        arena = self.arena
+        free = self._free
+        try:  # (list.pop and append are atomic: two threads never get one arena)
+            state = free.pop()
+        except IndexError:
+            state = self._new_state()
+        try:
+            outs, muts = self._run_on(state, inputs, flat)
+        except BaseException:
+            self.put_back((free, state))
+            raise
+        return outs, muts, (free, state)
+
+    def _run_on(self, state, inputs, flat):
+        graph = self.graph
         try:
             outputs = [_aligned(n) for n in self._out_sizes]
         except MemoryError:
             raise InsufficientMemoryError(f"{graph.name}: can't allocate its outputs "
                                           f"({self.plan.output_bytes} bytes)") from None
-        in_ptrs, out_ptrs = self._in_ptrs, self._out_ptrs
+        in_ptrs, out_ptrs = state.in_ptrs, state.out_ptrs
         for k, a in enumerate(inputs):
             in_ptrs[k] = a.ctypes.data
         for k, o in enumerate(outputs):
             out_ptrs[k] = o.ctypes.data
-        self._error = None
-        status = self._entry(arena.ctypes.data, self._in_addr, self._out_addr,
-                             self._cb_address)
-        self._run_inputs = None
-        if self._error is not None:
-            raise self._error
+        status = self._entry(state.arena_ptr, state.in_addr, state.out_addr, self._cb_address)
+        if self._errors:  # (some thread's callback failed: this one's?)
+            error = self._errors.pop(threading.get_ident(), None)
+            if error is not None:
+                raise error
+        arena = state.arena
         if status:
-            self._raise_data_error(graph.nodes[status - 1], flat, outputs)
+            self._raise_data_error(graph.nodes[status - 1], arena, flat, outputs)
 
         def array_of(v):
             place = self.places[id(v)]
@@ -227,7 +296,7 @@ class CpuExecutable:
             elif kind == "output":
                 storage = outputs[k]
             else:
-                storage = self.arena[self._arena_offset(k):]
+                storage = arena[self._arena_offset(k):]
             return _view(storage, place)
         outs = [array_of(v) for v in graph.outputs]
         muts = {k: array_of(v) for k, v in graph.mutations.items()}

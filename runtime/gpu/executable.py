@@ -18,11 +18,16 @@ A call:
     replays it afterwards (inputs are staged into fixed device buffers so the captured pointers
     stay valid).
 
+Calls from several threads take turns (a lock per program: they share its one arena, staged
+buffers and captured graph, and the device runs one launch list at a time anyway).
+
 Anything that keeps a call from running (no CuPy, no device, NVRTC rejecting the source)
 raises `DeviceError` saying which, never a raw CuPy exception; outputs the host can't hold,
 or an arena the device can't, `InsufficientMemoryError` before anything runs.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -83,6 +88,7 @@ class GpuExecutable:
         self._cuda_graph = None
         self._staged = None
         self.calls = 0
+        self._lock = threading.Lock()  # one call at a time: they share the arena
 
     @property
     def launches(self):
@@ -105,8 +111,22 @@ class GpuExecutable:
                                           loc)
 
     # -- setup -----------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Free the device arena (and what a captured graph holds: its addresses point into
+        it); the next call allocates it again. Waits for a call in flight."""
+        with self._lock:
+            self._arena = None
+            self._cuda_graph = None
+            self._staged = self._staged_outputs = None
+            self.calls = 0
+
+    def idle_arena_bytes(self) -> int:
+        return 0 if self._arena is None else self.plan.arena_bytes
+
     def _load(self, cupy):
         if self._kernels is not None:
+            if self._arena is None:
+                self._allocate_arena(cupy)
             return
         names = {ln.kernel for ln in self.module.launches if ln.library is None}
         try:
@@ -124,6 +144,9 @@ class GpuExecutable:
             raise DeviceError(f"loading the CUDA module of {self.graph.name} failed: "
                               f"{type(e).__name__}: {e}") from None
         self._cuda_module, self._kernels = mod, kernels   # the module outlives its functions
+        self._allocate_arena(cupy)
+
+    def _allocate_arena(self, cupy):
         try:
             self._arena = cupy.empty(max(self.module.arena_bytes, 1), cupy.uint8)
         except cupy.cuda.memory.OutOfMemoryError:
@@ -172,6 +195,10 @@ class GpuExecutable:
     def run(self, inputs):
         """(outputs, mutations) as numpy arrays, like the other backends' executables."""
         cupy = _cupy()
+        with self._lock:  # until the results are on the host: the next call reuses the arena
+            return self._run(cupy, inputs)
+
+    def _run(self, cupy, inputs):
         try:
             self._load(cupy)
             self.calls += 1

@@ -38,6 +38,10 @@ writes through an expanded view, inplace results bigger than their target) raise
 out-of-range class index given to `F.cross_entropy` raises `cc.DataError`: each naming that
 step's line, in every mode, before touching any argument.
 
+Concurrent mode: one compiled program (sanitizer on) called from RANDOM_PROGRAMS_THREADS threads
+at once, each on its own data, a few calls each: every output and every caller's array after
+each call is bit-identical to the serial call on the same data (or the same error is raised).
+
 Set RANDOM_PROGRAMS_EXAMPLES=N to run N random (not derandomized) examples per property, and
 RANDOM_PROGRAMS_STEPS=K for longer programs (the defaults are sized for CI).
 """
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -63,6 +68,7 @@ from runtime.reference import evaluate
 EXAMPLES = int(os.environ.get("RANDOM_PROGRAMS_EXAMPLES", "0")) or None
 STEPS = int(os.environ.get("RANDOM_PROGRAMS_STEPS", "10"))  # most random steps per program
 RTOL = 1e-12
+THREADS = int(os.environ.get("RANDOM_PROGRAMS_THREADS", "4"))  # concurrent mode
 
 
 def _settings(n):
@@ -336,6 +342,58 @@ def test_training_programs_on_cpu_match_reference(prog, donate_mask):
 @given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
 def test_training_program_gradients_on_cpu_match_finite_differences(prog):
     check_gradients(prog, backend="cpu")
+
+
+# -- concurrent mode -------------------------------------------------------------------------------
+def _outcome(cf, prog, storages):
+    """A call on fresh copies of `storages`: its outputs and the arguments after it, as bytes
+    (or the error it raised)."""
+    args = prog.arguments([s.copy() for s in storages])
+    try:
+        result = cf(*args)
+    except cc.CompilerError as e:
+        return ("error", type(e).__name__, e.bare_message)
+    outs = [("array", o.dtype.str, o.shape, o.tobytes()) if isinstance(o, np.ndarray)
+            else ("value", repr(o)) for o in _flat(result)]
+    return ("ok", outs, [a.tobytes() for a in args])
+
+
+def check_concurrent(prog: RandomProgram, backend: str, calls: int = 3):
+    """The program called from THREADS threads at once, each on its own data (the generator's
+    inputs shifted by a per-thread amount), gives what the serial calls give, bit for bit."""
+    assume(not prog.expect_error)
+    note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
+    cf = cc.compile(prog.build(), backend=backend, sanitize=True)
+    data = [[s + 0.125 * i for s in prog.storages()] for i in range(THREADS)]
+    serial = [[_outcome(cf, prog, d) for _ in range(calls)] for d in data]
+    barrier = threading.Barrier(THREADS)
+    got: list = [None] * THREADS
+
+    def work(i):
+        barrier.wait()
+        got[i] = [_outcome(cf, prog, data[i]) for _ in range(calls)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(THREADS):
+        assert got[i] is not None, f"thread {i} raised (see its traceback above)"
+        for c in range(calls):
+            assert got[i][c] == serial[i][c], f"thread {i}, call {c}: differs from the serial call"
+    assert cf.traces == 1
+
+
+@_settings(12)
+@given(prog=programs(STEPS, errors=False))
+def test_programs_called_from_threads_match_the_serial_calls(prog):
+    check_concurrent(prog, "numpy")
+
+
+@_settings(8)
+@given(prog=programs(STEPS, errors=False))
+def test_programs_on_cpu_called_from_threads_match_the_serial_calls(prog):
+    check_concurrent(prog, "cpu")
 
 
 # Fusion on the numpy backend (chunked bodies with planned scratch); the cpu runs above fuse
