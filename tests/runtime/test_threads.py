@@ -251,6 +251,15 @@ class _DevArray:
     def __getitem__(self, index):
         return _DevArray(self.a[index])
 
+    def set(self, a):
+        self.a[...] = a
+
+    def get(self, out=None):
+        if out is None:
+            return self.a.copy()
+        out[...] = self.a
+        return out
+
 
 def _fake_cupy(kernel):
     def empty(n, dtype):
@@ -263,10 +272,10 @@ def _fake_cupy(kernel):
         dtype = np.dtype(dtype)
         span = 1 + sum((n - 1) * s for n, s in zip(shape, strides or ())) if all(shape) else 1
         buf = (ctypes.c_uint8 * max(span + dtype.itemsize, 1)).from_address(memptr.ptr)
-        return np.ndarray(shape, dtype, buffer=buf, strides=strides)
+        return _DevArray(np.ndarray(shape, dtype, buffer=buf, strides=strides))
 
     class Module:
-        def __init__(self, code, options):
+        def load(self, image):
             pass
 
         def get_function(self, name):
@@ -281,9 +290,10 @@ def _fake_cupy(kernel):
                                                              (Exception,), {})),
         memory=types.SimpleNamespace(OutOfMemoryError=type("OutOfMemoryError",
                                                            (Exception,), {})),
-        get_current_stream=lambda: stream)
+        get_current_stream=lambda: stream,
+        Device=lambda: types.SimpleNamespace(compute_capability="80"),
+        function=types.SimpleNamespace(Module=Module))
     cupy.uint8 = np.uint8
-    cupy.RawModule = Module
     cupy.empty = empty
     cupy.asarray = lambda a: _DevArray(np.array(a))
     cupy.ndarray = ndarray
@@ -308,10 +318,13 @@ def test_gpu_calls_from_8_threads_take_turns_and_release_frees_the_arena(monkeyp
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(kernel))
     libs = types.ModuleType("cupy_backends.cuda.libs")
     libs.cublas = types.ModuleType("cupy_backends.cuda.libs.cublas")  # (no gemm launched)
+    libs.nvrtc = types.ModuleType("cupy_backends.cuda.libs.nvrtc")  # (no module compiled:)
+    monkeypatch.setattr("runtime.gpu.nvrtc.device_image", lambda *args, **kw: b"")
     for name, module in [("cupy_backends", types.ModuleType("cupy_backends")),
                          ("cupy_backends.cuda", types.ModuleType("cupy_backends.cuda")),
                          ("cupy_backends.cuda.libs", libs),
-                         ("cupy_backends.cuda.libs.cublas", libs.cublas)]:
+                         ("cupy_backends.cuda.libs.cublas", libs.cublas),
+                         ("cupy_backends.cuda.libs.nvrtc", libs.nvrtc)]:
         monkeypatch.setitem(sys.modules, name, module)
     sys.modules["cupy_backends"].cuda = sys.modules["cupy_backends.cuda"]
     sys.modules["cupy_backends.cuda"].libs = libs
