@@ -29,7 +29,7 @@ export COMPILER_CACHE_DIR="$(mktemp -d)"   # cold: no entry of another machine's
 NPROC="$(nproc 2>/dev/null || echo 2)"
 FAILED=0
 
-echo "# GPU check ($(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))" > "$REPORT"
+echo "# GPU check ($(date -u "+%Y-%m-%d %H:%M UTC"))" > "$REPORT"
 
 limit() { awk -v s="$SCALE" -v n="$1" 'BEGIN { printf "%d", s * n }'; }
 

@@ -97,8 +97,10 @@ def contiguous_arguments(run_arrays, arrays, names, executable, loc=None) -> Non
     need = sum(arrays[k].nbytes for k in copies)
     if need >= CHECKED_BYTES:
         plan = getattr(executable, "plan", None)
-        if plan is not None and hasattr(executable, "arena"):  # host memory (not the gpu's)
-            need += plan.output_bytes + (0 if executable.arena is not None else plan.arena_bytes)
+        if plan is not None:
+            need += plan.output_bytes  # every backend returns its outputs in fresh host arrays
+            if getattr(executable, "arena_on_host", False) and not executable.idle_arena_bytes():
+                need += plan.arena_bytes  # (this call allocates an arena of its own)
         available = available_memory()
         if available is not None and need > available:
             what = "; ".join(f"argument '{names[k]}' ({type_str(a.shape, a.dtype)}, strides "
@@ -124,6 +126,8 @@ class ArenaExecutable:
     first call (so `fn.lower(...)` of a program bigger than the machine can be inspected).
     Calls may run at once from several threads: each takes an arena of its own from the
     program's pool (a new one when none is idle), so they share no memory but the inputs."""
+
+    arena_on_host = True  # (its arena counts against the host's memory; the gpu's does not)
 
     def __init__(self, graph, plan, sanitize: bool = False):
         self.graph, self.plan, self.sanitize = graph, plan, sanitize

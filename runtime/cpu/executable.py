@@ -82,6 +82,8 @@ class _ArenaState:
 class CpuExecutable:
     """A planned graph compiled to native code through llvmlite."""
 
+    arena_on_host = True
+
     def __init__(self, graph, plan, sanitize: bool = False, opt: int = 3,
                  profile: bool = False):
         self.graph, self.plan, self.sanitize = graph, plan, sanitize
