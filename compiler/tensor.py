@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from passes.autodiff import backward as _backward
+from .autodiff import backward as _backward
 
 from . import tracer as _tr
 from .errors import CompilerError, InplaceError, ShapeError, TraceError
