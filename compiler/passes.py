@@ -40,6 +40,7 @@ from passes.schedule import schedule as _schedule
 from passes.simplify import dce  # noqa: F401
 from passes.verify import PlanError, verify_graph, verify_plan  # noqa: F401
 
+from .api import build_program
 from .errors import CompilerError
 from .ir import Graph
 from .pipeline import CompileState, donated_names, pipeline  # noqa: F401
@@ -73,7 +74,6 @@ def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate
           recompute: str = "auto"):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
-    from .api import build_program
     return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
                          [v.name for v in graph.inputs], schedule, fuse, recompute)
 

@@ -54,6 +54,7 @@ from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
 from .alias import alias_analysis
 from .reinplace import describe_reader
+from .schedule import _Model, schedule
 from .simplify import dce
 
 MIN_BYTES = 65536
@@ -249,7 +250,6 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
 def _estimate(graph: Graph, scheduled: bool) -> tuple[int, set[int]]:
     """The byte model's peak of `graph` in the order the scheduler picks (or as written), and
     the ids of the values alive there."""
-    from .schedule import _Model, schedule
     g = schedule(graph)[0] if scheduled else graph
     model = _Model(g)
     peak, keys = model.estimate(list(range(model.n)), at_peak=True)

@@ -19,7 +19,7 @@ PACKAGES = ("compiler", "passes", "runtime")
 # floor and the floors below.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("compiler.errors", "compiler.ir", "compiler.layout", "compiler.ops",
-              "compiler.signals", "compiler.hooks")),
+              "compiler.signals")),
     ("front", ("compiler.tensor", "compiler.tracer", "compiler.nn", "compiler.optimizer",
                "compiler.creation", "compiler.arguments", "compiler.autodiff")),
     ("passes", ("passes",)),
@@ -28,7 +28,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 # Imports a function may make: optional dependencies, loaded only when their feature is used.
-OPTIONAL = ("cupy", "mpi4py", "matplotlib", "torch", "cuda", "jax", "paddle", "scipy")
+OPTIONAL = ("cupy", "cupy_backends", "cuda", "mpi4py", "matplotlib")
 # A comment on an import inside a function that says why it cannot sit at the top.
 MARKER = "# lazy:"
 
@@ -40,6 +40,7 @@ class Import:
     line: int
     in_function: bool
     marked: bool        # the line carries MARKER
+    implicit: bool      # only as a package above the imported module (Python runs it first)
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -81,9 +82,10 @@ class _Visitor(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
-    def _add(self, target: str, node):
+    def _add(self, target: str, node, implicit: bool = False):
         marked = MARKER in self.lines[node.lineno - 1]
-        self.out.append(Import(self.name, target, node.lineno, self.depth > 0, marked))
+        self.out.append(Import(self.name, target, node.lineno, self.depth > 0, marked,
+                               implicit))
 
     def _ancestor(self, target: str) -> bool:
         return self.name == target or self.name.startswith(target + ".")
@@ -95,7 +97,7 @@ class _Visitor(ast.NodeVisitor):
             for i in range(1, len(parts) + 1):
                 target = ".".join(parts[:i])
                 if not self._ancestor(target):
-                    self._add(target, node)
+                    self._add(target, node, implicit=i < len(parts))
 
     def visit_ImportFrom(self, node):
         if node.level:
@@ -110,7 +112,7 @@ class _Visitor(ast.NodeVisitor):
         for i in range(1, len(parts)):
             prefix = ".".join(parts[:i])
             if not self._ancestor(prefix):
-                self._add(prefix, node)
+                self._add(prefix, node, implicit=True)
         attrs = False
         for alias in node.names:
             sub = f"{module}.{alias.name}"
@@ -140,11 +142,13 @@ def internal(imp: Import, known) -> bool:
     return imp.target in known
 
 
-def graph(imps: list[Import] | None = None) -> dict[str, set[str]]:
+def graph(imps: list[Import] | None = None, implicit: bool = True) -> dict[str, set[str]]:
+    """Module -> the product modules it imports (with `implicit`, also the packages above them,
+    which Python runs first)."""
     known = modules()
     g = {m: set() for m in known}
     for imp in imps if imps is not None else imports():
-        if imp.target in known and imp.target != imp.source:
+        if imp.target in known and imp.target != imp.source and (implicit or not imp.implicit):
             g[imp.source].add(imp.target)
     return g
 
@@ -183,12 +187,38 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward(imps: list[Import]) -> list[Import]:
+    """Imports of a module on a higher floor. A package run only because a module under it is
+    imported (`implicit`) is checked by `implicit_runs` instead."""
     known = modules()
-    return [i for i in imps if i.target in known and floor_of(i.target) > floor_of(i.source)]
+    return [i for i in imps if i.target in known and not i.implicit
+            and floor_of(i.target) > floor_of(i.source)]
+
+
+def inert_packages(imps: list[Import]) -> set[str]:
+    """Packages whose `__init__` imports no product module at module level: running one (as
+    Python does before any module under it) loads nothing, whatever its floor."""
+    known = modules()
+    eager = {i.source for i in imps if i.target in known and not i.in_function}
+    return {m for m, path in known.items() if path.name == "__init__.py" and m not in eager}
+
+
+def implicit_runs(imps: list[Import]) -> list[Import]:
+    """Packages on a higher floor that an import runs (Python runs a package's `__init__`
+    before any module under it) whose `__init__` imports product modules at module level:
+    those would load a higher floor."""
+    inert = inert_packages(imps)
+    return [i for i in imps if i.implicit and i.target in modules() and i.target not in inert
+            and floor_of(i.target) > floor_of(i.source)]
 
 
 def function_imports(imps: list[Import]) -> list[Import]:
-    return [i for i in imps if i.in_function]
+    """Imports inside functions, one per statement (the first module it names)."""
+    seen, out = set(), []
+    for i in imps:
+        if i.in_function and (i.source, i.line) not in seen:
+            seen.add((i.source, i.line))
+            out.append(i)
+    return out
 
 
 def unjustified(imps: list[Import]) -> list[Import]:
@@ -210,18 +240,25 @@ def report() -> str:
     cs = cycles(g)
     lines.append(f"cycles: {len(cs)}")
     lines.extend(f"  {' <-> '.join(c)}" for c in cs)
+    cs = cycles(graph(imps, implicit=False))
+    lines.append(f"cycles between modules, leaving out the packages' own runs: {len(cs)}")
+    lines.extend(f"  {' <-> '.join(c)}" for c in cs)
     fi = function_imports(imps)
-    internal_fi = [i for i in fi if i.target in g]
+    internal_fi = [i for i in fi if i.target.split(".")[0] in PACKAGES]
     per_file: dict[str, int] = {}
     for i in fi:
         per_file[i.source] = per_file.get(i.source, 0) + 1
-    lines.append(f"imports inside functions: {len(fi)} ({len(internal_fi)} of product modules)")
+    lines.append(f"imports inside functions: {len(fi)} statements ({len(internal_fi)} of product "
+                 "modules)")
     lines.extend(f"  {m}: {n}" for m, n in sorted(per_file.items(), key=lambda kv: -kv[1]))
     up = upward(imps)
     lines.append(f"upward edges: {len(up)}")
     lines.extend(f"  {i.source}:{i.line} -> {i.target} ({FLOORS[floor_of(i.source)][0]} -> "
                  f"{FLOORS[floor_of(i.target)][0]}{', in a function' if i.in_function else ''})"
                  for i in up)
+    runs = implicit_runs(imps)
+    lines.append(f"higher packages run eagerly by an import: {len(runs)}")
+    lines.extend(f"  {i.source}:{i.line} runs {i.target}" for i in runs)
     bad = unjustified(imps)
     lines.append(f"imports inside functions, not optional and not marked: {len(bad)}")
     lines.extend(f"  {i.source}:{i.line} -> {i.target}" for i in bad)
