@@ -21,7 +21,7 @@ _HOMES = {
     "errors": ("CompilerError", "DataError", "DeviceError", "InplaceError",
                "InsufficientMemoryError", "RetraceWarning", "ShapeError", "TraceError"),
     "ir": ("Graph", "Loc", "Node", "Value"),
-    "pipeline": ("pipeline",),
+    "pass_pipeline": ("pipeline",),
     "tensor": ("Tensor", "to_tensor"),
     "tracer": ("no_grad",),
 }

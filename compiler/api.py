@@ -24,7 +24,7 @@ from .ir import Graph, type_str
 from .layout import apply_view
 from .ops import REGISTRY, SUPPORTED_DTYPES, VIEW
 from .ops.nn_ops import bad_label, label_range_message
-from .pipeline import resolve_fuse, run_pipeline
+from .pass_pipeline import resolve_fuse, run_pipeline
 from .signals import DeferredSignals
 from .tensor import Storage, Tensor, _is_scalar
 

@@ -43,7 +43,7 @@ from passes.verify import PlanError, verify_graph, verify_plan  # noqa: F401
 from .api import build_program
 from .errors import CompilerError
 from .ir import Graph
-from .pipeline import CompileState, donated_names, pipeline  # noqa: F401
+from .pass_pipeline import CompileState, donated_names, pipeline  # noqa: F401
 
 
 def _signature(graph: Graph) -> tuple:

@@ -7,7 +7,7 @@ Guarantees: the returned graph computes the same outputs and input mutations, bi
 recomputed node is the same pure op on the same SSA operands, so the copy equals the original.
 Each recomputation is taken only when the peak estimated by the scheduler's byte model
 (`passes.schedule`, in the order it would pick) is at least MIN_BYTES lower with it. The
-pipeline (`compiler.pipeline`) then plans the scheduled graph with and without the
+pipeline (`compiler.pass_pipeline`) then plans the scheduled graph with and without the
 recomputations and keeps them only when the planned peak is lower, so recomputation never
 costs memory there. The input graph is not changed (nodes are cloned).
 

@@ -77,6 +77,29 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones():
     assert by[("passes.alias", "compiler")].implicit           # runs compiler/__init__
 
 
+def test_no_package_binds_a_name_of_its_own_submodule():
+    # `passes.reinplace` was both the module and the function; and the import system sets
+    # `compiler.pipeline` to the module whenever the module is first imported, so a public
+    # name must not be a submodule's
+    import ast
+
+    import compiler
+    known = layering.modules()
+    bad = []
+    for package, path in known.items():
+        if path.name != "__init__.py":
+            continue
+        bound = set()
+        for node in ast.parse(path.read_text()).body:
+            # (`from . import x` binds the submodule x itself)
+            if isinstance(node, ast.ImportFrom) and not (node.level and not node.module):
+                bound.update(a.asname or a.name for a in node.names)
+        if package == "compiler":
+            bound |= set(getattr(compiler, "_HOME", ()))
+        bad += [f"{package}.{n}" for n in sorted(bound) if f"{package}.{n}" in known]
+    assert not bad, f"names that are also submodules: {bad}"
+
+
 def _fresh(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
@@ -140,6 +163,8 @@ def test_the_public_names_resolve_lazily():
                "assert not missing, missing\n"
                "assert cc.exp is not None and cc.nn.functional.relu is not None\n"
                "assert cc.distributed.mpi is not None and cc.passes.reinplace is not None\n"
+               "import compiler.api, passes.reinplace, types\n"
+               "assert callable(cc.pipeline) and isinstance(passes.reinplace, types.ModuleType)\n"
                "print(cc.compile.__module__, cc.Tensor.__module__)")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["compiler.api", "compiler.tensor"]
