@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 
 import compiler as cc  # noqa: E402
 from compiler.api import _no_gc, _trace  # noqa: E402
-from compiler.pipeline import CompileState, donated_names, pipeline  # noqa: E402
+from compiler.pass_pipeline import CompileState, donated_names, pipeline  # noqa: E402
 from compiler.tracer import user_loc  # noqa: E402
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import compiler.nn.functional as F  # noqa: E402
 from compiler.api import _trace  # noqa: E402
-from compiler.pipeline import CompileState, donated_names, pipeline  # noqa: E402
+from compiler.pass_pipeline import CompileState, donated_names, pipeline  # noqa: E402
 from compiler.tracer import user_loc  # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import cli
+from .errors import CompilerError
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler")
@@ -32,9 +35,7 @@ def main(argv=None) -> int:
                     "inplace-compiler/cpu; COMPILER_CACHE_DIR= turns it off).")
     cache.add_argument("action", choices=("info", "clear"))
     args = parser.parse_args(argv)
-    from . import cli
     if args.command == "demo":
-        from .errors import CompilerError
         try:
             return cli.demo(backend=args.backend)
         except CompilerError as e:  # e.g. backend="gpu" with no CuPy or no device

@@ -13,14 +13,18 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from runtime.arena import contiguous_arguments
+
 from . import tracer as _tr
 from .arguments import as_index, bind, is_array
+from .distributed import RANK_STREAM_SHIFT, check_signature
 from .errors import (CompilerError, DataError, InplaceError, RetraceWarning, ShapeError,
                      SignatureError, TraceError)
 from .ir import Graph, type_str
 from .layout import apply_view
 from .ops import REGISTRY, SUPPORTED_DTYPES, VIEW
 from .ops.nn_ops import bad_label, label_range_message
+from .pass_pipeline import resolve_fuse, run_pipeline
 from .signals import DeferredSignals
 from .tensor import Storage, Tensor, _is_scalar
 
@@ -107,7 +111,6 @@ def _trace(fn, args, loc, name=None, kwnames=(), distributed=None) -> tuple[Grap
     tracer = _tr.Tracer(name or getattr(fn, "__name__", "f"))
     graph = tracer.graph
     if distributed is not None:
-        from .distributed import RANK_STREAM_SHIFT
         tracer.distributed = distributed
         tracer.stream_base = distributed.rank << RANK_STREAM_SHIFT
     targs, storages = [], []  # storages[k]: the buffer of graph input k
@@ -281,7 +284,6 @@ class Program:
         if self.distributed is not None:
             # Before anything is checked or written: ranks called with other shapes raise on
             # every rank, instead of hanging in an all-reduce of another size.
-            from .distributed import check_signature
             check_signature(self.distributed, self._call_text(args), loc, program=self)
         arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
         self._check_data(arrays)
@@ -307,7 +309,6 @@ class Program:
             if not a.flags.c_contiguous:
                 # Row-major copies, counted by the memory check first (mutations are copied
                 # back below). (A late import: runtime imports this package.)
-                from runtime.arena import contiguous_arguments
                 contiguous_arguments(run_arrays, arrays, names, self._exec, loc)
                 break
         exe = self._exec
@@ -418,10 +419,11 @@ def build_program(graph: Graph, signature, backend="cpu", inplace="auto", donate
                   sanitize=None, param_names=None, schedule="auto", fuse=None,
                   recompute="auto"):
     """Run the pass pipeline on a traced graph and lower it for `backend`."""
-    from .pipeline import run_pipeline
-    return run_pipeline(graph, signature, backend=backend, inplace=inplace, donate=donate,
-                        sanitize=sanitize, param_names=param_names, schedule=schedule,
-                        fuse=fuse, recompute=recompute)
+    state, executable = run_pipeline(graph, signature, backend=backend, inplace=inplace,
+                                     donate=donate, sanitize=sanitize, param_names=param_names,
+                                     schedule=schedule, fuse=fuse, recompute=recompute)
+    return Program(state.graph, signature, backend, inplace, state.donate, state.plan,
+                   executable, param_names)
 
 
 def _describe_sig(entry) -> str:
@@ -473,7 +475,6 @@ class CompiledFunction:
         self.inplace = inplace
         self.schedule = schedule
         self.recompute = recompute
-        from .pipeline import resolve_fuse
         resolve_fuse(fuse, backend)  # a bad value fails here, not at the first call
         self.fuse = fuse
         self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)

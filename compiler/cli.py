@@ -1,12 +1,19 @@
 """The command-line jobs behind `python -m compiler`."""
 from __future__ import annotations
 
+import ast
 import importlib.util
+import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
+
+from runtime.arena import ArenaExecutable
+from runtime.cpu import disk_cache
+from runtime.reference import evaluate
 
 from .api import compile as cc_compile
 
@@ -33,7 +40,6 @@ def resolve_example(path: str) -> str:
 
 def _defines(path: str, *names: str) -> str | None:
     """Which of `names` the file defines at its top level, read without running it."""
-    import ast
     try:
         with open(path) as f:
             tree = ast.parse(f.read(), path)
@@ -61,8 +67,6 @@ def load_example(path: str):
 
 def _check_against_reference(prog, args) -> bool:
     """Run the planned program in sanitizer mode and compare with the op-by-op reference."""
-    from runtime.arena import ArenaExecutable
-    from runtime.reference import evaluate
     arrays = [a.copy() for a in args if isinstance(a, np.ndarray)]
     want_outs, want_muts = evaluate(prog.graph, arrays)
     got_outs, got_muts = ArenaExecutable(prog.graph, prog.plan, sanitize=True).run(
@@ -73,7 +77,6 @@ def _check_against_reference(prog, args) -> bool:
 
 def _check_backend(prog, args) -> bool:
     """The program's results on its backend against the op-by-op reference (within 1e-4)."""
-    from runtime.reference import evaluate
     arrays = [a.copy() for a in args if isinstance(a, np.ndarray)]
     want_outs, _ = evaluate(prog.graph, [a.copy() for a in arrays])
     got = prog(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
@@ -207,7 +210,6 @@ def plan(path: str, inplace: str = "auto", fmt: str = "report", html: str | None
         programs = [(title, cc_compile(fn, inplace=inplace).lower(*args))
                     for title, fn, args, _ in module.SEEDS]
     if fmt == "json":  # one document: the plan, or a list of {title, plan} for seeds
-        import json
         plans = [json.loads(prog.plan.to_json()) for _, prog in programs]
         print(json.dumps(plans[0] if kind == "build_program" else
                          [{"title": t, "plan": p} for (t, _), p in zip(programs, plans)],
@@ -230,8 +232,6 @@ __all__ = ["demo", "plan", "load_example", "resolve_example", "UsageError"]
 def cache(action: str) -> int:
     """`python -m compiler cache info|clear`. `clear` removes only what the cache wrote; a
     refused directory (a symlink, another user's, writable by others) is not touched: exit 1."""
-    import warnings
-    from runtime.cpu import disk_cache
     with warnings.catch_warnings():  # the refusal is printed below, once
         warnings.simplefilter("ignore", RuntimeWarning)
         info = disk_cache.info()

@@ -8,7 +8,7 @@ import numpy as np
 from . import tracer as _tr
 from .errors import ShapeError, TraceError
 from .ops.registry import DEFAULT_FLOAT
-from .tensor import Tensor, _is_scalar, check_dtype, random_tensor, to_tensor
+from .tensor import Tensor, _is_scalar, check_dtype, random_tensor, to_tensor, user_errors
 
 __all__ = ["to_tensor", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
            "full_like", "concat", "where", "where_", "stack", "rand", "randn"]
@@ -165,7 +165,6 @@ def module_functions() -> dict:
 
 def _check_user_arguments():
     # bad arguments (cc.full([2], "a"), cc.zeros([-1])) raise a TraceError naming the line
-    from .tensor import user_errors
     for name in __all__:
         if name != "to_tensor":
             globals()[name] = user_errors(globals()[name], f"cc.{name}")

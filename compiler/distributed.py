@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ import numpy as np
 
 from .errors import CompilerError, ShapeError
 from .ir import UNKNOWN_LOC
+from .ops import comm_ops
 
 DEFAULT_BUCKET_BYTES = 1 << 20   # DDP's first bucket is 1 MiB
 DEFAULT_TIMEOUT = 60.0           # seconds a wait (or the signature exchange) may take
@@ -112,6 +114,10 @@ class MpiConfig:
     def describe(self) -> str:
         return (f"MPI, {self.size} ranks (this is rank {self.rank}), buckets up to "
                 f"{self.bucket_bytes} B, timeout {self.timeout:g} s")
+
+    def reduce_gradients(self, tracer, wrap) -> None:
+        """The front end's hook (Tensor.grad, through `tracer.distributed`): see below."""
+        reduce_gradients(tracer, wrap)
 
 
 def mpi(comm=None, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
@@ -439,3 +445,8 @@ def _emit_wait(tracer, config, bucket, members, started, wrap):
     done = wrap(tracer.emit("allreduce_wait", [started], attrs, inplace_of=0))
     for leaf, g, off in zip(members, grads, offsets):
         leaf._grad = done[off:off + g.size].reshape(list(g.shape))
+
+
+# The comm ops' implementations (compiler.ops.comm_ops, a lower floor) call `allreduce_blocking`,
+# `start`, `wait` and `size` of this module, looked up at each call (a test may replace one).
+comm_ops.install_runtime(sys.modules[__name__])

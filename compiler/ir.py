@@ -22,21 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from .errors import CompilerError
+from .ops import REGISTRY
+# The printed forms of types and attributes live with the dtypes, so the op registry (a floor
+# below) prints them too; re-exported here, where the printer uses them.
+from .ops.registry import dtype_short, format_attr, type_str  # noqa: F401
+
 PHASES = ("forward", "backward", "update")
-
-_DTYPE_SHORT = {
-    "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
-    "uint64": "u64",
-}
-
-
-def dtype_short(dtype: np.dtype) -> str:
-    return _DTYPE_SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
-
-
-def type_str(shape: tuple[int, ...], dtype: np.dtype) -> str:
-    return f"{dtype_short(dtype)}[{','.join(str(d) for d in shape)}]"
-
 
 @dataclass(frozen=True)
 class Loc:
@@ -57,7 +49,7 @@ class Loc:
 UNKNOWN_LOC = Loc("<unknown>", 0)
 
 
-def _at(loc: Loc, where) -> bool:
+def loc_matches(loc: Loc, where) -> bool:
     """Does `loc` match `where`: a line number, "file.py:LINE" or "/path/to/file.py:LINE"?"""
     if isinstance(where, int):
         return loc.line == where
@@ -185,8 +177,6 @@ class Graph:
            inplace_of: int | None = None, **attrs) -> Value:
         """Append `op(*inputs, **attrs)`, typed by the registry's rule, and return its value:
         the way to build a graph by hand (`y = g.op("exp", x)`)."""
-        from .errors import CompilerError
-        from .ops import REGISTRY
         if op not in REGISTRY:
             raise CompilerError(f"unknown op {op!r}: the registry has "
                                 + ", ".join(sorted(REGISTRY)))
@@ -205,7 +195,7 @@ class Graph:
     def nodes_at(self, where) -> list[Node]:
         """The nodes made by one source line: `where` is a line number, "file.py:LINE" or a
         path ending in "file.py:LINE"."""
-        return [n for n in self.nodes if _at(n.loc, where)]
+        return [n for n in self.nodes if loc_matches(n.loc, where)]
 
     def users(self) -> dict[Value, list[Node]]:
         """Map every value to the nodes that read it, in program order."""
@@ -230,7 +220,7 @@ class Graph:
     def to_networkx(self):
         """A networkx DiGraph over values (node keys are the printed names, e.g. "%3"), with
         each edge from an operand to the value computed from it; for graph algorithms."""
-        import networkx as nx
+        import networkx as nx  # lazy: 0.17 s to import, for this export only
         g = nx.DiGraph()
         for v in self.inputs:
             g.add_node(v.ref(), op="input", type=v.type)
@@ -282,18 +272,6 @@ class Graph:
                          f'"]; v{v.id} -> mut{i};')
         lines.append("}")
         return "\n".join(lines)
-
-
-def format_attr(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        return f"<{type_str(v.shape, v.dtype)}>"
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, np.dtype):
-        return dtype_short(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(format_attr(x) for x in v) + "]"
-    return str(v)
 
 
 def format_node(n: Node) -> str:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .ops import REGISTRY, VIEW
+from .ops.shape_ops import numpy_index
+
 _BYTE = np.zeros(1, np.uint8)
 _BASE_ADDRESS = _BYTE.__array_interface__["data"][0]
 
@@ -47,7 +50,6 @@ def apply_view(probe: np.ndarray, op: str, attrs: dict):
     if op == "transpose":
         return probe.transpose(attrs["perm"])
     if op == "slice":
-        from .ops.shape_ops import numpy_index
         return probe[numpy_index(attrs["index"])]
     if op == "expand":
         # broadcast_to's view is read-only; an expand that broadcasts nothing may be written.
@@ -89,7 +91,6 @@ def element_offsets(probe: np.ndarray) -> np.ndarray:
 
 def view_chain(value):
     """(root, [(op, attrs), ...]): the view ops that derive `value` from the buffer it views."""
-    from .ops import REGISTRY, VIEW
     chain = []
     while value.producer is not None and REGISTRY[value.producer.op].kind == VIEW:
         chain.append((value.producer.op, value.producer.attrs))

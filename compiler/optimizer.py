@@ -81,8 +81,7 @@ class Optimizer:
 
 
 def _no_grad():
-    from .tracer import no_grad
-    return no_grad()
+    return _tr.no_grad()
 
 
 class SGD(Optimizer):

@@ -26,17 +26,24 @@ Lookups: `graph.value("%3")`, `graph.nodes_at("model.py:12")`, `plan.buffer("%3"
 """
 from __future__ import annotations
 
-import passes as _passes
-from passes import (AliasInfo, Buffer, Decision, GemmDecision, Liveness,  # noqa: F401
-                    MemoryPlan, PlanError, RecomputeDecision, Schedule, alias_analysis, dce,
-                    gemm_accumulate, liveness, plan_memory, reinplace, verify_graph,
-                    verify_plan)
+from passes.alias import AliasInfo, alias_analysis  # noqa: F401
+from passes.cse import cse  # noqa: F401
+from passes.fusion import fuse as _fuse
+from passes.gemm_accumulate import GemmDecision, gemm_accumulate  # noqa: F401
+from passes.liveness import Liveness, liveness  # noqa: F401
+from passes.memory_plan import Buffer, MemoryPlan, plan_memory  # noqa: F401
+from passes.recompute import RecomputeDecision  # noqa: F401
+from passes.recompute import recompute as _recompute
+from passes.reinplace import Decision, reinplace  # noqa: F401
+from passes.schedule import Schedule  # noqa: F401
+from passes.schedule import schedule as _schedule
+from passes.simplify import dce  # noqa: F401
+from passes.verify import PlanError, verify_graph, verify_plan  # noqa: F401
 
+from .api import build_program
 from .errors import CompilerError
 from .ir import Graph
-from .pipeline import CompileState, donated_names, pipeline  # noqa: F401
-
-cse = getattr(_passes, "cse", None)
+from .pass_pipeline import CompileState, donated_names, pipeline  # noqa: F401
 
 
 def _signature(graph: Graph) -> tuple:
@@ -67,14 +74,13 @@ def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate
           recompute: str = "auto"):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
-    from .api import build_program
     return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
                          [v.name for v in graph.inputs], schedule, fuse, recompute)
 
 
 # The scheduling and recompute passes, bound after run_passes/build, whose `schedule=` and
 # `recompute=` options share their names.
-schedule = _passes.schedule
-recompute = _passes.recompute
+schedule = _schedule
+recompute = _recompute
 # The fusion pass, likewise (the `fuse=` option of run_passes/build shares its name).
-fuse = _passes.fuse
+fuse = _fuse

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from passes.autodiff import backward as _backward
+from .autodiff import backward as _backward
 
 from . import tracer as _tr
 from .errors import CompilerError, InplaceError, ShapeError, TraceError
@@ -211,9 +211,9 @@ class Tensor:
         tracer = self._tracer
         if tracer.pending_grads and tracer.backward_loc is None:
             # Data parallel: the first read after backward() averages the gradients over the
-            # ranks (compiler.distributed); backward()'s own accumulation reads the local one.
-            from .distributed import reduce_gradients
-            reduce_gradients(tracer, Tensor._fresh)
+            # ranks (compiler.distributed, through the MpiConfig the driver gave the tracer);
+            # backward()'s own accumulation reads the local one.
+            tracer.distributed.reduce_gradients(tracer, Tensor._fresh)
         return self._grad
 
     @grad.setter

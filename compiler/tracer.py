@@ -7,6 +7,7 @@ this to choose VJP forms), and which SSA values are leaves that accumulate gradi
 from __future__ import annotations
 
 import contextlib
+import dis
 import linecache
 import os
 import sys
@@ -147,7 +148,6 @@ def return_loc(fn) -> Loc | None:
     code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
     if code is None:
         return None
-    import dis
     lines = {i.positions.lineno for i in dis.get_instructions(code)
              if i.opname.startswith("RETURN") and i.positions and i.positions.lineno}
     explicit = sorted(lines)

@@ -38,11 +38,13 @@ import json
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
-from compiler.ir import Graph, Node, Value
+from compiler.ir import Graph, Node, Value, loc_matches
 from compiler.ops import REGISTRY, VIEW, workspace_bytes
 
 from .alias import alias_analysis
 from .liveness import liveness
+from .plan_html import write_html
+from .plan_plot import plot_plan
 from .reinplace import Decision, reinplace
 
 CPU_ALIGNMENT = 64
@@ -146,13 +148,17 @@ class MemoryPlan:
 
     def decisions_at(self, where) -> list[Decision]:
         """The decisions about one source line: a line number or "file.py:LINE"."""
-        from compiler.ir import _at
-        return [d for d in self.decisions if d.node is not None and _at(d.node.loc, where)]
+        return [d for d in self.decisions
+                if d.node is not None and loc_matches(d.node.loc, where)]
 
     def live_bytes(self, t: int) -> int:
         """Bytes live at program point `t`, on the footing of the lower bound."""
-        return sum(align(b.size, self.alignment) if b.kind == "arena" else b.size
+        return sum(self.counted_bytes(b)
                    for b in self.buffers if b.kind == "input" or b.live_at(t))
+
+    def counted_bytes(self, b: Buffer) -> int:
+        """What buffer `b` counts for in the accounting: an arena buffer whole (aligned)."""
+        return align(b.size, self.alignment) if b.kind == "arena" else b.size
 
     def live_curve(self) -> list[int]:
         """`live_bytes(t)` for every point t = -1 .. num_points (index t + 1); its maximum is
@@ -160,7 +166,7 @@ class MemoryPlan:
         delta = [0] * (self.num_points + 3)
         for b in self.buffers:
             start, stop = (-1, self.num_points) if b.kind == "input" else (b.start, b.end)
-            size = align(b.size, self.alignment) if b.kind == "arena" else b.size
+            size = self.counted_bytes(b)
             delta[start + 1] += size
             delta[stop + 2] -= size
         curve, running = [], 0
@@ -272,14 +278,12 @@ class MemoryPlan:
     def to_html(self, path: str) -> str:
         """Write the memory-plan explorer: one self-contained HTML page (arena picture, bytes
         over time, decisions, graph listing; no network). Returns `path`."""
-        from .plan_html import write_html
         return write_html(self, path)
 
     def plot(self, path: str) -> str:
         """Memory over program points as a PNG (needs matplotlib: the `plot` extra): stacked
         by buffer, coloured by phase, phases shaded, MiB axis, the largest buffers live at the
         peak labelled with their source lines."""
-        from .plan_plot import plot_plan
         return plot_plan(self, path)
 
 

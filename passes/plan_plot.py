@@ -35,14 +35,12 @@ def plan_figure(plan):
     except ImportError:
         raise ImportError("plan.plot needs matplotlib: pip install "
                           "'inplace-compiler[plot]'") from None
-    from .memory_plan import align
     points = list(range(-1, plan.num_points + 1))
     curve = plan.live_curve()
     unit, scale = byte_unit(max(curve + [plan.peak_bytes]))
     peak = plan.peak_point()
 
-    def counted(b) -> int:  # the footing of live_bytes and the lower bound
-        return align(b.size, plan.alignment) if b.kind == "arena" else b.size
+    counted = plan.counted_bytes  # the footing of live_bytes and the lower bound
 
     def live(b, t) -> bool:
         return b.kind == "input" or b.live_at(t)

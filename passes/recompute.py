@@ -7,7 +7,7 @@ Guarantees: the returned graph computes the same outputs and input mutations, bi
 recomputed node is the same pure op on the same SSA operands, so the copy equals the original.
 Each recomputation is taken only when the peak estimated by the scheduler's byte model
 (`passes.schedule`, in the order it would pick) is at least MIN_BYTES lower with it. The
-pipeline (`compiler.pipeline`) then plans the scheduled graph with and without the
+pipeline (`compiler.pass_pipeline`) then plans the scheduled graph with and without the
 recomputations and keeps them only when the planned peak is lower, so recomputation never
 costs memory there. The input graph is not changed (nodes are cloned).
 
@@ -54,6 +54,7 @@ from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
 from .alias import alias_analysis
 from .reinplace import describe_reader
+from .schedule import _Model, schedule
 from .simplify import dce
 
 MIN_BYTES = 65536
@@ -249,7 +250,6 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
 def _estimate(graph: Graph, scheduled: bool) -> tuple[int, set[int]]:
     """The byte model's peak of `graph` in the order the scheduler picks (or as written), and
     the ids of the values alive there."""
-    from .schedule import _Model, schedule
     g = schedule(graph)[0] if scheduled else graph
     model = _Model(g)
     peak, keys = model.estimate(list(range(model.n)), at_peak=True)

@@ -38,7 +38,7 @@ Algorithm (greedy list scheduling by freed-minus-allocated bytes, near-linear):
      DDP. Guarantee 2 holds: starts and waits write only over their bucket, which nothing
      else reads, and a node that reads what an update wrote depends on that update.
 The pipeline then plans both orders and keeps the written one when its real peak is lower
-(`compiler.pipeline`), so scheduling never costs memory.
+(`compiler.pass_pipeline`), so scheduling never costs memory.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class Schedule:
     moves: list[Move] = field(default_factory=list)
     written_nodes: list[Node] = field(default_factory=list, repr=False)
     # Set when the planned peak of the new order was not below the written order's, so the
-    # written order was kept (compiler.pipeline): that peak, for the report.
+    # written order was kept (compiler.pass_pipeline): that peak, for the report.
     rejected_peak: int | None = None
 
     @property

@@ -18,7 +18,7 @@ from ..layout import apply_view
 from ..ops.nn_ops import bad_label, label_range_message
 from ..ops.registry import normalize_axes
 from ..creation import arange as cc_arange
-from ..tensor import Tensor, random_tensor, to_tensor
+from ..tensor import Tensor, random_tensor, to_tensor, user_errors
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
            "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d", "elu", "elu_",
@@ -403,7 +403,6 @@ def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False) 
 
 
 def _check_user_arguments():
-    from ..tensor import user_errors
     for name in __all__:
         globals()[name] = user_errors(globals()[name], f"F.{name}")
 

@@ -79,30 +79,38 @@ def _same_type(types, bucket, comm):
     return shape, dtype
 
 
+# The communication runtime the implementations call (`allreduce_blocking`, `start`, `wait`,
+# `size`, each given the communicator's key that the graph attribute holds): the driver's
+# compiler.distributed installs it when imported, which is before any graph can hold a key (keys
+# come from its `mpi()`), so this floor imports nothing above it.
+_runtime = None
+
+
+def install_runtime(runtime) -> None:
+    global _runtime
+    _runtime = runtime
+
+
 def _start_ref(b, bucket, comm):
-    from .. import distributed
     out = np.array(b, copy=True)
-    distributed.allreduce_blocking(comm, out)
+    _runtime.allreduce_blocking(comm, out)
     return out
 
 
 def _start_into(out, b, bucket, comm):
-    from .. import distributed
     if not _same_memory(out, b):
         out[...] = b  # the plan could not run it over its bucket (inplace="off")
-    distributed.start(comm, bucket, out)
+    _runtime.start(comm, bucket, out)
     return None
 
 
 def _wait_ref(s, bucket, comm):
-    from .. import distributed
-    return s * s.dtype.type(1.0 / distributed.size(comm))
+    return s * s.dtype.type(1.0 / _runtime.size(comm))
 
 
 def _wait_into(out, s, bucket, comm):
-    from .. import distributed
-    distributed.wait(comm, bucket, s)
-    np.multiply(s, s.dtype.type(1.0 / distributed.size(comm)), out=out)
+    _runtime.wait(comm, bucket, s)
+    np.multiply(s, s.dtype.type(1.0 / _runtime.size(comm)), out=out)
     return None
 
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from . import scalar as S
 from ..errors import ShapeError
-from .registry import ELEMENTWISE, REGISTRY, defop
+from .elementwise import expr_for
+from .registry import ELEMENTWISE, REGISTRY, defop, format_attr
 
 CHUNK = 512  # output elements per piece in the chunked numpy evaluation (as runtime.arena)
 
@@ -93,7 +94,6 @@ def substitute_shared(e: S.Expr, args: dict, memo: dict | None = None) -> S.Expr
 def node_expr(node, operand_exprs) -> S.Expr:
     """One inner node's value as an expression of its operands' expressions, cast to its
     dtype (what storing it and loading it back would do)."""
-    from .elementwise import expr_for
     out = node.out
     if node.op == "full":
         return S.cast(S.const(node.attrs["value"]), out.dtype)
@@ -133,7 +133,6 @@ class FusedBody:
     def operand_text(self, node_index: int, refs) -> str:
         """The operands of inner node `node_index` as printed: `refs[k]` for input k, the
         inner value's name, or a `full` constant's value."""
-        from ..ir import format_attr
         out = []
         for kind, i in self.operands[node_index]:
             if kind == "in":

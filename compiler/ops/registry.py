@@ -26,11 +26,38 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import ShapeError
+
+# -- printed forms (the IR's printer and the fused op's operands) --------------------------------
+_DTYPE_SHORT = {
+    "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
+    "uint64": "u64",
+}
+
+
+def dtype_short(dtype: np.dtype) -> str:
+    return _DTYPE_SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
+
+
+def type_str(shape: tuple[int, ...], dtype: np.dtype) -> str:
+    return f"{dtype_short(dtype)}[{','.join(str(d) for d in shape)}]"
+
+
+def format_attr(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"<{type_str(v.shape, v.dtype)}>"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, np.dtype):
+        return dtype_short(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(format_attr(x) for x in v) + "]"
+    return str(v)
+
 
 ELEMENTWISE = "elementwise"  # out[i] depends on in[i] only (after broadcasting)
 REDUCTION = "reduction"

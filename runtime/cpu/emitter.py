@@ -48,8 +48,6 @@ same program points as the numpy arena executor: a wrong plan gives a wrong (NaN
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 from llvmlite import ir
 
@@ -61,9 +59,11 @@ from compiler.ops.fused import expr_cost
 
 from . import jit
 from .index_kernels import IndexKernels
+from .loops import (broadcast_strides, collapse, elem_ptr, for_range, i64,  # noqa: F401
+                    index, interleave_hint, loop_nest)
 from .places import Place, buffer_slots, compute_places, contiguous_strides
 from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
-                     ll_type, load, mem_type, select_max, store)
+                     ll_type, load, select_max, store)
 
 PTR = ir.PointerType()
 POISON = 0xFF
@@ -91,111 +91,6 @@ def native_ops() -> set[str]:
     return {name for name, op in REGISTRY.items()
             if (op.kind in (ELEMENTWISE, REDUCTION, VIEW) or name in NATIVE_OTHER)
             and name not in FALLBACK_OPS}
-
-
-# -- IR helpers ---------------------------------------------------------------------------
-def i64(n: int):
-    return ir.Constant(I64, int(n))
-
-
-class _LoopID(ir.values.MDValue):
-    """A loop's `!llvm.loop` metadata: a distinct node whose first operand is itself (LLVM's
-    rule for loop IDs), then the loop's properties (`hints`)."""
-
-    def __init__(self, module: ir.Module, hints):
-        super().__init__(module, [], name=str(len(module.metadata)))
-        self.hints = hints
-
-    def descr(self, buf):
-        ops = [self.get_reference()] + [h.get_reference() for h in self.hints]
-        buf += ("distinct !{{ {0} }}".format(", ".join(ops)), "\n")
-
-
-def interleave_hint(module: ir.Module, count: int) -> ir.values.MDValue:
-    """Loop metadata asking the vectoriser for `count` independent vectors per iteration."""
-    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                ir.Constant(I32, count)])
-    return _LoopID(module, [hint])
-
-
-@contextmanager
-def for_range(b: ir.IRBuilder, n, name="i", loop_md=None):
-    """`for (i = 0; i < n; i++)`: yields the counter; the body may open nested blocks.
-    `loop_md`: `!llvm.loop` metadata for the loop (e.g. `interleave_hint`)."""
-    n = i64(n) if isinstance(n, int) else n
-    fn = b.function
-    pre = b.block
-    head = fn.append_basic_block(f"{name}.head")
-    body = fn.append_basic_block(f"{name}.body")
-    done = fn.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name=name)
-    i.add_incoming(i64(0), pre)
-    b.cbranch(b.icmp_signed("<", i, n), body, done)
-    b.position_at_end(body)
-    yield i
-    i.add_incoming(b.add(i, i64(1), flags=["nuw", "nsw"]), b.block)
-    latch = b.branch(head)
-    if loop_md is not None:
-        latch.set_metadata("llvm.loop", loop_md)
-    b.position_at_end(done)
-
-
-def loop_nest(b: ir.IRBuilder, shape, body, prefix="d", inner_md=None):
-    """Nested loops over `shape` (outermost first; ints or i64 values); `body(idxs)` emits
-    one iteration. `inner_md`: `!llvm.loop` metadata for the innermost loop."""
-    def rec(d, idxs):
-        if d == len(shape):
-            body(idxs)
-            return
-        n = shape[d] if isinstance(shape[d], ir.Value) else int(shape[d])
-        with for_range(b, n, f"{prefix}{d}", inner_md if d == len(shape) - 1 else None) as i:
-            rec(d + 1, idxs + [i])
-    rec(0, [])
-
-
-def index(b: ir.IRBuilder, offset: int, strides, idxs):
-    """offset + sum(idx * stride) as an i64 (zero strides skipped)."""
-    acc = i64(offset)
-    for i, s in zip(idxs, strides):
-        if s == 0:
-            continue
-        term = i if s == 1 else b.mul(i, i64(s), flags=["nsw"])
-        acc = b.add(acc, term, flags=["nsw"])
-    return acc
-
-
-def elem_ptr(b: ir.IRBuilder, base, dtype, idx):
-    return b.gep(base, [idx], inbounds=True, source_etype=mem_type(dtype))
-
-
-def broadcast_strides(place: Place, shape) -> tuple:
-    """`place`'s strides over the broadcast `shape` (0 where it is broadcast)."""
-    lead = len(shape) - len(place.shape)
-    out = [0] * lead
-    for d, s in zip(place.shape, place.strides):
-        out.append(s if d != 1 else 0)
-    for k, d in enumerate(shape):
-        if d == 1:
-            out[k] = 0
-    return tuple(out)
-
-
-def collapse(shape, stride_lists):
-    """Merge adjacent dims that are contiguous in every operand and drop size-1 dims, so a
-    contiguous op becomes one loop (what the vectoriser wants)."""
-    dims = [(d, [s[k] for s in stride_lists]) for k, d in enumerate(shape) if d != 1]
-    merged = []
-    for d, ss in dims:
-        if merged:
-            pd, pss = merged[-1]
-            if all(ps == s * d for ps, s in zip(pss, ss)):
-                merged[-1] = (pd * d, ss)
-                continue
-        merged.append((d, ss))
-    new_shape = tuple(d for d, _ in merged)
-    return new_shape, [tuple(ss[k] for _, ss in merged) for k in range(len(stride_lists))]
 
 
 # -- the module ---------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from llvmlite import ir
 
 from compiler.ops.registry import normalize_axes
 
-from . import emitter as E
+from . import loops as L
 from .places import Place
 from .scalar import (I1, I64, constant, convert, intrinsic2, ll_type, load, mem_type,
                      select_max, store)
@@ -76,7 +76,7 @@ class IndexKernels:
 
     # -- helpers -------------------------------------------------------------------------------
     def _at(self, b, ptrs, p: Place, offset):
-        return E.elem_ptr(b, ptrs[p.slot], p.dtype, offset)
+        return L.elem_ptr(b, ptrs[p.slot], p.dtype, offset)
 
     def _index_value(self, b, ptrs, p: Place, offset):
         """An integer index element as an i64 (unsigned dtypes zero-extended)."""
@@ -92,23 +92,23 @@ class IndexKernels:
             return
         flag = b.alloca(I1, name="bad")
         b.store(ir_false(), flag)
-        shape, (st,) = E.collapse(p.shape, [p.strides])
+        shape, (st,) = L.collapse(p.shape, [p.strides])
 
         def body(idxs):
-            v = self._index_value(b, ptrs, p, E.index(b, p.offset, st, idxs))
-            bad = b.or_(b.icmp_signed("<", v, E.i64(lo)), b.icmp_signed(">=", v, E.i64(hi)))
+            v = self._index_value(b, ptrs, p, L.index(b, p.offset, st, idxs))
+            bad = b.or_(b.icmp_signed("<", v, L.i64(lo)), b.icmp_signed(">=", v, L.i64(hi)))
             if ignore is not None:
-                bad = b.and_(bad, b.icmp_signed("!=", v, E.i64(ignore)))
+                bad = b.and_(bad, b.icmp_signed("!=", v, L.i64(ignore)))
             b.store(b.or_(b.load(flag, typ=I1), bad), flag)
-        E.loop_nest(b, shape, body, "chk")
+        L.loop_nest(b, shape, body, "chk")
         with b.if_then(b.load(flag, typ=I1), likely=False):
-            b.ret(E.i64(1))
+            b.ret(L.i64(1))
 
     def _wrapped(self, b, ptrs, p: Place, offset, n: int):
         """The index at `offset` of `p`, negative values counted from the end of an axis of
         `n` (the range check has run)."""
         v = self._index_value(b, ptrs, p, offset)
-        return b.select(b.icmp_signed("<", v, E.i64(0)), b.add(v, E.i64(n)), v)
+        return b.select(b.icmp_signed("<", v, L.i64(0)), b.add(v, L.i64(n)), v)
 
     @staticmethod
     def _extreme(b, a, v, dt, is_max):
@@ -140,9 +140,9 @@ class IndexKernels:
                 ostr.append(out.strides[k])
                 k += 1
         kept = [d for d in range(nd) if d not in axes]
-        kshape, (kx, ko) = E.collapse([x.shape[d] for d in kept],
+        kshape, (kx, ko) = L.collapse([x.shape[d] for d in kept],
                                       [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
-        rshape, (rx,) = E.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
+        rshape, (rx,) = L.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
         xd, od = x.dtype, out.dtype
         if node.op == "prod":
             init = constant(1, od)
@@ -162,30 +162,30 @@ class IndexKernels:
         if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
             # kept dims innermost: update the output row by row (vectorises across the row)
             def at_out(kidx):
-                return self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx))
-            E.loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")
+                return self._at(b, ptrs, out, L.index(b, out.offset, ko, kidx))
+            L.loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")
 
             def row(ridx):
-                roff = E.index(b, x.offset, rx, ridx)
+                roff = L.index(b, x.offset, rx, ridx)
 
                 def inner(kidx):
                     p = at_out(kidx)
-                    store(b, combine(load(b, p, od), xval(b.add(roff, E.index(b, 0, kx, kidx)))),
+                    store(b, combine(load(b, p, od), xval(b.add(roff, L.index(b, 0, kx, kidx)))),
                           p, od)
-                E.loop_nest(b, kshape, inner, "k")
-            E.loop_nest(b, rshape, row, "r")
+                L.loop_nest(b, kshape, inner, "k")
+            L.loop_nest(b, rshape, row, "r")
             return
         acc = b.alloca(ll_type(od), name="acc")
 
         def outer(kidx):
             b.store(init, acc)
-            xoff = E.index(b, x.offset, kx, kidx)
-            E.loop_nest(b, rshape, lambda ridx: b.store(combine(
-                b.load(acc, typ=ll_type(od)), xval(b.add(xoff, E.index(b, 0, rx, ridx)))),
+            xoff = L.index(b, x.offset, kx, kidx)
+            L.loop_nest(b, rshape, lambda ridx: b.store(combine(
+                b.load(acc, typ=ll_type(od)), xval(b.add(xoff, L.index(b, 0, rx, ridx)))),
                 acc), "r")
             store(b, b.load(acc, typ=ll_type(od)),
-                  self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), od)
-        E.loop_nest(b, kshape, outer, "o")
+                  self._at(b, ptrs, out, L.index(b, out.offset, ko, kidx)), od)
+        L.loop_nest(b, kshape, outer, "o")
 
     # -- argmax / argmin ------------------------------------------------------------------
     def _k_arg(self, b, ptrs, node, out: Place, x: Place):
@@ -203,8 +203,8 @@ class IndexKernels:
         kx = [x.strides[d] for d in kept]
         dt = x.dtype
         is_max = node.op == "argmax"
-        rshape, (rx,) = E.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
-        kshape, (kxc, koc) = E.collapse([x.shape[d] for d in kept],
+        rshape, (rx,) = L.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
+        kshape, (kxc, koc) = L.collapse([x.shape[d] for d in kept],
                                         [[x.strides[d] for d in kept], ko])
         if len(rshape) == 1 and len(kshape) == 1 and abs(kxc[0]) < abs(rx[0]):
             self._arg_columns(b, ptrs, out, x, kshape[0], kxc[0], koc[0], rshape[0], rx[0],
@@ -221,21 +221,21 @@ class IndexKernels:
             j = b.load(count, typ=I64)
             cur = b.load(best, typ=ll_type(dt))
             better = self._better(b, v, cur, dt, is_max)
-            take = b.or_(b.icmp_signed("==", j, E.i64(0)), better)
+            take = b.or_(b.icmp_signed("==", j, L.i64(0)), better)
             b.store(b.select(take, v, cur), best)
             b.store(b.select(take, j, b.load(where, typ=I64)), where)
-            b.store(b.add(j, E.i64(1)), count)
+            b.store(b.add(j, L.i64(1)), count)
 
         def outer(kidx):
-            b.store(E.i64(0), count)
-            b.store(E.i64(0), where)
-            xoff = E.index(b, x.offset, kx, kidx)
-            E.loop_nest(b, [x.shape[d] for d in axes], lambda ridx: step(load(
-                b, self._at(b, ptrs, x, b.add(xoff, E.index(b, 0, [x.strides[d] for d in axes],
+            b.store(L.i64(0), count)
+            b.store(L.i64(0), where)
+            xoff = L.index(b, x.offset, kx, kidx)
+            L.loop_nest(b, [x.shape[d] for d in axes], lambda ridx: step(load(
+                b, self._at(b, ptrs, x, b.add(xoff, L.index(b, 0, [x.strides[d] for d in axes],
                                                              ridx))), dt)), "r")
             store(b, b.load(where, typ=I64),
-                  self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
-        E.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
+                  self._at(b, ptrs, out, L.index(b, out.offset, ko, kidx)), out.dtype)
+        L.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
 
     @staticmethod
     def _better(b, v, cur, dt, is_max):
@@ -266,25 +266,25 @@ class IndexKernels:
             return b.gep(where, [lane], inbounds=True, source_etype=I64)
 
         def xv(row, col):
-            return load(b, self._at(b, ptrs, x, b.add(E.i64(x.offset), b.add(
-                b.mul(row, E.i64(rx)), b.mul(col, E.i64(kx))))), dt)
-        with E.for_range(b, -(-k // chunk), "c") as c:
-            base = b.mul(c, E.i64(chunk))
-            rest = b.sub(E.i64(k), base)
-            m = b.select(b.icmp_signed("<", rest, E.i64(chunk)), rest, E.i64(chunk))
-            with E.for_range(b, m, "l") as lane:
-                store(b, xv(E.i64(0), b.add(base, lane)), bp(lane), dt)
-                b.store(E.i64(0), wp(lane))
-            with E.for_range(b, n - 1, "r") as r0:
-                r = b.add(r0, E.i64(1))
-                with E.for_range(b, m, "l") as lane:
+            return load(b, self._at(b, ptrs, x, b.add(L.i64(x.offset), b.add(
+                b.mul(row, L.i64(rx)), b.mul(col, L.i64(kx))))), dt)
+        with L.for_range(b, -(-k // chunk), "c") as c:
+            base = b.mul(c, L.i64(chunk))
+            rest = b.sub(L.i64(k), base)
+            m = b.select(b.icmp_signed("<", rest, L.i64(chunk)), rest, L.i64(chunk))
+            with L.for_range(b, m, "l") as lane:
+                store(b, xv(L.i64(0), b.add(base, lane)), bp(lane), dt)
+                b.store(L.i64(0), wp(lane))
+            with L.for_range(b, n - 1, "r") as r0:
+                r = b.add(r0, L.i64(1))
+                with L.for_range(b, m, "l") as lane:
                     v, cur = xv(r, b.add(base, lane)), load(b, bp(lane), dt)
                     better = self._better(b, v, cur, dt, is_max)
                     store(b, b.select(better, v, cur), bp(lane), dt)
                     b.store(b.select(better, r, b.load(wp(lane), typ=I64)), wp(lane))
-            with E.for_range(b, m, "l") as lane:
+            with L.for_range(b, m, "l") as lane:
                 store(b, b.load(wp(lane), typ=I64), self._at(b, ptrs, out, b.add(
-                    E.i64(out.offset), b.mul(b.add(base, lane), E.i64(ko)))), out.dtype)
+                    L.i64(out.offset), b.mul(b.add(base, lane), L.i64(ko)))), out.dtype)
 
     def _arg_two_pass(self, b, ptrs, out, x, kept, ko, n, stride, is_max):
         """argmax/argmin over one (collapsed) run of `n` elements: first the extreme, a
@@ -308,12 +308,12 @@ class IndexKernels:
             init = constant(info.min if is_max else info.max, dt)
 
         def outer(kidx):
-            xoff = E.index(b, x.offset, kx, kidx)
+            xoff = L.index(b, x.offset, kx, kidx)
 
             def at(j):
-                return load(b, self._at(b, ptrs, x, b.add(xoff, b.mul(j, E.i64(stride)))), dt)
+                return load(b, self._at(b, ptrs, x, b.add(xoff, b.mul(j, L.i64(stride)))), dt)
             b.store(init, acc)
-            with E.for_range(b, n, "r") as j:
+            with L.for_range(b, n, "r") as j:
                 b.store(self._extreme(b, b.load(acc, typ=t), at(j), dt, is_max), acc)
             m = b.load(acc, typ=t)
 
@@ -329,27 +329,27 @@ class IndexKernels:
                 vt = ir.VectorType(t, lanes)
                 mv = ir.Constant(vt, None)
                 for k in range(lanes):
-                    mv = b.insert_element(mv, m, E.i64(k))
+                    mv = b.insert_element(mv, m, L.i64(k))
                 pre = b.block
                 vhead, vbody, vhit, vdone = (fn.append_basic_block(f"vfind.{k}")
                                              for k in ("head", "body", "hit", "done"))
                 b.branch(vhead)
                 b.position_at_end(vhead)
                 q = b.phi(I64, name="q")
-                q.add_incoming(E.i64(0), pre)
-                b.cbranch(b.icmp_signed("<", q, E.i64(blocks)), vbody, vdone)
+                q.add_incoming(L.i64(0), pre)
+                b.cbranch(b.icmp_signed("<", q, L.i64(blocks)), vbody, vdone)
                 b.position_at_end(vbody)
-                vec = b.load(self._at(b, ptrs, x, b.add(xoff, b.mul(q, E.i64(lanes)))), typ=vt)
+                vec = b.load(self._at(b, ptrs, x, b.add(xoff, b.mul(q, L.i64(lanes)))), typ=vt)
                 vec.align = dt.itemsize
                 mask = b.bitcast(hit(vec, mv), ir.IntType(lanes))
-                q.add_incoming(b.add(q, E.i64(1)), vbody)
+                q.add_incoming(b.add(q, L.i64(1)), vbody)
                 b.cbranch(b.icmp_unsigned("!=", mask, ir.Constant(mask.type, 0)), vhit, vhead)
                 b.position_at_end(vhit)
                 cttz = self.module.globals.get(f"llvm.cttz.i{lanes}") or ir.Function(
                     self.module, ir.FunctionType(mask.type, [mask.type, I1]),
                     f"llvm.cttz.i{lanes}")
                 lane = b.zext(b.call(cttz, [mask, ir.Constant(I1, 1)]), I64)
-                b.store(b.add(b.mul(q, E.i64(lanes)), lane), res)
+                b.store(b.add(b.mul(q, L.i64(lanes)), lane), res)
                 b.branch(after)
                 b.position_at_end(vdone)
             # the rest one by one; the loop stops at n - 1 at the latest (the extreme is there)
@@ -359,18 +359,18 @@ class IndexKernels:
             b.branch(head)
             b.position_at_end(head)
             j = b.phi(I64, name="j")
-            j.add_incoming(E.i64(blocks * lanes), pre)
-            b.cbranch(b.icmp_signed("<", j, E.i64(n - 1)), body, done)
+            j.add_incoming(L.i64(blocks * lanes), pre)
+            b.cbranch(b.icmp_signed("<", j, L.i64(n - 1)), body, done)
             b.position_at_end(body)
-            j.add_incoming(b.add(j, E.i64(1)), body)
+            j.add_incoming(b.add(j, L.i64(1)), body)
             b.cbranch(hit(at(j), m), done, head)
             b.position_at_end(done)
             b.store(j, res)
             b.branch(after)
             b.position_at_end(after)
             store(b, b.load(res, typ=I64),
-                  self._at(b, ptrs, out, E.index(b, out.offset, ko, kidx)), out.dtype)
-        E.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
+                  self._at(b, ptrs, out, L.index(b, out.offset, ko, kidx)), out.dtype)
+        L.loop_nest(b, [x.shape[d] for d in kept], outer, "o")
 
     # -- cumsum --------------------------------------------------------------------------------
     def _k_cumsum(self, b, ptrs, node, out: Place, x: Place):
@@ -381,7 +381,7 @@ class IndexKernels:
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         n = x.shape[ax]
         others = [d for d in range(len(x.shape)) if d != ax]
-        oshape, (sx, so) = E.collapse([x.shape[d] for d in others],
+        oshape, (sx, so) = L.collapse([x.shape[d] for d in others],
                                       [[x.strides[d] for d in others],
                                        [out.strides[d] for d in others]])
         ax_x, ax_o = x.strides[ax], out.strides[ax]
@@ -392,35 +392,35 @@ class IndexKernels:
         if oshape and min(map(abs, so)) < abs(ax_o):
             # the axis is outer: slab by slab, out[i] = out[i-1] + x[i] (vectorised per slab)
             def first(idxs):
-                store(b, xval(E.index(b, x.offset, sx, idxs)),
-                      self._at(b, ptrs, out, E.index(b, out.offset, so, idxs)), od)
+                store(b, xval(L.index(b, x.offset, sx, idxs)),
+                      self._at(b, ptrs, out, L.index(b, out.offset, so, idxs)), od)
             if n:
-                E.loop_nest(b, oshape, first, "f")
-            with E.for_range(b, max(n - 1, 0), "i") as i0:
-                i = b.add(i0, E.i64(1))
+                L.loop_nest(b, oshape, first, "f")
+            with L.for_range(b, max(n - 1, 0), "i") as i0:
+                i = b.add(i0, L.i64(1))
 
                 def slab(idxs):
-                    xo = b.add(E.index(b, x.offset, sx, idxs), b.mul(i, E.i64(ax_x)))
-                    oo = b.add(E.index(b, out.offset, so, idxs), b.mul(i, E.i64(ax_o)))
-                    prev = load(b, self._at(b, ptrs, out, b.sub(oo, E.i64(ax_o))), od)
+                    xo = b.add(L.index(b, x.offset, sx, idxs), b.mul(i, L.i64(ax_x)))
+                    oo = b.add(L.index(b, out.offset, so, idxs), b.mul(i, L.i64(ax_o)))
+                    prev = load(b, self._at(b, ptrs, out, b.sub(oo, L.i64(ax_o))), od)
                     store(b, self._combine_add(b, prev, xval(xo), od),
                           self._at(b, ptrs, out, oo), od)
-                E.loop_nest(b, oshape, slab, "s")
+                L.loop_nest(b, oshape, slab, "s")
             return
         acc = b.alloca(ll_type(od), name="run")
 
         def row(idxs):
-            xo = E.index(b, x.offset, sx, idxs)
-            oo = E.index(b, out.offset, so, idxs)
+            xo = L.index(b, x.offset, sx, idxs)
+            oo = L.index(b, out.offset, so, idxs)
             b.store(constant(0, od), acc)
-            with E.for_range(b, n, "i") as i:
-                v = xval(b.add(xo, b.mul(i, E.i64(ax_x))))
+            with L.for_range(b, n, "i") as i:
+                v = xval(b.add(xo, b.mul(i, L.i64(ax_x))))
                 # (0 + x0 is x0 bit for bit, -0.0 aside: numpy's first element is x0 itself)
-                r = b.select(b.icmp_signed("==", i, E.i64(0)), v,
+                r = b.select(b.icmp_signed("==", i, L.i64(0)), v,
                              self._combine_add(b, b.load(acc, typ=ll_type(od)), v, od))
                 b.store(r, acc)
-                store(b, r, self._at(b, ptrs, out, b.add(oo, b.mul(i, E.i64(ax_o)))), od)
-        E.loop_nest(b, oshape, row, "o")
+                store(b, r, self._at(b, ptrs, out, b.add(oo, b.mul(i, L.i64(ax_o)))), od)
+        L.loop_nest(b, oshape, row, "o")
 
     # -- gathers and scatters ----------------------------------------------------------------
     def _k_index_select(self, b, ptrs, node, out: Place, x: Place, idx: Place):
@@ -428,21 +428,21 @@ class IndexKernels:
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         n = x.shape[ax]
         self._check_range(b, ptrs, idx, -n, n)
-        pshape, (px, po) = E.collapse(out.shape[ax + 1:], [x.strides[ax + 1:],
+        pshape, (px, po) = L.collapse(out.shape[ax + 1:], [x.strides[ax + 1:],
                                                            out.strides[ax + 1:]])
 
         def pre(o):
-            xb = E.index(b, x.offset, x.strides[:ax], o)
-            ob = E.index(b, out.offset, out.strides[:ax], o)
-            with E.for_range(b, out.shape[ax], "i") as i:
-                k = self._wrapped(b, ptrs, idx, b.add(E.i64(idx.offset),
-                                                      b.mul(i, E.i64(idx.strides[0]))), n)
-                xo = b.add(xb, b.mul(k, E.i64(x.strides[ax])))
-                oo = b.add(ob, b.mul(i, E.i64(out.strides[ax])))
-                E.loop_nest(b, pshape, lambda p: store(
-                    b, load(b, self._at(b, ptrs, x, b.add(xo, E.index(b, 0, px, p))), x.dtype),
-                    self._at(b, ptrs, out, b.add(oo, E.index(b, 0, po, p))), out.dtype), "p")
-        E.loop_nest(b, out.shape[:ax], pre, "q")
+            xb = L.index(b, x.offset, x.strides[:ax], o)
+            ob = L.index(b, out.offset, out.strides[:ax], o)
+            with L.for_range(b, out.shape[ax], "i") as i:
+                k = self._wrapped(b, ptrs, idx, b.add(L.i64(idx.offset),
+                                                      b.mul(i, L.i64(idx.strides[0]))), n)
+                xo = b.add(xb, b.mul(k, L.i64(x.strides[ax])))
+                oo = b.add(ob, b.mul(i, L.i64(out.strides[ax])))
+                L.loop_nest(b, pshape, lambda p: store(
+                    b, load(b, self._at(b, ptrs, x, b.add(xo, L.index(b, 0, px, p))), x.dtype),
+                    self._at(b, ptrs, out, b.add(oo, L.index(b, 0, po, p))), out.dtype), "p")
+        L.loop_nest(b, out.shape[:ax], pre, "q")
 
     def _k_index_add(self, b, ptrs, node, out: Place, x: Place, idx: Place, val: Place):
         """out = x; out[pre, wrap(idx[i]), post] += val[pre, i, post], i in order."""
@@ -451,32 +451,32 @@ class IndexKernels:
         self._check_range(b, ptrs, idx, -n, n)
         self._copy(b, ptrs, out, x)
         od = out.dtype
-        pshape, (pv, po) = E.collapse(val.shape[ax + 1:], [val.strides[ax + 1:],
+        pshape, (pv, po) = L.collapse(val.shape[ax + 1:], [val.strides[ax + 1:],
                                                            out.strides[ax + 1:]])
 
         def pre(o):
-            vb = E.index(b, val.offset, val.strides[:ax], o)
-            ob = E.index(b, out.offset, out.strides[:ax], o)
-            with E.for_range(b, val.shape[ax], "i") as i:
-                k = self._wrapped(b, ptrs, idx, b.add(E.i64(idx.offset),
-                                                      b.mul(i, E.i64(idx.strides[0]))), n)
-                vo = b.add(vb, b.mul(i, E.i64(val.strides[ax])))
-                oo = b.add(ob, b.mul(k, E.i64(out.strides[ax])))
+            vb = L.index(b, val.offset, val.strides[:ax], o)
+            ob = L.index(b, out.offset, out.strides[:ax], o)
+            with L.for_range(b, val.shape[ax], "i") as i:
+                k = self._wrapped(b, ptrs, idx, b.add(L.i64(idx.offset),
+                                                      b.mul(i, L.i64(idx.strides[0]))), n)
+                vo = b.add(vb, b.mul(i, L.i64(val.strides[ax])))
+                oo = b.add(ob, b.mul(k, L.i64(out.strides[ax])))
 
                 def add(p):
-                    dst = self._at(b, ptrs, out, b.add(oo, E.index(b, 0, po, p)))
-                    v = convert(b, load(b, self._at(b, ptrs, val, b.add(vo, E.index(b, 0, pv, p))),
+                    dst = self._at(b, ptrs, out, b.add(oo, L.index(b, 0, po, p)))
+                    v = convert(b, load(b, self._at(b, ptrs, val, b.add(vo, L.index(b, 0, pv, p))),
                                         val.dtype), val.dtype, od)
                     store(b, self._combine_add(b, load(b, dst, od), v, od), dst, od)
-                E.loop_nest(b, pshape, add, "p")
-        E.loop_nest(b, val.shape[:ax], pre, "q")
+                L.loop_nest(b, pshape, add, "p")
+        L.loop_nest(b, val.shape[:ax], pre, "q")
 
     def _along(self, node, x: Place, idx: Place, region):
         """(axis, x strides over `region` with the axis' stride kept apart, idx strides over
         `region`). A dim of size 1 in x is broadcast (stride 0): never addressed past its end."""
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         xs = [0 if (d != ax and x.shape[d] == 1) else s for d, s in enumerate(x.strides)]
-        return ax, xs, E.broadcast_strides(idx, region)
+        return ax, xs, L.broadcast_strides(idx, region)
 
     def _k_take_along_axis(self, b, ptrs, node, out: Place, x: Place, idx: Place):
         """out[s] = x[s with the axis' position replaced by wrap(idx[s])]."""
@@ -486,11 +486,11 @@ class IndexKernels:
         other = [s if d != ax else 0 for d, s in enumerate(xs)]
 
         def body(s):
-            k = self._wrapped(b, ptrs, idx, E.index(b, idx.offset, ist, s), n)
-            xo = b.add(E.index(b, x.offset, other, s), b.mul(k, E.i64(xs[ax])))
+            k = self._wrapped(b, ptrs, idx, L.index(b, idx.offset, ist, s), n)
+            xo = b.add(L.index(b, x.offset, other, s), b.mul(k, L.i64(xs[ax])))
             store(b, load(b, self._at(b, ptrs, x, xo), x.dtype),
-                  self._at(b, ptrs, out, E.index(b, out.offset, out.strides, s)), out.dtype)
-        E.loop_nest(b, out.shape, body)
+                  self._at(b, ptrs, out, L.index(b, out.offset, out.strides, s)), out.dtype)
+        L.loop_nest(b, out.shape, body)
 
     def _k_put_along_axis(self, b, ptrs, node, out: Place, x: Place, idx: Place, val: Place):
         """out = x; then over the indexed region in row-major order, out[s with the axis'
@@ -504,21 +504,21 @@ class IndexKernels:
         self._copy(b, ptrs, out, x)
         if 0 in region:
             return
-        vs = E.broadcast_strides(val, region)
+        vs = L.broadcast_strides(val, region)
         other = [s if d != ax else 0 for d, s in enumerate(os_)]
         od = out.dtype
         add = node.attrs["reduce"] == "add"
 
         def body(s):
-            k = self._wrapped(b, ptrs, idx, E.index(b, idx.offset, ist, s), n)
-            dst = self._at(b, ptrs, out, b.add(E.index(b, out.offset, other, s),
-                                               b.mul(k, E.i64(os_[ax]))))
-            v = convert(b, load(b, self._at(b, ptrs, val, E.index(b, val.offset, vs, s)),
+            k = self._wrapped(b, ptrs, idx, L.index(b, idx.offset, ist, s), n)
+            dst = self._at(b, ptrs, out, b.add(L.index(b, out.offset, other, s),
+                                               b.mul(k, L.i64(os_[ax]))))
+            v = convert(b, load(b, self._at(b, ptrs, val, L.index(b, val.offset, vs, s)),
                                 val.dtype), val.dtype, od)
             if add:
                 v = self._combine_add(b, load(b, dst, od), v, od)
             store(b, v, dst, od)
-        E.loop_nest(b, region, body)
+        L.loop_nest(b, region, body)
 
     # -- one_hot of computed labels -------------------------------------------------------
     def _k_one_hot_checked(self, b, ptrs, node, out: Place, labels: Place):

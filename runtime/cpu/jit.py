@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import llvmlite
 import llvmlite.binding as llvm
+import numpy
 
 from . import disk_cache
 
@@ -98,7 +99,6 @@ def _external_symbols() -> dict[str, int]:
 
 def openblas_path() -> str | None:
     """numpy's bundled OpenBLAS (the file name carries a per-build hash: glob for it)."""
-    import numpy
     root = os.path.dirname(os.path.dirname(numpy.__file__))
     for pattern in ("numpy.libs/libscipy_openblas64_*.so*", "numpy/.dylibs/libscipy_openblas64_*",
                     "numpy.libs/libopenblas*.so*"):

@@ -21,8 +21,11 @@ Semantics chosen to be bit-identical to numpy where DESIGN asks for it:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
+from numpy.polynomial import chebyshev
 
 from compiler.ops.fused import postorder
 from compiler.ops.scalar import Weak, common_dtype, d_value  # (typing shared by renderers)
@@ -169,9 +172,6 @@ def _erfc_scaled_chebyshev(lo=1.0, hi=4.0, degree=16):
     `math.erfc` (relative error ~6e-12 at degree 16: far below float32's half ulp)."""
     key = (lo, hi, degree)
     if key not in _ERFC_FIT:
-        import math
-
-        from numpy.polynomial import chebyshev
         fn = np.vectorize(lambda a: math.erfc(a) * math.exp(a * a))
         _ERFC_FIT[key] = chebyshev.Chebyshev.interpolate(fn, degree, domain=[lo, hi]).coef
     return _ERFC_FIT[key]
@@ -185,7 +185,6 @@ def fast_erf32(b: ir.IRBuilder, x):
                      Chebyshev interpolant;
       |x| >= 4:      sign(x) (erfc(4) < 2^-25 rounds away in float32).
     Both branches are computed and selected (no control flow in the loop body)."""
-    import math
     d = b.fpext(x, F64)
 
     def k_(v):
@@ -395,7 +394,6 @@ def _reduce_pio2_f32(b: ir.IRBuilder, x):
 def _sin_cos_poly(b: ir.IRBuilder, r):
     """(sin r, cos r) for |r| <= ~pi/4 in float64 by their Taylor series to r^15 and r^16
     (truncation below 3e-14 relative there: far below float32's half ulp)."""
-    import math
     z = b.fmul(r, r)
     sin_c = [(-1) ** k / math.factorial(2 * k + 1) for k in range(8)]
     cos_c = [(-1) ** k / math.factorial(2 * k) for k in range(9)]
@@ -448,7 +446,6 @@ def fast_erf64(b: ir.IRBuilder, d):
                      exactly into hi + lo (fma), exp(-x^2) = exp(-hi) (1 - lo);
       |x| >= 6:      sign(x) (erfc(6) = 2e-17 rounds away).
     Both branches computed and selected (no control flow in the loop body)."""
-    import math
     a = intrinsic(b, "fabs", d)
     coef = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1))
             for n in range(23)]

@@ -1,4 +1,4 @@
-"""The CPU fiber harness (runtime/gpu/harness) on hand-written CUDA C kernels.
+"""The CPU fiber harness (tests/gpu/harness) on hand-written CUDA C kernels.
 
 The kernels are written the way a CUDA programmer (and the emitter) writes them: grid-stride
 loops, shared-memory tree reductions with `__syncthreads()`, warp-shuffle reductions, a row
@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from runtime.gpu import harness
-from runtime.gpu.harness import HarnessCompileError, HarnessError, run_on_cpu
+from tests.gpu import harness
+from tests.gpu.harness import HarnessCompileError, HarnessError, run_on_cpu
 from runtime.gpu.launch import GpuModule, Launch
 
 pytestmark = pytest.mark.skipif(not harness.available(), reason="needs g++ on a POSIX host")

@@ -13,7 +13,7 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
-from runtime.gpu import harness
+from tests.gpu import harness
 
 pytestmark = pytest.mark.skipif(not harness.available(), reason="needs g++ on a POSIX host")
 

@@ -1,5 +1,5 @@
 """The gpu backend's generated CUDA C, run for real on the host through the CPU fiber harness
-(runtime/gpu/harness), against the numpy backend: every seed program, every example's step,
+(tests/gpu/harness), against the numpy backend: every seed program, every example's step,
 one program per registry op and output dtype (the first opdb sample that contains it), and
 a fixed sample of 40 random programs (tests/passes/program_gen.py) — each under both thread
 schedules, with the program's own call semantics (`Program.__call__`: argument binding, the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import compiler as cc
-from runtime.gpu import harness
+from tests.gpu import harness
 
 pytest.importorskip("runtime.gpu.executable",
                     reason="the CUDA C emitter (runtime/gpu/emitter.py) is not here yet")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import compiler as cc
-from runtime.gpu import harness
+from tests.gpu import harness
 
 pytest.importorskip("runtime.gpu.executable",
                     reason="the CUDA C emitter (runtime/gpu/emitter.py) is not here yet")

@@ -20,7 +20,7 @@ import numpy as np
 import compiler as cc
 from compiler.api import _rebuild
 from compiler.ops import REGISTRY
-from passes import autodiff
+from compiler import autodiff
 from runtime.reference import evaluate
 
 RTOL = 1e-8

@@ -8,7 +8,7 @@ from compiler.cli import load_example
 from compiler.ir import Graph
 from compiler.ops import REGISTRY
 from compiler.ops.registry import ELEMENTWISE, defop
-from passes import cse, dce, plan_memory, reinplace, verify_graph, verify_plan
+from compiler.passes import cse, dce, plan_memory, reinplace, verify_graph, verify_plan
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate
 
@@ -323,8 +323,7 @@ def test_examples_match_the_unmerged_reference_bit_for_bit(name):
 
 def test_constant_arrays_with_one_digest_are_compared_byte_for_byte(monkeypatch):
     # Arrays are keyed by a SHA-256 of their bytes; a collision must not merge them.
-    import sys
-    cse_module = sys.modules["passes.cse"]  # (`passes.cse` is the function)
+    import passes.cse as cse_module
 
     class Colliding:
         def __init__(self, data):

@@ -6,7 +6,7 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
-import passes
+from compiler import passes
 from passes.memory_plan import GPU_ALIGNMENT
 from passes.verify import verify_plan
 

@@ -61,7 +61,7 @@ import compiler as cc
 import compiler.nn.functional as F
 from compiler.api import _rebuild
 from compiler.arguments import bind
-from passes import cse, dce, plan_memory
+from compiler.passes import cse, dce, plan_memory
 from passes.verify import verify_plan
 from runtime.reference import evaluate
 

@@ -239,10 +239,7 @@ from hypothesis import given, strategies as st  # noqa: E402
 from program_gen import programs  # noqa: E402
 
 from tests.passes.test_random_programs import STEPS, _settings, check_program  # noqa: E402
-import importlib  # noqa: E402
-
-# (the module: `passes.recompute` is also the pass's function, bound in passes/__init__)
-recompute_pass = importlib.import_module("passes.recompute")
+import passes.recompute as recompute_pass  # noqa: E402
 
 
 @_settings(25)

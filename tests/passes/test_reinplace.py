@@ -10,7 +10,7 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
-import passes
+from compiler import passes
 from passes.verify import verify_plan
 from tests.backends import AVAILABLE
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compiler.ir import Graph
-from passes import Buffer, verify_graph, verify_plan
+from compiler.passes import Buffer, verify_graph, verify_plan
 from passes.verify import PlanError
 from runtime.arena import ArenaExecutable
 from runtime.reference import evaluate

@@ -14,7 +14,7 @@ import pytest
 
 import compiler as cc
 import compiler.nn.functional as F
-import passes
+from compiler import passes
 from compiler.cli import load_example
 from compiler.ops import REGISTRY
 from runtime.cpu import FALLBACK_OPS, CpuExecutable, native_ops

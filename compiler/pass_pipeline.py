@@ -13,6 +13,20 @@ from __future__ import annotations
 
 import os
 
+from passes.cse import cse
+from passes.fusion import fuse
+from passes.gemm_accumulate import gemm_accumulate
+from passes.memory_plan import CPU_ALIGNMENT, GPU_ALIGNMENT, plan_memory
+from passes.recompute import recompute
+from passes.reinplace import reinplace
+from passes.schedule import schedule
+from passes.simplify import dce
+from passes.verify import verify_graph, verify_plan
+from runtime.arena import ArenaExecutable
+from runtime.cpu import CpuExecutable
+from runtime.gpu import GpuExecutable
+
+from .arguments import graph_input_positions
 from .errors import CompilerError, InplaceError
 
 
@@ -39,7 +53,6 @@ class CompileState:
 
     @property
     def alignment(self) -> int:
-        from passes.memory_plan import CPU_ALIGNMENT, GPU_ALIGNMENT
         return GPU_ALIGNMENT if self.backend == "gpu" else CPU_ALIGNMENT
 
 
@@ -56,31 +69,26 @@ def resolve_fuse(fuse, backend) -> bool:
 
 
 def _verify_graph(state):
-    from passes.verify import verify_graph
     verify_graph(state.graph)
     return state
 
 
 def _dce(state):
-    from passes.simplify import dce
     state.graph = dce(state.graph)
     return state
 
 
 def _cse(state):
-    from passes.cse import cse
     state.graph = cse(state.graph)
     return state
 
 
 def _gemm_accumulate(state):
-    from passes.gemm_accumulate import gemm_accumulate
     state.graph, state.gemm_decisions = gemm_accumulate(state.graph)
     return state
 
 
 def _recompute(state):
-    from passes.recompute import recompute
     graph, state.recompute_decisions = recompute(state.graph, state.recompute,
                                                  scheduled=state.schedule != "off")
     if graph is not state.graph and _planned_peak(graph, state) >= \
@@ -99,9 +107,6 @@ def _recompute(state):
 def _planned_peak(graph, state) -> int:
     """The peak `plan_memory` gives `graph` in the order the scheduler picks (or as written,
     with schedule="off"), without the inplace="off" baseline."""
-    from passes.memory_plan import plan_memory
-    from passes.reinplace import reinplace
-    from passes.schedule import schedule
     g = schedule(graph)[0] if state.schedule != "off" else graph
     _, decisions = reinplace(g, state.inplace, state.donate)
     return plan_memory(g, state.inplace, state.donate, state.alignment, decisions=decisions,
@@ -111,7 +116,6 @@ def _planned_peak(graph, state) -> int:
 def _fuse(state):
     if not state.fuse:
         return state
-    from passes.fusion import fuse
     # Native code keeps a body's inner values in registers: no scratch rows to plan.
     state.graph = fuse(state.graph, scratch=state.backend not in NATIVE_BACKENDS)
     return state
@@ -120,7 +124,6 @@ def _fuse(state):
 def _schedule(state):
     if state.schedule == "off":
         return state
-    from passes.schedule import schedule
     graph, state.schedule_info = schedule(state.graph)
     if graph is not state.graph:
         state.written_graph, state.graph = state.graph, graph
@@ -128,14 +131,11 @@ def _schedule(state):
 
 
 def _reinplace(state):
-    from passes.reinplace import reinplace
     state.graph, state.decisions = reinplace(state.graph, state.inplace, state.donate)
     return state
 
 
 def _plan_memory(state):
-    from passes.memory_plan import plan_memory
-    from passes.reinplace import reinplace
     state.plan = plan_memory(state.graph, state.inplace, state.donate, state.alignment,
                              decisions=state.decisions)
     state.plan.gemm_decisions = state.gemm_decisions
@@ -172,7 +172,6 @@ def _plan_memory(state):
 
 
 def _verify_plan(state):
-    from passes.verify import verify_plan
     verify_plan(state.graph, state.plan)
     return state
 
@@ -196,7 +195,6 @@ def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[t
 
 def donated_names(graph, signature, donate, param_names=None) -> tuple[str, ...]:
     """`donate` as graph input names: positions count the function's arguments."""
-    from .arguments import graph_input_positions
     param_names = param_names or [f"arg{p}" for p in range(len(signature))]
     input_of = {p: graph.inputs[k].name
                 for k, (kind, p) in enumerate(graph_input_positions(signature))
@@ -255,7 +253,8 @@ def dump_text(name: str, state: CompileState) -> str:
 def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
                  sanitize=None, param_names=None, schedule="auto", fuse=None,
                  recompute="auto"):
-    from .api import Program
+    """Run the passes on `graph` and lower the result for `backend`: (the final CompileState,
+    the executable). compiler.api wraps them into a Program."""
     state = CompileState(graph, backend, inplace,
                          donated_names(graph, signature, donate, param_names), schedule, fuse,
                          recompute)
@@ -272,23 +271,18 @@ def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
             print(dump_text(name, state))
     if sanitize is None:
         sanitize = os.environ.get("COMPILER_SANITIZE", "") not in ("", "0")
-    executable = _lower(state, backend, sanitize)
-    return Program(state.graph, signature, backend, inplace, state.donate, state.plan,
-                   executable, param_names)
+    return state, _lower(state, backend, sanitize)
 
 
 def _lower(state, backend, sanitize):
     if backend == "numpy":
-        from runtime.arena import ArenaExecutable
         return ArenaExecutable(state.graph, state.plan, sanitize=sanitize)
     if backend == "cpu":
-        from runtime.cpu import CpuExecutable
         executable = CpuExecutable(state.graph, state.plan, sanitize=sanitize)
         if "llvm" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(executable.source)
         return executable
     if backend == "gpu":
-        from runtime.gpu import GpuExecutable
         graph_capture = os.environ.get("COMPILER_CUDA_GRAPH", "") not in ("", "0")
         executable = GpuExecutable(state.graph, state.plan, use_graph=graph_capture)
         if "cuda" in os.environ.get("COMPILER_DUMP", "").split(","):

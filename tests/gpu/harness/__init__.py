@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..launch import GpuModule, Launch
+from runtime.gpu.executable import raise_data_error
+from runtime.gpu.launch import GpuModule, Launch
 
 HEADER = Path(__file__).with_name("cuda_host.h")
 # (-ffp-contract=off: no a*b+c fused into one rounding, as on the device with --fmad=false)
@@ -643,7 +644,6 @@ class HostExecutable:
         if at is not None:   # as the device executable: raise before anything is returned
             status = int(result.arena[at:at + 8].view(np.uint64)[0])
             if status:
-                from ..executable import raise_data_error
                 raise_data_error(self.graph, status - 1, inputs)
 
         def host(v):

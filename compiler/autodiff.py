@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from compiler.errors import TraceError
-from compiler.ir import Value
-from compiler.ops import REGISTRY
+from .errors import TraceError
+from .ir import Value
+from .ops import REGISTRY
 
 
 class ShapeOnly:
