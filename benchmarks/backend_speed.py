@@ -17,7 +17,7 @@ Columns: our `cpu` backend, our `numpy` backend, NumPy written by hand (always);
 timing, each column runs one step from the same inputs as our numpy backend and must agree
 with it (outputs, or each parameter's update), so a faster column is never a different program.
 
-Method (ISSUE-NOTES §8, "How speed is judged"): the process is pinned to one core
+Method: the process is pinned to one core
 (`os.sched_setaffinity`) and every library to one thread (env vars set before numpy is
 imported, `torch.set_num_threads(1)`, XLA's Eigen pool off, Paddle's math threads 1). Each
 round runs every column of a workload once, in a rotating order (interleaved), for `--runs`

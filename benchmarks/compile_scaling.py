@@ -17,7 +17,7 @@ pass of the pipeline. Programs:
 The passes run as for `backend="cpu"` (so `fuse` fuses), and the `codegen (cpu)` column is
 the cpu backend's lowering of the planned graph: LLVM IR emitted, optimised at -O3, linked
 (the in-memory code cache emptied first). Codegen is not part of the 100k-node target
-(ISSUE-NOTES §7) and is skipped (`-`) above `--codegen-max` nodes (default 10,000): LLVM's
+and is skipped (`-`) above `--codegen-max` nodes (default 10,000): LLVM's
 time grows with the number of kernels and the size of each fused loop (capped by
 `passes.fusion.MAX_COST`).
 

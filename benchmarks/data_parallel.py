@@ -16,7 +16,7 @@ Per model, at the examples' global batch split over the ranks, rank 0 prints:
     hidden share below, computed from medians, is then only indicative;
   - waited ms: median time the step spent blocked in its waits (compiler.distributed.STATS);
   - hidden: 1 - waited / alone, the share of the communication that ran behind computation
-    (clipped to [0, 1]; no target, ISSUE-NOTES §12).
+    (clipped to [0, 1]; no target).
 Medians of `--repeat` interleaved runs; BLAS on one thread (OPENBLAS_NUM_THREADS=1 is set
 before numpy loads). On one machine the ranks share its cores and memory bandwidth.
 """

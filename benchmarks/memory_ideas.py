@@ -1,5 +1,5 @@
 """Issue 9's table: memory beyond the caller's inputs (`peak_bytes - input_bytes`) of the two
-training examples, one row per memory idea (as in ISSUE-NOTES §9), against the lower bound.
+training examples, one row per memory idea , against the lower bound.
 
     python benchmarks/memory_ideas.py
 

@@ -302,7 +302,7 @@ class Program:
         if self._checks_while_running or self.distributed is not None:
             # A data check runs mid-program, or a collective may fail mid-program: the program
             # writes into private copies, so that a failing run leaves the caller's arrays as
-            # they were (DESIGN §4).
+            # they were (ARCHITECTURE.md §4).
             for k in self.graph.mutations:
                 run_arrays[k] = arrays[k].copy()
         for a in arrays:

@@ -15,7 +15,7 @@ Algorithm:
      `tracer.grad_alias`) hands its gradient to the value it overwrote. (2a) A node that an
      earlier backward() released raises.
   3. For each node, choose a VJP form: an op that can read either its input or its output reads
-     the one no user inplace op overwrote, so the other buffer can be reused (DESIGN §4).
+     the one no user inplace op overwrote, so the other buffer can be reused (ARCHITECTURE.md §4).
   4. Run the VJP under no_grad (no higher-order gradients) with a context that exposes only what
      the chosen form declared (values it did not declare are shape-only), reduce broadcast
      gradients to each input's shape and accumulate with `+`.
@@ -24,7 +24,7 @@ Algorithm:
   5a. When the program is data parallel, note each such leaf as pending: its gradient is
      averaged over the ranks at its first read (compiler.distributed).
   6. Unless `retain_graph=True`, mark the differentiated nodes released: a later backward()
-     that reaches one raises (step 2a), naming both backward() lines (DESIGN §3).
+     that reaches one raises (step 2a), naming both backward() lines (ARCHITECTURE.md §3).
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ class TraceError(CompilerError, TypeError):
 
 class DataError(CompilerError, ValueError):
     """A value the data itself makes invalid (a class label out of range), found before the
-    program writes into any caller's array (DESIGN §4 "Nothing half-written")."""
+    program writes into any caller's array (ARCHITECTURE.md §4 "Nothing half-written")."""
 
 
 class RetraceWarning(UserWarning):
@@ -37,7 +37,7 @@ class RetraceWarning(UserWarning):
 
 class SignatureError(ShapeError, TraceError):
     """A compiled program called with an array of another dtype than it was traced for: it
-    doesn't fit the traced signature (a `ShapeError`, DESIGN §3) and is an argument of the
+    doesn't fit the traced signature (a `ShapeError`, ARCHITECTURE.md §3) and is an argument of the
     wrong type (a `TraceError`), so either `except` clause catches it."""
 
 

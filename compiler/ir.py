@@ -114,7 +114,7 @@ class DataCheck:
     recorded at trace time. When the checked value is a view of a caller's argument
     (`input_index`, through the view ops of `chain`), the driver checks the array at the call's
     entry, before anything runs; otherwise `node` checks it while the program runs, and the
-    driver keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+    driver keeps the caller's arrays untouched until the run has finished (ARCHITECTURE.md §4)."""
 
     what: str                       # the user's function, e.g. "cross_entropy"
     node: Node                      # the node that checks during the run

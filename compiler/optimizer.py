@@ -8,7 +8,7 @@
 
 Their state (velocities, moments, the step count) lives in arrays the caller passes and keeps
 between calls, updated in place like the parameters; the learning rate is a 0-d array argument
-(a Python float is a trace-time constant, and a new value retraces). ISSUE-NOTES, issue 10:
+(a Python float is a trace-time constant, and a new value retraces). As issue 10 settled:
 values captured from the enclosing scope are constants, so state is never captured.
 
 `init_state(...)` makes the zero state arrays for a list of parameter arrays (outside a trace).

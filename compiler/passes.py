@@ -1,4 +1,4 @@
-"""The pass-level API, for users who test and study passes with pytest (DESIGN §3).
+"""The pass-level API, for users who test and study passes with pytest (ARCHITECTURE.md §3).
 
 Build a graph by hand (`cc.Graph`, `graph.add_input`, `graph.op`) or trace one (`cc.trace`),
 run any single pass, or the default pipeline up to a pass, look values and decisions up by name

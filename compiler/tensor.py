@@ -1,6 +1,6 @@
 """The traced `Tensor`: a Paddle-style API whose every call records SSA nodes.
 
-Functionalization (DESIGN §4): a Tensor points at a `Storage` (whose `base` is the SSA value of
+Functionalization (ARCHITECTURE.md §4): a Tensor points at a `Storage` (whose `base` is the SSA value of
 the whole buffer) plus a chain of view ops. An inplace op computes a new value functionally and
 writes it back: onto the base directly, or through the inverse of each view in the chain
 (`reshape` back, `transpose` back, `slice_scatter` into the parent). Every other Tensor on the
@@ -730,7 +730,7 @@ class Tensor:
 
     def _checked(self, out: "Tensor", what: str, size: int) -> "Tensor":
         """Indices are data: the node raises `DataError` on one out of range, and the driver
-        keeps the caller's arrays untouched until the run has finished (DESIGN §4)."""
+        keeps the caller's arrays untouched until the run has finished (ARCHITECTURE.md §4)."""
         node = out._v().producer
         self._tracer.graph.data_checks.append(
             DataCheck(what, node, None, (), size, None, _tr.user_loc()))

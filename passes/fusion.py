@@ -31,7 +31,7 @@ Guarantees:
   - a body's size is capped (MAX_COST scalar operations, `compiler.ops.fused.expr_cost`:
     transcendentals weigh 20-40, Philox's ~230 distinct operations count each once), so
     long chains become several fused nodes (LLVM at -O3 on a loop of 20,000 operations took
-    223 s: ISSUE-NOTES §8); a single op above the cap stays unfused.
+    223 s, measured); a single op above the cap stays unfused.
 
 What code emitters render: `expr_for(fused, attrs, ...)` (compiler/ops/elementwise.py) returns
 `attrs["body"].expr()`, one scalar-expression tree over the fused node's inputs `$0..$n-1`, in
@@ -76,7 +76,7 @@ from .cse import last_reads
 from .schedule import compact_derivation
 from .simplify import dce
 
-MAX_COST = 320  # scalar operations per fused node ("a few hundred": ISSUE-NOTES §8)
+MAX_COST = 320  # scalar operations per fused node (LLVM's time grows faster than linearly)
 # Elementwise ops whose reference depends on the whole array's shape (not per element).
 _NOT_FUSIBLE = frozenset({"broadcast_to", "fused"})
 

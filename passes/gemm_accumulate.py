@@ -5,7 +5,7 @@ update `u` is replaced by `gemm(a, b, w, alpha=-lr, beta=1)` at `u`'s place, req
 of `w` (`inplace_of = 2`), so the reinplace pass runs it in the caller's array and the gradient
 `a @ b` gets no buffer at all. The gemm's numpy form makes the product a block of rows at a
 time (no gradient-sized temporary), which rounds like a separate matmul up to BLAS's blocking:
-results agree within ISSUE-NOTES' 1e-6 * max|ref| (on cpu, sgemm with beta = 1). The input
+results agree within 1e-6 * max|ref| (on cpu, sgemm with beta = 1). The input
 graph is not changed: when something folds, the graph is cloned (nodes and values keep their
 ids, so listings keep their names).
 
@@ -25,7 +25,7 @@ shows when it does not:
      when they are smaller than the gradient buffer saved (the transformer's `w_fc2`, whose
      gradient reads the 4 MiB gelu output before `dm = dy @ w_fc2.T`, keeps its 1 MiB gradient).
 A transposed operand (`x.T`) becomes the gemm's `trans_a`/`trans_b` flag. A gradient averaged
-over ranks (data-parallel training, ISSUE-NOTES §9) never folds: its update reads a view of
+over ranks (data-parallel training) never folds: its update reads a view of
 the all-reduced bucket, not the matmul (predicate 2), and the matmul's one reader is the
 bucket_pack (tests/runtime/test_mpi.py pins this).
 

@@ -2,7 +2,7 @@
 
 Guarantees: two arena buffers that are live at the same program point never overlap (the
 independent check is `passes.verify.verify_plan`); offsets are multiples of `alignment`
-(64 bytes on CPU, 256 on GPU); the accounting follows DESIGN §6.
+(64 bytes on CPU, 256 on GPU); the accounting follows ARCHITECTURE.md §6.
 
 Algorithm (lifetimes -> buffers -> allocator -> numbers):
   1. Decide inplace (passes.reinplace) unless decisions are given.

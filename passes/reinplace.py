@@ -2,7 +2,7 @@
 
 Candidates are the ops the user wrote in the `_` form (and set-item/write-backs, marked
 `Node.inplace_of`) and, in `inplace="auto"`, every other elementwise or scatter op. The output
-of node `n` may take the buffer of its input `a` when all four conditions of DESIGN §4 hold,
+of node `n` may take the buffer of its input `a` when all four conditions of ARCHITECTURE.md §4 hold,
 each a named predicate below that returns None or the sentence the user reads in the plan:
 
   1. `cannot_overwrite`: `n` writes each element exactly where it reads it: elementwise with
@@ -282,7 +282,7 @@ def read_later(node: Node, i: int, st: _State) -> str | None:
 
 def _is_exact_writeback(s: Node, node: Node, a: Value, st: _State) -> bool:
     """`s` scatters `node`'s output back into exactly the region `a` views, and `s` itself
-    can write into that buffer: then `node` may write the region directly (DESIGN §8.3)."""
+    can write into that buffer: then `node` may write the region directly (ARCHITECTURE.md §8.3)."""
     if REGISTRY[s.op].kind != SCATTER or s.inputs[1] is not node.out:
         return False
     if st.live.readers[node.out] != [st.index[s]]:

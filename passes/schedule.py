@@ -122,7 +122,7 @@ def compact_derivation(node: Node, root_of) -> Value | None:
     """The buffer root `node` is a compact stand-in for, or None: a backward elementwise node
     that reads one buffer (besides scalars) and makes a value smaller than it, like relu's
     mask `out > 0` (1 byte per 4-byte element). Run as soon as it can, it lets that buffer die
-    at its other readers (DESIGN §4, compact saved values)."""
+    at its other readers (ARCHITECTURE.md §4, compact saved values)."""
     if node.phase != "backward" or REGISTRY[node.op].kind != ELEMENTWISE:
         return None
     big = [root_of[v] for v in node.inputs if v.size > 1]

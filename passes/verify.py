@@ -189,7 +189,7 @@ def verify_plan(graph: Graph, plan) -> None:
             if last_read[id(old)] == end:
                 raise PlanError(f"{new.ref()} overwrites {old.ref()}, which is still needed at "
                                 f"the end\n{_context(graph, t)}")
-            # Allowed only as the exact write-back of a region (DESIGN §8.3).
+            # Allowed only as the exact write-back of a region (ARCHITECTURE.md §8.3).
             later = [i for i in reads.get(id(old), ()) if t < i < end]
             s = graph.nodes[later[0]] if len(later) == 1 else None
             ok = (s is not None and REGISTRY[s.op].kind == SCATTER and s.inputs[1] is new

@@ -12,7 +12,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
     os.environ[_var] = "1"
 
 # Every compiled program in the tests runs in sanitizer mode: each arena buffer is poisoned
-# when it dies, so a plan that lets live values share memory fails loudly (DESIGN §4).
+# when it dies, so a plan that lets live values share memory fails loudly (ARCHITECTURE.md §4).
 os.environ.setdefault("COMPILER_SANITIZE", "1")
 
 # The suite never reads or writes the user's real compile cache (~/.cache/inplace-compiler):

@@ -185,7 +185,7 @@ def cross_entropy(input: Tensor, label: Tensor, weight=None, ignore_index: int =
 
     A hard label outside [0, C) that isn't `ignore_index` raises `cc.DataError` naming the
     label, its position and this call's line, before the program writes into any caller's
-    array (DESIGN §4)."""
+    array (ARCHITECTURE.md §4)."""
     loc = _tr.user_loc()
     if reduction not in ("mean", "sum", "none"):
         raise TraceError(f"unknown reduction {reduction!r}: use 'mean', 'sum' or 'none'", loc)
@@ -255,7 +255,7 @@ def cross_entropy(input: Tensor, label: Tensor, weight=None, ignore_index: int =
 
 
 def _record_label_check(label: Tensor, one_hot: Tensor, num_classes, ignore_index, loc):
-    """Labels are data (DESIGN §4 "Nothing half-written"): labels that are a caller's argument
+    """Labels are data (ARCHITECTURE.md §4 "Nothing half-written"): labels that are a caller's argument
     (or a view of one) are checked by the driver at the call's entry; constant labels right
     now; computed ones by the one_hot node during the run, with the caller's arrays kept
     untouched until it has finished (`Program.__call__`)."""

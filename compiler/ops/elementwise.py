@@ -327,7 +327,7 @@ def _pow_ref(x, y):
     if x.dtype.kind == "f" or y.dtype.kind == "f":
         return np.power(x, y)
     # Integers: a negative exponent gives what integer arithmetic gives for 1 / x**n (0),
-    # except 1 for base 1 and +-1 for base -1; numpy would raise mid-run (DESIGN §4).
+    # except 1 for base 1 and +-1 for base -1; numpy would raise mid-run (ARCHITECTURE.md §4).
     dtype = promote(x.dtype, y.dtype)
     x, y = x.astype(dtype), y.astype(dtype)
     neg = y < 0

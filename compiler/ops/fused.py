@@ -34,7 +34,7 @@ CHUNK = 512  # output elements per piece in the chunked numpy evaluation (as run
 # Cost of one scalar operation in "scalar operations": a transcendental function is a
 # polynomial (exp, erf: tens of instructions) or a libm call; the rest count 1. Casts, loads
 # and constants are free. The fusion pass caps a fused node's total (LLVM's -O3 time grows
-# faster than linearly with a loop body's size: ISSUE-NOTES §8).
+# faster than linearly with a loop body's size, measured).
 _HEAVY = {"exp": 20, "expm1": 20, "erf": 40, "log": 20, "log1p": 20, "log2": 20, "log10": 20,
           "sin": 20, "cos": 20, "tan": 20, "tanh": 20, "asinh": 20, "acosh": 20, "atanh": 20,
           "sinh": 20, "cosh": 20, "asin": 20, "acos": 20, "atan": 20, "pow": 20,

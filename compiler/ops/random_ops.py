@@ -1,6 +1,6 @@
 """Random numbers: Philox-4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as
 easy as 1, 2, 3", SC 2011), a counter-based generator written as a scalar expression, so that
-every backend computes the same bits (ISSUE-NOTES, issue 10).
+every backend computes the same bits.
 
 `philox(counter, seed; stream, dist, dtype)` is an elementwise op: element i of the output is
 a function of its counter (the element's index, a uint64 `arange`), the seed (a 0-d uint64

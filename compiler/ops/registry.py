@@ -73,7 +73,7 @@ VJP_NEEDS = ("none", "input", "output", "input+output")
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 BOOL = np.dtype(np.bool_)
-# uint64 is the type of random seeds (ISSUE-NOTES, issue 10); it takes part in promotion as
+# uint64 is the type of random seeds; it takes part in promotion as
 # NumPy says (uint64 with a signed integer is float64), which user code has no reason to meet.
 UINT64 = np.dtype(np.uint64)
 SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (BOOL, UINT64)

@@ -130,7 +130,7 @@ def _matmul_vjp(ctx, g):
         return gx, None
     if y.ndim == 2 and x.ndim > 2:
         # A 2-D weight under batched operands: fold the batch into one GEMM
-        # ([b*t, k].T @ [b*t, n]) instead of a [b, k, n] product summed over b (DESIGN §4);
+        # ([b*t, k].T @ [b*t, n]) instead of a [b, k, n] product summed over b (ARCHITECTURE.md §4);
         # a plain 2-D matmul is what GEMM-accumulate can fold into the weight's update.
         # (literal shapes: a -1 can't be inferred when k or n is 0, and the user-facing
         # reshape reads a 0 as "keep this dimension")
@@ -527,7 +527,7 @@ def _index_select_infer(types, axis):
 def _wrap_index(index, size):
     """Negative indices count from the end (NumPy, PyTorch). An index outside [-size, size)
     raises `DataError`; the tracer registers a `DataCheck` for each such node, so the driver
-    runs the program on private copies of the arguments it mutates (DESIGN §4)."""
+    runs the program on private copies of the arguments it mutates (ARCHITECTURE.md §4)."""
     index = np.asarray(index, np.int64)
     bad = (index < -size) | (index >= size)
     if bad.any():

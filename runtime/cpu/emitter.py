@@ -10,7 +10,8 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
   - an in-place kernel (the plan's reuse: output and input in one buffer) takes that buffer
     as ONE pointer and reads and writes it through the same layout; distinct buffers are
     distinct parameters marked `noalias`, which the plan proves: this is what lets LLVM
-    vectorise without runtime overlap checks (TOOLCHAIN.md's in-place pitfall);
+    vectorise without runtime overlap checks (LLVM otherwise adds runtime overlap checks
+    or gives up on an in-place loop);
   - shapes, strides and offsets are compile-time constants (the program is specialised for
     one signature), so every index is affine in the loop counters;
   - views emit no code: they are places (`places.py`);
@@ -575,7 +576,7 @@ class ModuleEmitter(IndexKernels):
         if node not in self.plan.reuse:
             self._copy(b, ptrs, out, base)
         elif (src.slot, src.offset, src.strides) == (region.slot, region.offset, region.strides):
-            return  # the producer already wrote the region where it belongs (DESIGN §8.3)
+            return  # the producer already wrote the region where it belongs (ARCHITECTURE.md §8.3)
         if region.shape and 0 in region.shape:
             return
         self._copy(b, ptrs, region, src)

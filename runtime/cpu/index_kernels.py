@@ -29,7 +29,7 @@ What they promise, against the registry's `ref` (the numpy reference):
     `put_along_axis(reduce="assign")` writes in row-major order of the indexed region, so with
     repeated indices the last write wins (NumPy).
 
-Index range (DESIGN §4: native code never traps and never reads out of bounds): a checked
+Index range (ARCHITECTURE.md §4: native code never traps and never reads out of bounds): a checked
 kernel first ORs together "out of range" over every index (a loop without an early exit, so it
 vectorises) and returns 1, having written nothing, when any is outside `[-n, n)` (or a computed
 one-hot label outside `[0, classes)` that isn't `ignore_index`); the entry then returns the

@@ -653,7 +653,7 @@ class ModuleEmitter:
         if node not in self.plan.reuse:
             self._copy(t, node, "_base", out, base)
         elif (src.slot, src.offset, src.strides) == (region.slot, region.offset, region.strides):
-            return  # the producer already wrote the region where it belongs (DESIGN §8.3)
+            return  # the producer already wrote the region where it belongs (ARCHITECTURE.md §8.3)
         if region.shape and 0 in region.shape:
             return
         self._copy(t, node, "", region, src)

@@ -2,7 +2,7 @@
 
 The CUDA C emitter produces one module of `__global__` kernels (`GpuModule.source`) and the list
 of launches that runs the whole schedule (`GpuModule.launches`). Two consumers read exactly this
-list (ISSUE-NOTES §11): the CuPy runtime on a device, and the CPU fiber harness in tests, so the
+list: the CuPy runtime on a device, and the CPU fiber harness in tests, so the
 harness checks the launches the device would run.
 
 Kernel arguments are given in the order of the kernel's parameters:

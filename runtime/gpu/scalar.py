@@ -13,7 +13,7 @@ Semantics (numpy's, as on cpu):
   - integer `//` and `%` round towards -inf, a zero divisor gives 0 and INT_MIN // -1 wraps
     (`np_floordiv`/`np_mod` in the prelude: generated code never traps);
   - transcendental functions are CUDA's libdevice ones (`expf`, `erf`, ...: within 2 ulp, the
-    4-ulp tolerance of ISSUE-NOTES); `rint` is round-half-even as numpy's `round`.
+    4-ulp tolerance of CONVENTIONS.md); `rint` is round-half-even as numpy's `round`.
 Memory: numpy's bool is one byte (`unsigned char` in memory, `bool` in registers).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The backend benchmark's smoke test: `--quick` with the columns that are always there, so the
-script can't rot. No timing is asserted (speed figures live in benchmarks/, DESIGN §7)."""
+script can't rot. No timing is asserted (speed figures live in benchmarks/, ARCHITECTURE.md §7)."""
 import json
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Inplace ops and views at trace time (DESIGN §4), checked through compiled results.
+"""Inplace ops and views at trace time (ARCHITECTURE.md §4), checked through compiled results.
 
 The seed semantics: inplace ops share data and meta data (`y = x.scale_(2.0)` gives `y is x`);
 views share data with their base, so a write through a view reaches the base and every other

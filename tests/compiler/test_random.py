@@ -101,7 +101,7 @@ def test_every_call_site_has_its_own_stream():
 
 
 def test_random_ops_are_marked_for_cse():
-    """A common-subexpression pass must never merge two random calls (ISSUE-NOTES)."""
+    """A common-subexpression pass must never merge two random calls."""
     assert REGISTRY["philox"].random
     assert [n for n, op in REGISTRY.items() if op.random] == ["philox"]
 

@@ -43,7 +43,7 @@ def test_every_seed_experiment_has_a_check_and_the_relu_seeds_check_their_plans(
     for fn, plan_check in seeds.PLAN_CHECKS.items():
         plan = cc.compile(fn).lower(*by_fn[fn]).plan
         assert plan_check(plan), (fn.__name__, plan.peak_bytes)
-    # DESIGN §6's seed check, restated here so that a wrong PLAN_CHECKS entry fails too.
+    # ARCHITECTURE.md §6's seed check, restated here so that a wrong PLAN_CHECKS entry fails too.
     relu_args = by_fn[seeds.relu_inplace]
     assert cc.compile(seeds.relu_inplace).lower(*relu_args).plan.peak_bytes == 67108864
     assert cc.compile(seeds.relu_out_of_place).lower(*relu_args).plan.peak_bytes == 134217728

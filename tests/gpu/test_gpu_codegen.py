@@ -276,7 +276,7 @@ def test_seed_programs_on_the_device(title):
 
 def test_cupy_without_a_device_raises_a_device_error_not_a_cupy_traceback(monkeypatch):
     """CuPy imports without a GPU and fails at the first device call
-    (`cudaErrorInsufficientDriver`, TOOLCHAIN.md): the call says so as a `DeviceError`."""
+    (`cudaErrorInsufficientDriver`): the call says so as a `DeviceError`."""
     import types
 
     class CUDARuntimeError(RuntimeError):

@@ -5,8 +5,7 @@ a fixed sample of 40 random programs (tests/passes/program_gen.py) — each unde
 schedules, with the program's own call semantics (`Program.__call__`: argument binding, the
 caller's mutated arrays written back, the returned structure).
 
-The launch list that runs here is the one the CuPy runtime runs on a device (ISSUE-NOTES
-§11). The libraries are built in batches (`harness.prebuild`: one g++ call for many
+The launch list that runs here is the one the CuPy runtime runs on a device. The libraries are built in batches (`harness.prebuild`: one g++ call for many
 programs) to keep CI time down.
 """
 from __future__ import annotations
@@ -293,7 +292,7 @@ extern "C" __global__ void row_norm(const double *__restrict__ x, double *__rest
 
 
 def test_random_draws_are_the_same_bits_on_numpy_cpu_and_the_gpu_code():
-    """ISSUE-NOTES §10: a step reproduces bit for bit across backends, normal numbers included
+    """A step reproduces bit for bit across backends, normal numbers included
     (Box-Muller from correctly rounded operations; NVRTC and the harness don't contract FMAs)."""
     import compiler.nn.functional as F
 

@@ -10,7 +10,7 @@ INT_MIN // -1, negative exponents) and each op's attributes over their range.
 
 `INVALID` lists calls that must raise a `CompilerError` subclass naming the user's line.
 `test_opdb.py` runs both on every available backend; tolerances per op follow the backend
-rules of ISSUE-NOTES (issue 8): EXACT, ULP (4 ulp), SUM (1e-5 / 1e-12 of the sum of |terms|)
+rules of CONVENTIONS.md ("Tolerances"): EXACT, ULP (4 ulp), SUM (1e-5 / 1e-12 of the sum of |terms|)
 and CLOSE (composites of several rounded steps).
 """
 from __future__ import annotations
@@ -772,7 +772,7 @@ def build_binary():
 
 
 def build_aliasing():
-    """Inplace ops whose other operand aliases the target (DESIGN §8.6): every operand is read
+    """Inplace ops whose other operand aliases the target (ARCHITECTURE.md §8.6): every operand is read
     before the write, as in eager NumPy."""
     x = rand((6,), F64, seed=3)
     m = rand((3, 4), F32, seed=4)

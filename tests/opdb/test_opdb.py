@@ -27,7 +27,7 @@ from gradcheck import grad_program, loss_program, numeric_grad, weights  # noqa:
 
 from tests.backends import AVAILABLE, BACKENDS  # noqa: E402,F401
 
-# Tolerances per class (ISSUE-NOTES, issue 8), per float dtype.
+# Tolerances per class (CONVENTIONS.md), per float dtype.
 ULPS = 4
 SUM_EPS = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
 CLOSE_RTOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-10}
@@ -181,7 +181,7 @@ def test_seeded_sweep(seed, backend):
 
 def expected(sample, backend):
     """The numpy backend is checked against the sample's formula; any other backend against
-    the numpy backend's own values, as ISSUE-NOTES words its tolerances ("within 4 ulp of
+    the numpy backend's own values, as CONVENTIONS.md words its tolerances ("within 4 ulp of
     NumPy's")."""
     with np.errstate(all="ignore"):
         want = sample.want(*_copies(sample.args))

@@ -3,7 +3,7 @@
 `--remote-debugging-pipe` makes the browser read protocol commands from fd 3 and write replies
 and events to fd 4, each a JSON message ended by a NUL byte (the transport Puppeteer's pipe mode
 uses), so tests need neither Playwright nor a websocket client. The browser is Debian's
-`chromium` (TOOLCHAIN.md) or whatever COMPILER_TEST_BROWSER names.
+`chromium` (Debian's package) or whatever COMPILER_TEST_BROWSER names.
 """
 from __future__ import annotations
 

@@ -279,7 +279,7 @@ TWO_FORM_OPS = sorted(name for name, op in REGISTRY.items() if {"input", "output
 
 
 def test_two_form_ops_are_the_ones_the_design_names():
-    # DESIGN §4: exp, sigmoid, tanh, relu, sqrt can be written either way (tan too).
+    # ARCHITECTURE.md §4: exp, sigmoid, tanh, relu, sqrt can be written either way (tan too).
     assert {"exp", "sigmoid", "tanh", "relu", "sqrt"} <= set(TWO_FORM_OPS)
 
 

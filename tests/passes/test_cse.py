@@ -303,7 +303,7 @@ def test_examples_match_the_unmerged_reference_bit_for_bit(name):
     got, got_muts = ArenaExecutable(prog.graph, prog.plan, sanitize=True).run(
         [a.copy() for a in args])
     # A weight update folded into a gemm (GEMM-accumulate) rounds its product in row blocks:
-    # ISSUE-NOTES' 1e-6 * max|ref| there; everything else bit for bit.
+    # 1e-6 * max|ref| there; everything else bit for bit.
     folded = any(n.op == "gemm" for n in prog.graph.nodes)
 
     def same(g, w):

@@ -336,7 +336,7 @@ EXACT = [  # nothing reassociated: bit for bit
     ("clip, relu, square", lambda x, y: F.relu(x.clip(-0.5, 0.5) - y).square()),
 ]
 # One transcendental function each, after and before exact steps (scaling by powers of two,
-# selects): the result keeps the function's own error, 4 ulp at most (ISSUE-NOTES §8).
+# selects): the result keeps the function's own error, 4 ulp at most (CONVENTIONS.md).
 TRANSCENDENTAL = [
     ("exp", lambda x, y: cc.where(y > 0, (x * 0.5).exp() * 2.0, x)),
     ("log, tanh", lambda x, y: (x.abs() + 1.0).log() * 4.0 + (y * 0.25).tanh() * 0.0),

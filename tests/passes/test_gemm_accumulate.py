@@ -45,12 +45,12 @@ def compiled_steps(fn, args, steps=3, **options):
 
 def test_mlp_update_of_w1_becomes_a_gemm_and_w2_keeps_its_small_gradient(monkeypatch):
     mlp = load_example("mlp")
-    monkeypatch.setattr(mlp, "LR", 1.0)  # ISSUE-NOTES: ordering bugs hide at small lr
+    monkeypatch.setattr(mlp, "LR", 1.0)  # ordering bugs hide at small learning rates
     prog = numpy_compile(mlp.train_step).lower(*mlp.example_inputs())
     folded = {d.weight: d for d in prog.plan.gemm_decisions}
     assert set(folded) == {"w1", "w2"} and folded["w1"].folded
     # w2's gradient (40 KiB) is the last reader of h (1 MiB) once relu's mask runs early:
-    # folded, h would stay alive across dh = dlogits @ w2.T (ISSUE-NOTES' 2.1 MB)
+    # folded, h would stay alive across dh = dlogits @ w2.T (2.1 MB)
     assert not folded["w2"].folded
     assert folded["w2"].reason.startswith("folding would keep 1058816 B of the gradient's "
                                           "operands alive across matmul at mlp.py:19")
@@ -75,7 +75,7 @@ def test_mlp_update_of_w1_becomes_a_gemm_and_w2_keeps_its_small_gradient(monkeyp
 
 
 def test_mlp_reaches_the_issue_target():
-    # issue 9 (ISSUE-NOTES): peak - inputs <= 1,500,000 B, within 1.05x the lower bound
+    # issue 9: peak - inputs <= 1,500,000 B, within 1.05x the lower bound
     plan = load_example("mlp").build_program().plan
     assert plan.peak_bytes - plan.input_bytes <= 1_500_000
     assert plan.peak_bytes <= 1.05 * plan.lower_bound_bytes
@@ -90,7 +90,7 @@ def test_mlp_with_gemms_matches_the_unfolded_reference_over_three_steps(monkeypa
     args = mlp.example_inputs()
     want, want_args = reference_steps(mlp.train_step, args)
     got, got_args = compiled_steps(mlp.train_step, args)
-    for a, b in zip(got + got_args, want + want_args):  # ISSUE-NOTES' tolerance
+    for a, b in zip(got + got_args, want + want_args):  # 1e-6 * max|ref|
         assert np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
 
 
@@ -250,5 +250,5 @@ def test_mlp_on_cpu_matches_the_unfolded_reference(monkeypatch):
     assert [n.inputs[2].name for n in prog.graph.nodes if n.op == "gemm"] == ["w1"]
     want, want_args = reference_steps(mlp.train_step, args)
     got, got_args = compiled_steps(mlp.train_step, args, backend="cpu")
-    for a, b in zip(got + got_args, want + want_args):  # sgemm with beta = 1: ISSUE-NOTES
+    for a, b in zip(got + got_args, want + want_args):  # sgemm with beta = 1: 1e-6 * max|ref|
         assert np.abs(a - b).max() <= 1e-6 * max(np.abs(b).max(), 1.0)

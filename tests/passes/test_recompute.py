@@ -221,7 +221,7 @@ def test_transformer_reaches_the_issue_target(transformer):
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_transformer_matches_the_unscheduled_program_over_three_steps(transformer, backend,
                                                                      monkeypatch):
-    monkeypatch.setattr(transformer, "LR", 1.0)  # ISSUE-NOTES: ordering bugs hide at small lr
+    monkeypatch.setattr(transformer, "LR", 1.0)  # ordering bugs hide at small learning rates
     args = transformer.example_inputs()
     want = steps(transformer.train_step, args, backend=backend, schedule="off",
                  recompute="off", sanitize=False)

@@ -88,7 +88,7 @@ def test_examples_plan_both_orders(example):
 
 
 def test_transformer_reaches_the_ordering_figure():
-    # ISSUE-NOTES issue 9: order + in place, 33.6 MB beyond the inputs (41.9 MB before: the
+    # issue 9: order + in place, 33.6 MB beyond the inputs (41.9 MB before: the
     # batched weight gradients were [8, 256, 256] products summed over the batch; now one
     # GEMM each).
     plan = load_example("transformer_block").build_program().plan
@@ -102,7 +102,7 @@ def test_transformer_reaches_the_ordering_figure():
 
 
 def _train(example, monkeypatch, schedule_mode, inplace, steps=3):
-    monkeypatch.setattr(example, "LR", 1.0)  # ISSUE-NOTES: ordering bugs hide at small lr
+    monkeypatch.setattr(example, "LR", 1.0)  # ordering bugs hide at small learning rates
     fn = numpy_compile(example.train_step, inplace=inplace, schedule=schedule_mode, sanitize=True)
     args = [a.copy() for a in example.example_inputs()]
     losses = [np.asarray(fn(*args)).copy() for _ in range(steps)]

@@ -265,7 +265,7 @@ def writeback_program(x):
 def test_verify_plan_rejects_a_write_back_into_another_region():
     # Plan sin(y[0]) straight into y's buffer, at row 0 (where it reads): the scatter then copies
     # it to row 1, but row 0 was overwritten on the way. Only a write-back into exactly the
-    # region the value occupies may follow such a write (DESIGN §8.3).
+    # region the value occupies may follow such a write (ARCHITECTURE.md §8.3).
     prog = _lower(writeback_program, X)
     by, bs = _buffer(prog, "%2"), _buffer(prog, "%4")
     sin = _value(prog, "%4").producer

@@ -51,7 +51,7 @@ def batch(step, n):
 
 
 def check_training(backend, comm, rank, size):
-    """5 steps at lr 1.0 (ISSUE-NOTES §9: ordering bugs hide in small learning rates) with
+    """5 steps at lr 1.0 (ordering bugs hide in small learning rates) with
     small buckets (several per step, so starts and waits interleave with backward)."""
     dist = cc.distributed.mpi(comm, bucket_bytes=1024)
     step = cc.compile(train_step, backend=backend, distributed=dist)

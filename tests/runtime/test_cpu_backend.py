@@ -1,6 +1,6 @@
 """The cpu (llvmlite) backend against the numpy reference interpreter.
 
-Tolerances (ISSUE-NOTES, issue 8): + - * / sqrt, comparisons, selects, casts, min/max and
+Tolerances (CONVENTIONS.md): + - * / sqrt, comparisons, selects, casts, min/max and
 copies are bit-identical to the reference; transcendental functions within 4 ulp; reduction and
 matmul elements within 1e-5 * sum|terms| (float32) / 1e-12 * sum|terms| (float64).
 """
@@ -29,7 +29,7 @@ TRANSCENDENTAL = {"exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sigmoid",
                   # twice, lerp three times)
                   "log1p", "log2", "log10", "sinh", "cosh", "asin", "acos", "atan", "rsqrt",
                   "lerp", "philox"}
-# Composites of several rounded steps around a transcendental function (ISSUE-NOTES' "close":
+# Composites of several rounded steps around a transcendental function (CONVENTIONS.md's "close":
 # 2e-5 / 1e-10 of the operands' scale): gelu and its gradient
 COMPOSITE = {"gelu", "gelu_grad"}
 

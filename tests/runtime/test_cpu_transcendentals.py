@@ -1,7 +1,7 @@
 """The cpu backend's generated (vectorisable) transcendental functions: log (float32 and
 float64), tanh, sin, cos and tan (float32), instead of libm calls that keep loops scalar.
 
-ISSUE-NOTES (issue 8): within 4 ulp of NumPy per element. Checked over dense sweeps with the
+CONVENTIONS.md's tolerances: within 4 ulp of NumPy per element. Checked over dense sweeps with the
 edge cases: +-0, +-inf, NaN, subnormals, huge arguments, values next to multiples of pi/2 (the
 hard cases of argument reduction); and against an independent oracle (Python's `math` in
 float64, rounded to float32: the generated float32 code computes in float64, so it must stay

@@ -83,7 +83,7 @@ def test_the_all_reduce_runs_in_place_in_the_arena_buckets(ranks, backend):
     assert ops[buckets[0]["start_point"]] == "allreduce_start"
     assert "communication: 3 bucket(s)" in t["report"]
     assert "gradients computed in their slot" in t["report"]
-    assert t["gemm_folded"] == []  # ISSUE-NOTES §9: all-reduced gradients never fold
+    assert t["gemm_folded"] == []  # all-reduced gradients never fold
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -207,7 +207,7 @@ def test_one_rank_equals_the_plain_step_and_never_folds_the_update(backend):
     users = prog.graph.users()
     packed = [n for n in matmuls if any(u.op == "bucket_pack" for u in users[n.out])]
     assert len(packed) == 2  # dW1 and dW2 go to their buckets, not into a gemm
-    # the report says how this backend communicates (ISSUE-NOTES §12: "which ran")
+    # the report says how this backend communicates (which ran)
     how = [line for line in prog.plan.report().splitlines() if "runs through" in line]
     assert len(how) == 1
     assert ("calls back into Python" in how[0]) == (backend == "cpu")
