@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 
 import compiler as cc  # noqa: E402
 from compiler.api import _no_gc, _trace  # noqa: E402
+from compiler.options import Options  # noqa: E402
 from compiler.pass_pipeline import CompileState, donated_names, pipeline  # noqa: E402
 from compiler.tracer import user_loc  # noqa: E402
 
@@ -108,8 +109,8 @@ def _measure(fn, args, codegen_max=10_000) -> tuple[int, dict[str, float]]:
     graph, signature = _trace(fn, args, user_loc())
     times["trace"] = time.perf_counter() - t0
     nodes = len(graph.nodes)
-    state = CompileState(graph, "cpu", "auto", donated_names(graph, signature, ()))
-    for name, run in pipeline("cpu"):
+    state = CompileState(graph, Options.make("cpu"), donated_names(graph, signature, ()))
+    for name, run in pipeline():
         t0 = time.perf_counter()
         state = run(state)
         times[name] = time.perf_counter() - t0

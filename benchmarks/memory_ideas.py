@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import compiler.nn.functional as F  # noqa: E402
 from compiler.api import _trace  # noqa: E402
+from compiler.options import Options  # noqa: E402
 from compiler.pass_pipeline import CompileState, donated_names, pipeline  # noqa: E402
 from compiler.tracer import user_loc  # noqa: E402
 
@@ -82,9 +83,9 @@ def load(name):
 def plan_of(mod, ideas):
     with composed_functions() if "compact" not in ideas else contextlib.nullcontext():
         graph, sig = _trace(mod.train_step, mod.example_inputs(), user_loc())
-    state = CompileState(graph, "numpy", "auto", donated_names(graph, sig, ()),
-                         schedule="auto" if "schedule" in ideas else "off",
-                         recompute="auto" if "recompute" in ideas else "off")
+    options = Options.make("numpy", schedule="auto" if "schedule" in ideas else "off",
+                           recompute="auto" if "recompute" in ideas else "off")
+    state = CompileState(graph, options, donated_names(graph, sig, ()))
     t0 = time.perf_counter()
     for name, run in pipeline():
         if name == "gemm_accumulate" and "gemm" not in ideas:

@@ -14,6 +14,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from runtime.arena import contiguous_arguments
+from runtime.backends import BACKENDS as BACKEND_OBJECTS
 
 from . import tracer as _tr
 from .arguments import as_index, bind, is_array
@@ -24,14 +25,12 @@ from .ir import Graph, type_str
 from .layout import apply_view
 from .ops import REGISTRY, SUPPORTED_DTYPES, VIEW
 from .ops.nn_ops import bad_label, label_range_message
-from .pass_pipeline import resolve_fuse, run_pipeline
+from .options import INPLACE_MODES, RECOMPUTE_MODES, SCHEDULE_MODES, Options  # noqa: F401
+from .pass_pipeline import run_pipeline
 from .signals import DeferredSignals
 from .tensor import Storage, Tensor, _is_scalar
 
-BACKENDS = ("numpy", "cpu", "gpu")
-INPLACE_MODES = ("auto", "off", "strict")
-SCHEDULE_MODES = ("auto", "off")
-RECOMPUTE_MODES = ("auto", "off")
+BACKENDS = tuple(BACKEND_OBJECTS)  # the names users pass as backend=
 
 
 # -- tracing -----------------------------------------------------------------------------
@@ -190,13 +189,14 @@ class Program:
     """A traced, planned and lowered function for one input signature (see
     `compiler.arguments` for what a signature holds)."""
 
-    def __init__(self, graph: Graph, signature, backend: str, inplace: str, donate=(),
-                 plan=None, executable=None, param_names=None):
+    def __init__(self, graph: Graph, signature, options: Options, donate=(), plan=None,
+                 executable=None, param_names=None):
         self.graph = graph
         self.signature = signature
-        self.backend = backend
-        self.inplace = inplace
-        self.donate = tuple(donate)
+        self.options = options
+        self.backend = options.backend.name  # (users and reports read the name)
+        self.inplace = options.inplace
+        self.donate = tuple(donate)          # the graph inputs donated (resolved names)
         self.plan = plan
         self._exec = executable
         self.param_names = list(param_names or _param_names_from_graph(graph, signature))
@@ -208,7 +208,7 @@ class Program:
                                          for c in graph.data_checks)
         self._captured = [(node, ref, snap) for node, ref, snap in graph.captured
                           if node in live]
-        self.distributed = None  # an MpiConfig for a data-parallel step (set by compile)
+        self.distributed = options.distributed  # an MpiConfig for a data-parallel step
         # Whether the last call copied a mutated argument's value back from elsewhere (the
         # plan decides; assumed until a call shows otherwise): then its region is deferred.
         self._copies_back = True
@@ -357,7 +357,8 @@ class Program:
         (cpu, no fallback op calling back into Python, every mutation in place in the
         caller's array): no handler runs inside a native call."""
         mutations = self.graph.mutations
-        if not mutations or (self.backend == "cpu" and not self._copies_back
+        if not mutations or (self.options.backend.native_call_writes_in_place
+                             and not self._copies_back
                              and not getattr(self._exec, "fallback_nodes", None)
                              and not any(map(operator.is_not, run_arrays, arrays))):
             return _NOT_DEFERRED
@@ -415,15 +416,11 @@ def _param_names_from_graph(graph, signature):
     return names
 
 
-def build_program(graph: Graph, signature, backend="cpu", inplace="auto", donate=(),
-                  sanitize=None, param_names=None, schedule="auto", fuse=None,
-                  recompute="auto"):
-    """Run the pass pipeline on a traced graph and lower it for `backend`."""
-    state, executable = run_pipeline(graph, signature, backend=backend, inplace=inplace,
-                                     donate=donate, sanitize=sanitize, param_names=param_names,
-                                     schedule=schedule, fuse=fuse, recompute=recompute)
-    return Program(state.graph, signature, backend, inplace, state.donate, state.plan,
-                   executable, param_names)
+def build_program(graph: Graph, signature, options: Options, param_names=None):
+    """Run the pass pipeline on a traced graph and lower it for `options.backend`."""
+    state, executable = run_pipeline(graph, signature, options, param_names)
+    return Program(state.graph, signature, options, state.donate, state.plan, executable,
+                   param_names)
 
 
 def _describe_sig(entry) -> str:
@@ -460,30 +457,14 @@ class CompiledFunction:
 
     def __init__(self, fn, backend="cpu", inplace="auto", donate=(), sanitize=None,
                  schedule="auto", distributed=None, fuse=None, recompute="auto"):
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}: choose one of {BACKENDS}")
-        if inplace not in INPLACE_MODES:
-            raise ValueError(f"unknown inplace mode {inplace!r}: choose one of {INPLACE_MODES}")
+        # Validated here, once: a bad value fails at compile, not at the first call.
+        self.options = options = Options.make(backend, inplace, donate, sanitize, schedule,
+                                              distributed, fuse, recompute)
         self.fn = fn
-        self.backend = backend
-        if schedule not in SCHEDULE_MODES:
-            raise ValueError(f"unknown schedule mode {schedule!r}: choose one of "
-                             f"{SCHEDULE_MODES}")
-        if recompute not in RECOMPUTE_MODES:
-            raise ValueError(f"unknown recompute mode {recompute!r}: choose one of "
-                             f"{RECOMPUTE_MODES}")
-        self.inplace = inplace
-        self.schedule = schedule
-        self.recompute = recompute
-        resolve_fuse(fuse, backend)  # a bad value fails here, not at the first call
-        self.fuse = fuse
-        self.donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
-        self.sanitize = sanitize
-        if distributed is not None and not hasattr(distributed, "comm"):
-            raise ValueError("distributed= takes cc.distributed.mpi(...)")
-        if distributed is not None and backend == "gpu":
-            raise ValueError("distributed= runs on the numpy and cpu backends; the gpu backend "
-                             "has no host staging of its buckets yet")
+        # The options as attributes, as users passed them (backend: its name).
+        self.backend = options.backend.name
+        self.inplace, self.schedule, self.recompute = inplace, schedule, recompute
+        self.fuse, self.donate, self.sanitize = fuse, options.donate, sanitize
         self.distributed = distributed
         self._cache: dict = {}
         self._positional_names: dict[int, list[str]] = {}
@@ -573,11 +554,8 @@ class CompiledFunction:
     def _build(self, values, names, kwargs, loc) -> Program:
         with _no_gc():
             graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs),
-                                distributed=self.distributed)
-            prog = build_program(graph, sig, self.backend, self.inplace, self.donate,
-                                 self.sanitize, names, self.schedule, self.fuse,
-                                 recompute=self.recompute)
-            prog.distributed = self.distributed
+                                distributed=self.options.distributed)
+            prog = build_program(graph, sig, self.options, names)
         prog._bind_call = self._bind_call
         return prog
 

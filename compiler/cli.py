@@ -166,8 +166,8 @@ def demo(seeds=None, examples=("mlp", "transformer_block", "cnn", "gpt"),
         print(f"... compiling and running example {name}", file=sys.stderr, flush=True)
         module = load_example(name)
         prog = module.build_program(backend=backend)
-        ok = _check_against_reference(prog, module.example_inputs()) if backend == "numpy" \
-            else _check_backend(prog, module.example_inputs())
+        ok = _check_against_reference(prog, module.example_inputs()) \
+            if prog.options.backend.is_reference else _check_backend(prog, module.example_inputs())
         rows.append(_row(name, prog, "yes" if ok else "NO",
                          _time_call(prog, module.example_inputs())))
         passed, failed = passed + ok, failed + (not ok)

@@ -16,56 +16,39 @@ import os
 from passes.cse import cse
 from passes.fusion import fuse
 from passes.gemm_accumulate import gemm_accumulate
-from passes.memory_plan import CPU_ALIGNMENT, GPU_ALIGNMENT, plan_memory
+from passes.memory_plan import plan_memory
 from passes.recompute import recompute
 from passes.reinplace import reinplace
 from passes.schedule import schedule
 from passes.simplify import dce
 from passes.verify import verify_graph, verify_plan
-from runtime.arena import ArenaExecutable
-from runtime.cpu import CpuExecutable
-from runtime.gpu import GpuExecutable
 
 from .arguments import graph_input_positions
 from .errors import CompilerError, InplaceError
+from .options import Options
 
 
 class CompileState:
-    """What flows through the pipeline: the graph, the inplace decisions, the memory plan."""
+    """What flows through the pipeline: the graph, the inplace decisions, the memory plan.
+    The options come from one validated `Options` record; the passes read the backend's
+    properties (alignment, fusion scratch), never its name."""
 
-    def __init__(self, graph, backend, inplace, donate, schedule="auto", fuse=None,
-                 recompute="auto"):
+    def __init__(self, graph, options: Options, donate=()):
         self.graph = graph
-        self.backend = backend
-        # Fusion (passes.fusion): on for the native backends, off for the numpy reference
-        # unless asked, so numpy plans stay op by op.
-        self.fuse = resolve_fuse(fuse, backend)
-        self.inplace = inplace
-        self.donate = donate          # names of donated array parameters
-        self.schedule = schedule      # "auto" | "off"
-        self.recompute = recompute    # "auto" | "off"
+        self.options = options
+        self.backend = options.backend.name
+        self.alignment = options.backend.alignment
+        self.fuse = options.fuse      # passes.fusion: Options resolved the backend's default
+        self.inplace = options.inplace
+        self.donate = donate          # names of donated array parameters (donated_names)
+        self.schedule = options.schedule    # "auto" | "off"
+        self.recompute = options.recompute  # "auto" | "off"
         self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
         self.decisions = None
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
         self.schedule_info = None     # passes.schedule.Schedule
         self.gemm_decisions = []      # passes.gemm_accumulate.GemmDecision, per update
-
-    @property
-    def alignment(self) -> int:
-        return GPU_ALIGNMENT if self.backend == "gpu" else CPU_ALIGNMENT
-
-
-NATIVE_BACKENDS = ("cpu", "gpu")
-
-
-def resolve_fuse(fuse, backend) -> bool:
-    if fuse is None:
-        return backend in NATIVE_BACKENDS
-    if not isinstance(fuse, bool):
-        raise ValueError(f"fuse must be True, False or None (the backend's default), not "
-                         f"{fuse!r}")
-    return fuse
 
 
 def _verify_graph(state):
@@ -117,7 +100,7 @@ def _fuse(state):
     if not state.fuse:
         return state
     # Native code keeps a body's inner values in registers: no scratch rows to plan.
-    state.graph = fuse(state.graph, scratch=state.backend not in NATIVE_BACKENDS)
+    state.graph = fuse(state.graph, scratch=state.options.backend.fusion_scratch)
     return state
 
 
@@ -176,9 +159,10 @@ def _verify_plan(state):
     return state
 
 
-def pipeline(backend: str = "numpy", inplace: str = "auto", donate=()) -> list[tuple[str, object]]:
+def pipeline() -> list[tuple[str, object]]:
     """The default pass order as (name, function) pairs; each maps a `CompileState` to a
-    `CompileState`. Autodiff is not listed: it runs while tracing, at each `backward()`."""
+    `CompileState` (which carries the options). Autodiff is not listed: it runs while
+    tracing, at each `backward()`."""
     return [
         ("verify_graph", _verify_graph),   # SSA and types, as traced
         ("dce", _dce),                     # drop what no output or mutation needs
@@ -250,15 +234,12 @@ def dump_text(name: str, state: CompileState) -> str:
     return "\n".join(parts)
 
 
-def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
-                 sanitize=None, param_names=None, schedule="auto", fuse=None,
-                 recompute="auto"):
-    """Run the passes on `graph` and lower the result for `backend`: (the final CompileState,
-    the executable). compiler.api wraps them into a Program."""
-    state = CompileState(graph, backend, inplace,
-                         donated_names(graph, signature, donate, param_names), schedule, fuse,
-                         recompute)
-    passes = pipeline(backend, inplace, donate)
+def run_pipeline(graph, signature, options: Options, param_names=None):
+    """Run the passes on `graph` and lower the result for `options.backend`: (the final
+    CompileState, the executable). compiler.api wraps them into a Program."""
+    state = CompileState(graph, options,
+                         donated_names(graph, signature, options.donate, param_names))
+    passes = pipeline()
     dump = dump_request([name for name, _ in passes])
     for name, fn in passes:
         try:
@@ -269,24 +250,7 @@ def run_pipeline(graph, signature, backend="numpy", inplace="auto", donate=(),
             raise RuntimeError(f"pass '{name}' failed on {graph.name}: {e}") from e
         if name in dump or "all" in dump:
             print(dump_text(name, state))
+    sanitize = options.sanitize
     if sanitize is None:
         sanitize = os.environ.get("COMPILER_SANITIZE", "") not in ("", "0")
-    return state, _lower(state, backend, sanitize)
-
-
-def _lower(state, backend, sanitize):
-    if backend == "numpy":
-        return ArenaExecutable(state.graph, state.plan, sanitize=sanitize)
-    if backend == "cpu":
-        executable = CpuExecutable(state.graph, state.plan, sanitize=sanitize)
-        if "llvm" in os.environ.get("COMPILER_DUMP", "").split(","):
-            print(executable.source)
-        return executable
-    if backend == "gpu":
-        graph_capture = os.environ.get("COMPILER_CUDA_GRAPH", "") not in ("", "0")
-        executable = GpuExecutable(state.graph, state.plan, use_graph=graph_capture)
-        if "cuda" in os.environ.get("COMPILER_DUMP", "").split(","):
-            print(executable.source)
-        return executable
-    raise CompilerError(f"the {backend!r} backend is not available in this build yet; use "
-                        "backend='numpy'")
+    return state, options.backend.executable(state.graph, state.plan, sanitize)

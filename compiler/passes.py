@@ -43,6 +43,7 @@ from passes.verify import PlanError, verify_graph, verify_plan  # noqa: F401
 from .api import build_program
 from .errors import CompilerError
 from .ir import Graph
+from .options import Options
 from .pass_pipeline import CompileState, donated_names, pipeline  # noqa: F401
 
 
@@ -55,14 +56,14 @@ def run_passes(graph: Graph, until: str | None = None, *, backend: str = "numpy"
                fuse: bool | None = None, recompute: str = "auto") -> CompileState:
     """Run the default pipeline on `graph` up to and including the pass named `until` (all of
     it when None). Returns the CompileState: `.graph`, `.decisions`, `.plan`."""
-    names = [name for name, _ in pipeline(backend, inplace, donate)]
+    options = Options.make(backend, inplace, donate, None, schedule, None, fuse, recompute)
+    names = [name for name, _ in pipeline()]
     if until is not None and until not in names:
         raise CompilerError(f"unknown pass {until!r}: the pipeline is {', '.join(names)}")
-    state = CompileState(graph, backend, inplace,
-                         donated_names(graph, _signature(graph), donate,
-                                       [v.name for v in graph.inputs]), schedule, fuse,
-                         recompute)
-    for name, run in pipeline(backend, inplace, donate):
+    state = CompileState(graph, options,
+                         donated_names(graph, _signature(graph), options.donate,
+                                       [v.name for v in graph.inputs]))
+    for name, run in pipeline():
         state = run(state)
         if name == until:
             break
@@ -74,8 +75,8 @@ def build(graph: Graph, *, backend: str = "numpy", inplace: str = "auto", donate
           recompute: str = "auto"):
     """Compile a hand-built or traced graph into a runnable `Program` (its arguments are the
     graph's inputs, in order, as arrays)."""
-    return build_program(graph, _signature(graph), backend, inplace, donate, sanitize,
-                         [v.name for v in graph.inputs], schedule, fuse, recompute)
+    options = Options.make(backend, inplace, donate, sanitize, schedule, None, fuse, recompute)
+    return build_program(graph, _signature(graph), options, [v.name for v in graph.inputs])
 
 
 # The scheduling and recompute passes, bound after run_passes/build, whose `schedule=` and
