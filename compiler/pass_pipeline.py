@@ -125,7 +125,7 @@ def _plan_memory(state):
     state.plan.recompute_decisions = state.recompute_decisions
     if state.written_graph is None:
         state.plan.schedule = state.schedule_info
-        state.plan.backend = state.backend
+        _note_backend(state)
         return state
     # The written order, planned too: the report and pictures show its peak and curve beside
     # the schedule's, and it stays the program when the schedule did not lower the peak.
@@ -145,13 +145,19 @@ def _plan_memory(state):
         state.plan.schedule = state.schedule_info
         state.plan.gemm_decisions = state.gemm_decisions
         state.plan.recompute_decisions = state.recompute_decisions
-        state.plan.backend = state.backend
+        _note_backend(state)
         return state
     state.plan.schedule = state.schedule_info
-    state.plan.backend = state.backend  # (its report says how that backend communicates)
+    _note_backend(state)
     state.plan.written_order_live_bytes = plan.live_curve()
     state.plan.written_order_peak_bytes = plan.peak_bytes
     return state
+
+
+def _note_backend(state):
+    """The plan names its backend and says how that backend communicates (its report)."""
+    state.plan.backend = state.backend
+    state.plan.communication_path = state.options.backend.communication_path
 
 
 def _verify_plan(state):

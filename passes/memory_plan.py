@@ -126,6 +126,8 @@ class MemoryPlan:
     packed: dict = field(default_factory=dict, repr=False)
     communication: list = field(default_factory=list)  # Bucket, one per all-reduced bucket
     backend: str | None = None  # the backend it was planned for (set by the pipeline)
+    # How that backend runs the communication nodes, for the report (set by the pipeline)
+    communication_path: str | None = None
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -242,12 +244,8 @@ class MemoryPlan:
                  f"the ranks, then / ranks), {self.communicated_bytes} B per call for {grad} B "
                  "of gradients (slots padded to 64 B)"]
         lines += [f"  {b.text}" for b in self.communication]
-        how = {"numpy": "mpi4py's Iallreduce/Wait on the arena views",
-               "cpu": "the native entry calls back into Python (mpi4py's Iallreduce/Wait on "
-                      "the arena views) at each pack, start and wait node: one crossing per "
-                      "communication node, not native MPI calls"}.get(self.backend)
-        if how:
-            lines.append(f"  runs through {how}")
+        if self.communication_path:
+            lines.append(f"  runs through {self.communication_path}")
         return lines
 
     def to_json(self) -> str:

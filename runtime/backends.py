@@ -59,6 +59,7 @@ class Backend:
     # The program is the reference executor's plan: the CLI checks it against the op-by-op
     # reference bit for bit in sanitizer mode (the others within a tolerance, by running).
     is_reference: bool
+    communication_path: str | None = None  # how it runs all-reduces (the plan's report)
     _build: Callable = None
 
     def executable(self, graph, plan, sanitize: bool):
@@ -71,10 +72,15 @@ class Backend:
 
 NUMPY = Backend("numpy", CPU_ALIGNMENT, fuses_by_default=False, fusion_scratch=True,
                 distributed_refusal=None, native_call_writes_in_place=False,
-                is_reference=True, _build=_numpy_executable)
+                is_reference=True, _build=_numpy_executable,
+                communication_path="mpi4py's Iallreduce/Wait on the arena views")
 CPU = Backend("cpu", CPU_ALIGNMENT, fuses_by_default=True, fusion_scratch=False,
               distributed_refusal=None, native_call_writes_in_place=True,
-              is_reference=False, _build=_cpu_executable)
+              is_reference=False, _build=_cpu_executable,
+              communication_path="the native entry calls back into Python (mpi4py's "
+                                 "Iallreduce/Wait on the arena views) at each pack, start and "
+                                 "wait node: one crossing per communication node, not native "
+                                 "MPI calls")
 GPU = Backend("gpu", GPU_ALIGNMENT, fuses_by_default=True, fusion_scratch=False,
               distributed_refusal="distributed= runs on the numpy and cpu backends; the gpu "
                                   "backend has no host staging of its buckets yet",
