@@ -14,7 +14,7 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
     or gives up on an in-place loop);
   - shapes, strides and offsets are compile-time constants (the program is specialised for
     one signature), so every index is affine in the loop counters;
-  - views emit no code: they are places (`places.py`);
+  - views emit no code: they are places (`runtime/lowering/places.py`);
   - it returns 0, or `t + 1` when node `t` found data out of range (an index, a computed
     label: `index_kernels.py`) and stopped before writing anything; the driver then raises
     the numpy backend's `DataError` for that node. A fallback node whose callback returns
@@ -58,11 +58,12 @@ from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import expr_cost
 
+from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
+from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
+
 from . import jit
 from .index_kernels import IndexKernels
-from .loops import (broadcast_strides, collapse, elem_ptr, for_range, i64,  # noqa: F401
-                    index, interleave_hint, loop_nest)
-from .places import Place, buffer_slots, compute_places, contiguous_strides
+from .loops import elem_ptr, for_range, i64, index, interleave_hint, loop_nest
 from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
                      ll_type, load, select_max, store)
 
@@ -852,12 +853,6 @@ class ModuleEmitter(IndexKernels):
         return acc
 
 
-def leading_padding(padding):
-    """(top, left) of a (top, bottom, left, right) or (h, w) padding: output position i reads
-    row i*stride + k*dilation - top; the trailing padding only sets the output size."""
-    return (padding[0], padding[2]) if len(padding) == 4 else (padding[0], padding[1])
-
-
 class _Callee:
     """An opaque `ptr` value called as a function of type `ftype` (llvmlite's builder wants a
     typed callee; printing uses only the pointer's name)."""
@@ -867,19 +862,3 @@ class _Callee:
 
     def get_reference(self):
         return self.value.get_reference()
-
-
-def blas_layout(rows, cols, rs, cs):
-    """(flag, leading dimension) for a row-major CBLAS operand of `rows x cols` with element
-    strides (rs, cs), or None when the layout needs a copy. Size-1 dims take any stride."""
-    if cols == 1:
-        cs = 1
-        if rows == 1:
-            rs = 1
-    if rows == 1:
-        rs = max(cols, 1)
-    if cs == 1 and rs >= max(cols, 1):
-        return ("N", rs)
-    if rs == 1 and cs >= max(rows, 1):
-        return ("T", cs)
-    return None

@@ -11,7 +11,7 @@ fiber harness run exactly it. As on cpu (`runtime/cpu/emitter.py`):
     (live buffers never overlap: `passes/verify.py`);
   - shapes, strides and element offsets are compile-time constants in the kernel (the
     program is specialised for one signature); indices are 64-bit (`long long`);
-  - views emit no code: they are places (`runtime/cpu/places.py`, shared with cpu);
+  - views emit no code: they are places (`runtime/lowering/places.py`, shared with cpu);
   - module constants (`constant`, `arange`) are `__device__` arrays in the source.
 
 Kernels by kind (one or a few per node; `GPU_OPS` lists the non-elementwise ops):
@@ -50,8 +50,8 @@ from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.registry import normalize_axes
-from runtime.cpu.emitter import blas_layout, broadcast_strides, collapse, leading_padding
-from runtime.cpu.places import Place, buffer_slots, compute_places, contiguous_strides
+from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
+from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
 
 from .launch import GpuModule, Launch
 from .scalar import PRELUDE, Renderer, convert, ctype, literal, mtype
