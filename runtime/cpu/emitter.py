@@ -21,9 +21,10 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
     nonzero (it raised: a failed all-reduce) stops the run the same way, and the driver
     re-raises the callback's exception.
 
-Kernels by kind (`native_ops()`; `FALLBACK_OPS` is the explicit list of ops that call back
-into the numpy reference through `fallback`: empty today, the mechanism stays so that an op
-added to the registry before its kernel works on cpu, visibly, instead of failing; issue 10's
+Kernels by family (`LOWERING`, from the table in `runtime/lowering/families.py`;
+`FALLBACK_OPS` is the explicit list of ops that call back into the numpy reference through
+`fallback`: the communication ops, and the mechanism lets an op added to the registry before
+its kernel work on cpu, visibly, instead of failing; issue 10's
 scans, gathers, scatters and min/prod/argmax/argmin are in `index_kernels.py`):
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
@@ -58,6 +59,7 @@ from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import expr_cost
 
+from runtime.lowering import families as F
 from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
 from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
 
@@ -75,24 +77,14 @@ POISON = 0xFF
 INTERLEAVE_MIN_COST = 8
 INTERLEAVE = 4
 
-# Ops that run through the numpy reference via the fallback callback: a temporary gap, listed
-# here so that it is explicit (a test pins this set; empty today). Everything else is native.
-# Data-parallel communication (issue 12): mpi4py posts and completes the all-reduce on the
-# bucket's arena memory from the callback (the entry is not split; see executable.py).
-FALLBACK_OPS: frozenset = frozenset({"bucket_pack", "allreduce_start", "allreduce_wait"})
-# Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
-# for every op of that kind).
-NATIVE_OTHER = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",
-                          "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange",
-                          "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
-                          "cumsum", "index_select", "index_add", "take_along_axis",
-                          "put_along_axis"})
-
-
-def native_ops() -> set[str]:
-    return {name for name, op in REGISTRY.items()
-            if (op.kind in (ELEMENTWISE, REDUCTION, VIEW) or name in NATIVE_OTHER)
-            and name not in FALLBACK_OPS}
+# Ops that run through the numpy reference via the fallback callback, explicit (a test pins
+# this set). Everything else is native. Data-parallel communication (issue 12): mpi4py posts
+# and completes the all-reduce on the bucket's arena memory from the callback (the entry is
+# not split; see executable.py).
+FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
+# What this renderer lowers (the lowering table, `runtime/lowering/families.py`): every family
+# but communication natively, communication through the callback.
+LOWERING = F.Lowering(frozenset(F.FAMILIES) - {F.COMMUNICATION}, fallback=FALLBACK_OPS)
 
 
 # -- the module ---------------------------------------------------------------------------

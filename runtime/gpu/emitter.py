@@ -14,7 +14,8 @@ fiber harness run exactly it. As on cpu (`runtime/cpu/emitter.py`):
   - views emit no code: they are places (`runtime/lowering/places.py`, shared with cpu);
   - module constants (`constant`, `arange`) are `__device__` arrays in the source.
 
-Kernels by kind (one or a few per node; `GPU_OPS` lists the non-elementwise ops):
+Kernels by family (one or a few per node; `LOWERING` names the families, from the table in
+`runtime/lowering/families.py`):
   - elementwise, casts, copies, fills: grid-stride loops over the output's elements
     (dimensions contiguous in every operand merged first), the registry's scalar expression
     rendered per element (`scalar.Renderer`), broadcast operands with stride 0;
@@ -50,6 +51,7 @@ from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.registry import normalize_axes
+from runtime.lowering import families as F
 from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
 from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
 
@@ -61,11 +63,11 @@ BLOCK = 256            # threads per block of a grid-stride kernel
 RBLOCK = 256           # threads per block of a reduction / row kernel
 MAX_GRID = 65535
 
-# Non-elementwise ops with a kernel (elementwise, reduction and view ops all have one).
-GPU_OPS = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",
-                     "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange", "constant",
-                     "conv2d", "conv2d_grad_input", "conv2d_grad_weight", "cumsum",
-                     "index_select", "index_add", "take_along_axis", "put_along_axis"})
+# What this renderer lowers (the lowering table, `runtime/lowering/families.py`): every family
+# but communication, which the driver refuses on gpu before lowering (distributed=, see
+# `Backend.distributed_refusal`). No op calls back into numpy.
+LOWERING = F.Lowering(frozenset(F.FAMILIES) - {F.COMMUNICATION},
+                      refused=frozenset({F.COMMUNICATION}))
 # Ops whose kernels check their indices (see the module docstring).
 CHECKED_OPS = frozenset({"index_select", "index_add", "take_along_axis", "put_along_axis"})
 STATUS_CLEAR = r"""// the status word: 0 until a kernel finds data out of range (then its node + 1)
