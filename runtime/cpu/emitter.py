@@ -53,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 from compiler.ops.registry import normalize_axes
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
@@ -82,9 +82,6 @@ INTERLEAVE = 4
 # and completes the all-reduce on the bucket's arena memory from the callback (the entry is
 # not split; see executable.py).
 FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
-# What this renderer lowers (the lowering table, `runtime/lowering/families.py`): every family
-# but communication natively, communication through the callback.
-LOWERING = F.Lowering(frozenset(F.FAMILIES) - {F.COMMUNICATION}, fallback=FALLBACK_OPS)
 
 
 # -- the module ---------------------------------------------------------------------------
@@ -172,50 +169,62 @@ class ModuleEmitter(IndexKernels):
         if op in FALLBACK_OPS:
             self._emit_fallback(t, node, cb, cb_type)
             return
+        lower = LOWER_BY_FAMILY.get(F.family_of(op))
+        if lower is None:
+            raise NotImplementedError(f"no cpu kernel for {op} ({opdef.kind})")
         out = self.places[id(node.out)]
         ins = [self.places[id(v)] for v in node.inputs]
         kern = self._index_kernel(node)
-        if kern is not None:  # index_kernels.py
+        if kern is not None:  # index_kernels.py (scans, gathers, scatters, min/prod/arg*)
             self._kernel(t, node, [out] + ins, lambda b, p: kern(b, p, node, out, *ins),
                          checked=self._checked(node))
             return
+        lower(self, t, node, out, ins)
+
+    # -- one method per kernel family (LOWER_BY_FAMILY) ---------------------------------------
+    def _lower_elementwise(self, t, node, out, ins):
+        self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins))
+
+    def _lower_reduction(self, t, node, out, ins):
+        self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out, ins[0]))
+
+    def _lower_gemm(self, t, node, out, ins):
+        if node.op == "gemm":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
+        else:
+            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
+
+    def _lower_row(self, t, node, out, ins):
+        # (cumsum is an index kernel)
+        self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]))
+
+    def _lower_gather_scatter(self, t, node, out, ins):
+        # (all but an unchecked one_hot are index kernels)
+        self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
+            b, p, out, ins[0], node.attrs.get("ignore_index")))
+
+    def _lower_conv_pool(self, t, node, out, ins):
+        if node.op == "max_pool2d":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
+                                                                          ins[0]))
+        elif node.op == "max_pool2d_grad":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
+                b, p, node, out, *ins))
+        else:
+            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
+
+    def _lower_copy(self, t, node, out, ins):
+        op = node.op
         if op in ("constant", "arange"):
             value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
             src = self._const_place(value)
             self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src))
-            return
-        if opdef.kind == ELEMENTWISE or op == "full":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node,
-                                                                             out, ins))
-        elif opdef.kind == REDUCTION:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out,
-                                                                        ins[0]))
-        elif op == "gemm":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
-        elif opdef.kind == MATMUL:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
         elif op == "slice_scatter":
             self._kernel(t, node, [out] + ins, lambda b, p: self._scatter(b, p, node, out,
                                                                          *ins))
-        elif op == "concat":
+        else:
             self._kernel(t, node, [out] + ins, lambda b, p: self._concat(b, p, node, out,
                                                                         ins))
-        elif op in ("softmax", "log_softmax"):
-            self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out,
-                                                                         ins[0]))
-        elif op == "one_hot":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
-                b, p, out, ins[0], node.attrs.get("ignore_index")))
-        elif op == "max_pool2d":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
-                                                                          ins[0]))
-        elif op in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
-            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
-        elif op == "max_pool2d_grad":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
-                b, p, node, out, *ins))
-        else:
-            raise NotImplementedError(f"no cpu kernel for {op} ({opdef.kind})")
 
     def _const_place(self, value: np.ndarray) -> Place:
         k = self._consts
@@ -843,6 +852,21 @@ class ModuleEmitter(IndexKernels):
             rem = b.srem(rem, i64(src.strides[d]))
             acc = b.add(acc, b.mul(q, i64(dst.strides[d])))
         return acc
+
+
+# Kernel family (the lowering table, `runtime/lowering/families.py`) -> the method that lowers
+# a node of it. What this renderer lowers natively is these families and views (no code);
+# communication goes through the callback.
+LOWER_BY_FAMILY = {
+    F.ELEMENTWISE_FAMILY: ModuleEmitter._lower_elementwise,
+    F.REDUCTION_FAMILY: ModuleEmitter._lower_reduction,
+    F.GEMM: ModuleEmitter._lower_gemm,
+    F.ROW: ModuleEmitter._lower_row,
+    F.GATHER_SCATTER: ModuleEmitter._lower_gather_scatter,
+    F.CONV_POOL: ModuleEmitter._lower_conv_pool,
+    F.COPY: ModuleEmitter._lower_copy,
+}
+LOWERING = F.Lowering(frozenset(LOWER_BY_FAMILY) | {F.VIEW_FAMILY}, fallback=FALLBACK_OPS)
 
 
 class _Callee:
