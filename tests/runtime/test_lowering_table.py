@@ -2,7 +2,9 @@
 every backend either lowers an op natively, calls back into the reference for it, or has the
 driver refuse it first. Which ops a backend lowers is a property of its `Backend` object."""
 import dataclasses
+import importlib
 
+import numpy as np
 import pytest
 
 import compiler as cc
@@ -72,3 +74,16 @@ def test_a_backend_is_its_lowering():
     b = dataclasses.replace(backends.CPU, lowering=only_elementwise)
     assert "exp" in b.native_ops and "matmul" not in b.native_ops and "reshape" in b.native_ops
     assert not b.fallback_ops
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_each_renderer_dispatches_by_family_and_declares_what_it_dispatches(name, monkeypatch):
+    emitter = importlib.import_module(f"runtime.{name}.emitter")
+    assert BACKENDS[name].lowering is emitter.LOWERING
+    assert emitter.LOWERING.families == set(emitter.LOWER_BY_FAMILY) | {F.VIEW_FAMILY}
+    # the node goes to its family's method: without the row family, softmax has no kernel
+    rows = {k: v for k, v in emitter.LOWER_BY_FAMILY.items() if k != F.ROW}
+    monkeypatch.setattr(emitter, "LOWER_BY_FAMILY", rows)
+    fn = cc.compile(lambda x: cc.nn.functional.softmax(x * 2.0, axis=-1), backend=name)
+    with pytest.raises(NotImplementedError, match=f"no {name} kernel for softmax"):
+        fn.lower(np.ones((2, 3), np.float32))
