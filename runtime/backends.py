@@ -3,7 +3,8 @@
 A `Backend` holds every per-backend fact the passes and the driver used to read off the
 backend's name (`if backend == "gpu"`): the arena's alignment, whether fusion is on by
 default and whether fused bodies need scratch rows, whether data-parallel steps run on it,
-whether one native call writes every mutation in place, and how to build its executable.
+whether one native call writes every mutation in place, which ops its renderer lowers
+natively (`native_ops`, from the lowering table) and how to build its executable.
 Adding a backend means one new `Backend` here and its renderer under runtime/, not new string
 comparisons in the driver. `backend_named` is the one place a user's string becomes a backend.
 """
@@ -16,8 +17,11 @@ from typing import Callable
 from passes.memory_plan import CPU_ALIGNMENT, GPU_ALIGNMENT
 
 from .arena import ArenaExecutable
+from .cpu import LOWERING as CPU_LOWERING
 from .cpu import CpuExecutable
+from .gpu import LOWERING as GPU_LOWERING
 from .gpu import GpuExecutable
+from .lowering.families import REFERENCE, Lowering
 
 
 def _dump_requested(name: str) -> bool:
@@ -61,6 +65,19 @@ class Backend:
     is_reference: bool
     communication_path: str | None = None  # how it runs all-reduces (the plan's report)
     _build: Callable = None
+    # Which kernel families its renderer lowers (`runtime/lowering/families.py`).
+    lowering: Lowering = REFERENCE
+
+    @property
+    def native_ops(self) -> frozenset:
+        """The registry ops this backend runs as its own code (the rest: `fallback_ops`, or
+        refused by the driver before lowering)."""
+        return self.lowering.native_ops()
+
+    @property
+    def fallback_ops(self) -> frozenset:
+        """The ops that call back into the numpy reference from this backend's code."""
+        return self.lowering.fallback
 
     def executable(self, graph, plan, sanitize: bool):
         """The runnable form of a planned graph on this backend."""
@@ -76,7 +93,7 @@ NUMPY = Backend("numpy", CPU_ALIGNMENT, fuses_by_default=False, fusion_scratch=T
                 communication_path="mpi4py's Iallreduce/Wait on the arena views")
 CPU = Backend("cpu", CPU_ALIGNMENT, fuses_by_default=True, fusion_scratch=False,
               distributed_refusal=None, native_call_writes_in_place=True,
-              is_reference=False, _build=_cpu_executable,
+              is_reference=False, _build=_cpu_executable, lowering=CPU_LOWERING,
               communication_path="the native entry calls back into Python (mpi4py's "
                                  "Iallreduce/Wait on the arena views) at each pack, start and "
                                  "wait node: one crossing per communication node, not native "
@@ -84,7 +101,8 @@ CPU = Backend("cpu", CPU_ALIGNMENT, fuses_by_default=True, fusion_scratch=False,
 GPU = Backend("gpu", GPU_ALIGNMENT, fuses_by_default=True, fusion_scratch=False,
               distributed_refusal="distributed= runs on the numpy and cpu backends; the gpu "
                                   "backend has no host staging of its buckets yet",
-              native_call_writes_in_place=False, is_reference=False, _build=_gpu_executable)
+              native_call_writes_in_place=False, is_reference=False, _build=_gpu_executable,
+              lowering=GPU_LOWERING)
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (NUMPY, CPU, GPU)}
 

@@ -168,3 +168,13 @@ def test_the_public_names_resolve_lazily():
                "print(cc.compile.__module__, cc.Tensor.__module__)")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["compiler.api", "compiler.tensor"]
+
+
+def test_no_renderer_imports_another_backend():
+    # what cpu and gpu lowering share is in runtime/lowering, so adding a backend never means
+    # importing (or editing) another backend's renderer
+    renderers = ("runtime.cpu", "runtime.gpu")
+    crossing = [i for i in IMPORTS for a in renderers for b in renderers
+                if a != b and (i.source == a or i.source.startswith(a + "."))
+                and (i.target == b or i.target.startswith(b + "."))]
+    assert not crossing, "\n".join(f"{i.source}:{i.line} imports {i.target}" for i in crossing)

@@ -1,10 +1,11 @@
 """The "cpu" backend: planned graphs lowered through llvmlite to one native entry function.
 
 `emitter.py` builds the LLVM module (kernels + the `run` entry), `scalar.py` renders scalar
-expressions, `places.py` says where every value lives, `jit.py` optimises and links through
-ORC, `executable.py` runs it. `FALLBACK_OPS` lists the ops that still call back into numpy.
+expressions, `jit.py` optimises and links through ORC, `executable.py` runs it (where every
+value lives is `runtime/lowering/places.py`, shared with gpu). `LOWERING` says which kernel
+families it renders; `FALLBACK_OPS` lists the ops that call back into numpy.
 """
-from .emitter import FALLBACK_OPS, native_ops
+from .emitter import FALLBACK_OPS, LOWERING
 from .executable import CpuExecutable
 
-__all__ = ["CpuExecutable", "FALLBACK_OPS", "native_ops"]
+__all__ = ["CpuExecutable", "FALLBACK_OPS", "LOWERING"]

@@ -14,16 +14,17 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
     or gives up on an in-place loop);
   - shapes, strides and offsets are compile-time constants (the program is specialised for
     one signature), so every index is affine in the loop counters;
-  - views emit no code: they are places (`places.py`);
+  - views emit no code: they are places (`runtime/lowering/places.py`);
   - it returns 0, or `t + 1` when node `t` found data out of range (an index, a computed
     label: `index_kernels.py`) and stopped before writing anything; the driver then raises
     the numpy backend's `DataError` for that node. A fallback node whose callback returns
     nonzero (it raised: a failed all-reduce) stops the run the same way, and the driver
     re-raises the callback's exception.
 
-Kernels by kind (`native_ops()`; `FALLBACK_OPS` is the explicit list of ops that call back
-into the numpy reference through `fallback`: empty today, the mechanism stays so that an op
-added to the registry before its kernel works on cpu, visibly, instead of failing; issue 10's
+Kernels by family (`LOWERING`, from the table in `runtime/lowering/families.py`;
+`FALLBACK_OPS` is the explicit list of ops that call back into the numpy reference through
+`fallback`: the communication ops, and the mechanism lets an op added to the registry before
+its kernel work on cpu, visibly, instead of failing; issue 10's
 scans, gathers, scatters and min/prod/argmax/argmin are in `index_kernels.py`):
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
@@ -52,17 +53,19 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 from compiler.ops.registry import normalize_axes
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import expr_cost
 
+from runtime.lowering import families as F
+from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
+from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
+
 from . import jit
 from .index_kernels import IndexKernels
-from .loops import (broadcast_strides, collapse, elem_ptr, for_range, i64,  # noqa: F401
-                    index, interleave_hint, loop_nest)
-from .places import Place, buffer_slots, compute_places, contiguous_strides
+from .loops import elem_ptr, for_range, i64, index, interleave_hint, loop_nest
 from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
                      ll_type, load, select_max, store)
 
@@ -74,24 +77,11 @@ POISON = 0xFF
 INTERLEAVE_MIN_COST = 8
 INTERLEAVE = 4
 
-# Ops that run through the numpy reference via the fallback callback: a temporary gap, listed
-# here so that it is explicit (a test pins this set; empty today). Everything else is native.
-# Data-parallel communication (issue 12): mpi4py posts and completes the all-reduce on the
-# bucket's arena memory from the callback (the entry is not split; see executable.py).
-FALLBACK_OPS: frozenset = frozenset({"bucket_pack", "allreduce_start", "allreduce_wait"})
-# Non-elementwise ops with a native kernel (the kinds ELEMENTWISE, REDUCTION, VIEW are native
-# for every op of that kind).
-NATIVE_OTHER = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",
-                          "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange",
-                          "constant", "conv2d", "conv2d_grad_input", "conv2d_grad_weight",
-                          "cumsum", "index_select", "index_add", "take_along_axis",
-                          "put_along_axis"})
-
-
-def native_ops() -> set[str]:
-    return {name for name, op in REGISTRY.items()
-            if (op.kind in (ELEMENTWISE, REDUCTION, VIEW) or name in NATIVE_OTHER)
-            and name not in FALLBACK_OPS}
+# Ops that run through the numpy reference via the fallback callback, explicit (a test pins
+# this set). Everything else is native. Data-parallel communication (issue 12): mpi4py posts
+# and completes the all-reduce on the bucket's arena memory from the callback (the entry is
+# not split; see executable.py).
+FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
 
 
 # -- the module ---------------------------------------------------------------------------
@@ -179,50 +169,62 @@ class ModuleEmitter(IndexKernels):
         if op in FALLBACK_OPS:
             self._emit_fallback(t, node, cb, cb_type)
             return
+        lower = LOWER_BY_FAMILY.get(F.family_of(op))
+        if lower is None:
+            raise NotImplementedError(f"no cpu kernel for {op} ({opdef.kind})")
         out = self.places[id(node.out)]
         ins = [self.places[id(v)] for v in node.inputs]
         kern = self._index_kernel(node)
-        if kern is not None:  # index_kernels.py
+        if kern is not None:  # index_kernels.py (scans, gathers, scatters, min/prod/arg*)
             self._kernel(t, node, [out] + ins, lambda b, p: kern(b, p, node, out, *ins),
                          checked=self._checked(node))
             return
+        lower(self, t, node, out, ins)
+
+    # -- one method per kernel family (LOWER_BY_FAMILY) ---------------------------------------
+    def _lower_elementwise(self, t, node, out, ins):
+        self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins))
+
+    def _lower_reduction(self, t, node, out, ins):
+        self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out, ins[0]))
+
+    def _lower_gemm(self, t, node, out, ins):
+        if node.op == "gemm":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
+        else:
+            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
+
+    def _lower_row(self, t, node, out, ins):
+        # (cumsum is an index kernel)
+        self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]))
+
+    def _lower_gather_scatter(self, t, node, out, ins):
+        # (all but an unchecked one_hot are index kernels)
+        self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
+            b, p, out, ins[0], node.attrs.get("ignore_index")))
+
+    def _lower_conv_pool(self, t, node, out, ins):
+        if node.op == "max_pool2d":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
+                                                                          ins[0]))
+        elif node.op == "max_pool2d_grad":
+            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
+                b, p, node, out, *ins))
+        else:
+            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
+
+    def _lower_copy(self, t, node, out, ins):
+        op = node.op
         if op in ("constant", "arange"):
             value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
             src = self._const_place(value)
             self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src))
-            return
-        if opdef.kind == ELEMENTWISE or op == "full":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node,
-                                                                             out, ins))
-        elif opdef.kind == REDUCTION:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out,
-                                                                        ins[0]))
-        elif op == "gemm":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
-        elif opdef.kind == MATMUL:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
         elif op == "slice_scatter":
             self._kernel(t, node, [out] + ins, lambda b, p: self._scatter(b, p, node, out,
                                                                          *ins))
-        elif op == "concat":
+        else:
             self._kernel(t, node, [out] + ins, lambda b, p: self._concat(b, p, node, out,
                                                                         ins))
-        elif op in ("softmax", "log_softmax"):
-            self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out,
-                                                                         ins[0]))
-        elif op == "one_hot":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
-                b, p, out, ins[0], node.attrs.get("ignore_index")))
-        elif op == "max_pool2d":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
-                                                                          ins[0]))
-        elif op in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
-            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
-        elif op == "max_pool2d_grad":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
-                b, p, node, out, *ins))
-        else:
-            raise NotImplementedError(f"no cpu kernel for {op} ({opdef.kind})")
 
     def _const_place(self, value: np.ndarray) -> Place:
         k = self._consts
@@ -852,10 +854,19 @@ class ModuleEmitter(IndexKernels):
         return acc
 
 
-def leading_padding(padding):
-    """(top, left) of a (top, bottom, left, right) or (h, w) padding: output position i reads
-    row i*stride + k*dilation - top; the trailing padding only sets the output size."""
-    return (padding[0], padding[2]) if len(padding) == 4 else (padding[0], padding[1])
+# Kernel family (the lowering table, `runtime/lowering/families.py`) -> the method that lowers
+# a node of it. What this renderer lowers natively is these families and views (no code);
+# communication goes through the callback.
+LOWER_BY_FAMILY = {
+    F.ELEMENTWISE_FAMILY: ModuleEmitter._lower_elementwise,
+    F.REDUCTION_FAMILY: ModuleEmitter._lower_reduction,
+    F.GEMM: ModuleEmitter._lower_gemm,
+    F.ROW: ModuleEmitter._lower_row,
+    F.GATHER_SCATTER: ModuleEmitter._lower_gather_scatter,
+    F.CONV_POOL: ModuleEmitter._lower_conv_pool,
+    F.COPY: ModuleEmitter._lower_copy,
+}
+LOWERING = F.Lowering(frozenset(LOWER_BY_FAMILY) | {F.VIEW_FAMILY}, fallback=FALLBACK_OPS)
 
 
 class _Callee:
@@ -867,19 +878,3 @@ class _Callee:
 
     def get_reference(self):
         return self.value.get_reference()
-
-
-def blas_layout(rows, cols, rs, cs):
-    """(flag, leading dimension) for a row-major CBLAS operand of `rows x cols` with element
-    strides (rs, cs), or None when the layout needs a copy. Size-1 dims take any stride."""
-    if cols == 1:
-        cs = 1
-        if rows == 1:
-            rs = 1
-    if rows == 1:
-        rs = max(cols, 1)
-    if cs == 1 and rs >= max(cols, 1):
-        return ("N", rs)
-    if rs == 1 and cs >= max(rows, 1):
-        return ("T", cs)
-    return None

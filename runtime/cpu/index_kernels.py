@@ -43,9 +43,10 @@ import numpy as np
 from llvmlite import ir
 
 from compiler.ops.registry import normalize_axes
+from runtime.lowering.layout import broadcast_strides, collapse
+from runtime.lowering.places import Place
 
 from . import loops as L
-from .places import Place
 from .scalar import (I1, I64, constant, convert, intrinsic2, ll_type, load, mem_type,
                      select_max, store)
 
@@ -92,7 +93,7 @@ class IndexKernels:
             return
         flag = b.alloca(I1, name="bad")
         b.store(ir_false(), flag)
-        shape, (st,) = L.collapse(p.shape, [p.strides])
+        shape, (st,) = collapse(p.shape, [p.strides])
 
         def body(idxs):
             v = self._index_value(b, ptrs, p, L.index(b, p.offset, st, idxs))
@@ -140,9 +141,9 @@ class IndexKernels:
                 ostr.append(out.strides[k])
                 k += 1
         kept = [d for d in range(nd) if d not in axes]
-        kshape, (kx, ko) = L.collapse([x.shape[d] for d in kept],
+        kshape, (kx, ko) = collapse([x.shape[d] for d in kept],
                                       [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
-        rshape, (rx,) = L.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
+        rshape, (rx,) = collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
         xd, od = x.dtype, out.dtype
         if node.op == "prod":
             init = constant(1, od)
@@ -203,8 +204,8 @@ class IndexKernels:
         kx = [x.strides[d] for d in kept]
         dt = x.dtype
         is_max = node.op == "argmax"
-        rshape, (rx,) = L.collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
-        kshape, (kxc, koc) = L.collapse([x.shape[d] for d in kept],
+        rshape, (rx,) = collapse([x.shape[d] for d in axes], [[x.strides[d] for d in axes]])
+        kshape, (kxc, koc) = collapse([x.shape[d] for d in kept],
                                         [[x.strides[d] for d in kept], ko])
         if len(rshape) == 1 and len(kshape) == 1 and abs(kxc[0]) < abs(rx[0]):
             self._arg_columns(b, ptrs, out, x, kshape[0], kxc[0], koc[0], rshape[0], rx[0],
@@ -381,7 +382,7 @@ class IndexKernels:
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         n = x.shape[ax]
         others = [d for d in range(len(x.shape)) if d != ax]
-        oshape, (sx, so) = L.collapse([x.shape[d] for d in others],
+        oshape, (sx, so) = collapse([x.shape[d] for d in others],
                                       [[x.strides[d] for d in others],
                                        [out.strides[d] for d in others]])
         ax_x, ax_o = x.strides[ax], out.strides[ax]
@@ -428,7 +429,7 @@ class IndexKernels:
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         n = x.shape[ax]
         self._check_range(b, ptrs, idx, -n, n)
-        pshape, (px, po) = L.collapse(out.shape[ax + 1:], [x.strides[ax + 1:],
+        pshape, (px, po) = collapse(out.shape[ax + 1:], [x.strides[ax + 1:],
                                                            out.strides[ax + 1:]])
 
         def pre(o):
@@ -451,7 +452,7 @@ class IndexKernels:
         self._check_range(b, ptrs, idx, -n, n)
         self._copy(b, ptrs, out, x)
         od = out.dtype
-        pshape, (pv, po) = L.collapse(val.shape[ax + 1:], [val.strides[ax + 1:],
+        pshape, (pv, po) = collapse(val.shape[ax + 1:], [val.strides[ax + 1:],
                                                            out.strides[ax + 1:]])
 
         def pre(o):
@@ -476,7 +477,7 @@ class IndexKernels:
         `region`). A dim of size 1 in x is broadcast (stride 0): never addressed past its end."""
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         xs = [0 if (d != ax and x.shape[d] == 1) else s for d, s in enumerate(x.strides)]
-        return ax, xs, L.broadcast_strides(idx, region)
+        return ax, xs, broadcast_strides(idx, region)
 
     def _k_take_along_axis(self, b, ptrs, node, out: Place, x: Place, idx: Place):
         """out[s] = x[s with the axis' position replaced by wrap(idx[s])]."""
@@ -504,7 +505,7 @@ class IndexKernels:
         self._copy(b, ptrs, out, x)
         if 0 in region:
             return
-        vs = L.broadcast_strides(val, region)
+        vs = broadcast_strides(val, region)
         other = [s if d != ax else 0 for d, s in enumerate(os_)]
         od = out.dtype
         add = node.attrs["reduce"] == "add"

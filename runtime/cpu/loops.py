@@ -1,14 +1,12 @@
 """IR-building helpers of the cpu backend: loops (with their `!llvm.loop` metadata), flat
-indices, element pointers, broadcast strides and dimension collapsing. Shared by the module
-emitter (`emitter.py`) and its index kernels (`index_kernels.py`), and by the gpu emitter for
-the layout helpers."""
+indices and element pointers. Shared by the module emitter (`emitter.py`) and its index
+kernels (`index_kernels.py`); the layout maths both backends use is `runtime/lowering/layout.py`."""
 from __future__ import annotations
 
 from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .places import Place
 from .scalar import I32, I64, mem_type
 
 
@@ -86,31 +84,3 @@ def index(b: ir.IRBuilder, offset: int, strides, idxs):
 
 def elem_ptr(b: ir.IRBuilder, base, dtype, idx):
     return b.gep(base, [idx], inbounds=True, source_etype=mem_type(dtype))
-
-
-def broadcast_strides(place: Place, shape) -> tuple:
-    """`place`'s strides over the broadcast `shape` (0 where it is broadcast)."""
-    lead = len(shape) - len(place.shape)
-    out = [0] * lead
-    for d, s in zip(place.shape, place.strides):
-        out.append(s if d != 1 else 0)
-    for k, d in enumerate(shape):
-        if d == 1:
-            out[k] = 0
-    return tuple(out)
-
-
-def collapse(shape, stride_lists):
-    """Merge adjacent dims that are contiguous in every operand and drop size-1 dims, so a
-    contiguous op becomes one loop (what the vectoriser wants)."""
-    dims = [(d, [s[k] for s in stride_lists]) for k, d in enumerate(shape) if d != 1]
-    merged = []
-    for d, ss in dims:
-        if merged:
-            pd, pss = merged[-1]
-            if all(ps == s * d for ps, s in zip(pss, ss)):
-                merged[-1] = (pd * d, ss)
-                continue
-        merged.append((d, ss))
-    new_shape = tuple(d for d, _ in merged)
-    return new_shape, [tuple(ss[k] for _, ss in merged) for k in range(len(stride_lists))]

@@ -11,10 +11,11 @@ fiber harness run exactly it. As on cpu (`runtime/cpu/emitter.py`):
     (live buffers never overlap: `passes/verify.py`);
   - shapes, strides and element offsets are compile-time constants in the kernel (the
     program is specialised for one signature); indices are 64-bit (`long long`);
-  - views emit no code: they are places (`runtime/cpu/places.py`, shared with cpu);
+  - views emit no code: they are places (`runtime/lowering/places.py`, shared with cpu);
   - module constants (`constant`, `arange`) are `__device__` arrays in the source.
 
-Kernels by kind (one or a few per node; `GPU_OPS` lists the non-elementwise ops):
+Kernels by family (one or a few per node; `LOWERING` names the families, from the table in
+`runtime/lowering/families.py`):
   - elementwise, casts, copies, fills: grid-stride loops over the output's elements
     (dimensions contiguous in every operand merged first), the registry's scalar expression
     rendered per element (`scalar.Renderer`), broadcast operands with stride 0;
@@ -46,12 +47,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ops import ELEMENTWISE, MATMUL, REDUCTION, REGISTRY, SCATTER, VIEW
+from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.registry import normalize_axes
-from runtime.cpu.emitter import blas_layout, broadcast_strides, collapse, leading_padding
-from runtime.cpu.places import Place, buffer_slots, compute_places, contiguous_strides
+from runtime.lowering import families as F
+from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
+from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
 
 from .launch import GpuModule, Launch
 from .scalar import PRELUDE, Renderer, convert, ctype, literal, mtype
@@ -61,11 +63,6 @@ BLOCK = 256            # threads per block of a grid-stride kernel
 RBLOCK = 256           # threads per block of a reduction / row kernel
 MAX_GRID = 65535
 
-# Non-elementwise ops with a kernel (elementwise, reduction and view ops all have one).
-GPU_OPS = frozenset({"matmul", "gemm", "slice_scatter", "concat", "softmax", "log_softmax",
-                     "one_hot", "max_pool2d", "max_pool2d_grad", "full", "arange", "constant",
-                     "conv2d", "conv2d_grad_input", "conv2d_grad_weight", "cumsum",
-                     "index_select", "index_add", "take_along_axis", "put_along_axis"})
 # Ops whose kernels check their indices (see the module docstring).
 CHECKED_OPS = frozenset({"index_select", "index_add", "take_along_axis", "put_along_axis"})
 STATUS_CLEAR = r"""// the status word: 0 until a kernel finds data out of range (then its node + 1)
@@ -288,39 +285,54 @@ class ModuleEmitter:
                 and not (op in _INPLACE_OTHER and self.plan.reuse[node] == 0):
             raise NotImplementedError(f"the plan runs {op} in place; the gpu backend only "
                                       "writes elementwise ops and scatters over an input")
+        lower = LOWER_BY_FAMILY.get(F.family_of(op))
+        if lower is None:
+            raise NotImplementedError(f"no gpu kernel for {op} ({opdef.kind})")
         out = self.places[id(node.out)]
         ins = [self.places[id(v)] for v in node.inputs]
-        if op in ("constant", "arange"):
-            value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
-            self._copy(t, node, "", out, self._const_place(value))
-        elif opdef.kind == ELEMENTWISE or op == "full":
-            self._elementwise(t, node, out, ins)
-        elif opdef.kind == REDUCTION:
-            self._reduce(t, node, out, ins[0])
-        elif op == "gemm":
+        lower(self, t, node, out, ins)
+
+    # -- one method per kernel family (LOWER_BY_FAMILY) ---------------------------------------
+    def _lower_elementwise(self, t, node, out, ins):
+        self._elementwise(t, node, out, ins)
+
+    def _lower_reduction(self, t, node, out, ins):
+        self._reduce(t, node, out, ins[0])
+
+    def _lower_gemm(self, t, node, out, ins):
+        if node.op == "gemm":
             self._gemm(t, node, out, *ins)
-        elif opdef.kind == MATMUL:
+        else:
             self._matmul(t, node, out, *ins)
-        elif op == "slice_scatter":
-            self._scatter(t, node, out, *ins)
-        elif op == "concat":
-            self._concat(t, node, out, ins)
-        elif op in ("softmax", "log_softmax"):
-            self._softmax(t, node, out, ins[0])
-        elif op == "cumsum":
+
+    def _lower_row(self, t, node, out, ins):
+        if node.op == "cumsum":
             self._cumsum(t, node, out, ins[0])
-        elif op in ("one_hot", "index_select", "take_along_axis"):
-            self._gather(t, node, out, ins)
-        elif op in ("index_add", "put_along_axis"):
+        else:
+            self._softmax(t, node, out, ins[0])
+
+    def _lower_gather_scatter(self, t, node, out, ins):
+        if node.op in ("index_add", "put_along_axis"):
             self._scatter_add(t, node, out, ins)
-        elif op in ("conv2d", "conv2d_grad_input", "conv2d_grad_weight"):
-            self._conv(t, node, out, *ins)
-        elif op == "max_pool2d":
+        else:
+            self._gather(t, node, out, ins)
+
+    def _lower_conv_pool(self, t, node, out, ins):
+        if node.op == "max_pool2d":
             self._max_pool(t, node, out, ins[0])
-        elif op == "max_pool2d_grad":
+        elif node.op == "max_pool2d_grad":
             self._max_pool_grad(t, node, out, *ins)
         else:
-            raise NotImplementedError(f"no gpu kernel for {op} ({opdef.kind})")
+            self._conv(t, node, out, *ins)
+
+    def _lower_copy(self, t, node, out, ins):
+        if node.op in ("constant", "arange"):
+            value = np.ascontiguousarray(REGISTRY[node.op].ref(**node.attrs), node.out.dtype)
+            self._copy(t, node, "", out, self._const_place(value))
+        elif node.op == "slice_scatter":
+            self._scatter(t, node, out, *ins)
+        else:
+            self._concat(t, node, out, ins)
 
     def _const_place(self, value: np.ndarray) -> Place:
         """A `__device__` array holding `value`'s bytes (exact: as unsigned words)."""
@@ -935,6 +947,23 @@ class ModuleEmitter:
                                                       [n, ch, rr, qq]), "acc"))
         body.append("  }")
         self._kernel(t, node, "", [out, x, g], body, _grid(total), (BLOCK, 1, 1))
+
+
+# Kernel family (the lowering table, `runtime/lowering/families.py`) -> the method that lowers
+# a node of it. What this renderer lowers natively is these families and views (no code); the
+# driver refuses communication on gpu before lowering (distributed=, see
+# `Backend.distributed_refusal`); no op calls back into numpy.
+LOWER_BY_FAMILY = {
+    F.ELEMENTWISE_FAMILY: ModuleEmitter._lower_elementwise,
+    F.REDUCTION_FAMILY: ModuleEmitter._lower_reduction,
+    F.GEMM: ModuleEmitter._lower_gemm,
+    F.ROW: ModuleEmitter._lower_row,
+    F.GATHER_SCATTER: ModuleEmitter._lower_gather_scatter,
+    F.CONV_POOL: ModuleEmitter._lower_conv_pool,
+    F.COPY: ModuleEmitter._lower_copy,
+}
+LOWERING = F.Lowering(frozenset(LOWER_BY_FAMILY) | {F.VIEW_FAMILY},
+                      refused=frozenset({F.COMMUNICATION}))
 
 
 def emit_module(graph, plan) -> GpuModule:

@@ -33,11 +33,10 @@ import numpy as np
 
 from compiler.errors import DeviceError, InsufficientMemoryError
 from runtime.arena import check_memory as check_host_memory
+from runtime.lowering.places import contiguous_strides
 from runtime.reference import run_node
 
 from . import nvrtc
-from runtime.cpu.places import contiguous_strides
-
 from .emitter import ModuleEmitter
 
 _CUBLAS_OP = {"N": 0, "T": 1}  # CUBLAS_OP_N, CUBLAS_OP_T
