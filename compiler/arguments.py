@@ -2,8 +2,9 @@
 
 Array arguments that share memory (`fn(x, x)`, `fn(x, x[1:])`, `fn(x, x.T)`) behave as in eager
 NumPy and PyTorch: they are traced as views of one storage, the array that owns their memory,
-so a write through one is seen through the other (ARCHITECTURE.md §4). The signature, the compile cache's
-key, says for each argument either `("array", shape, dtype)` (its own buffer: one graph input) or
+so a write through one is seen through the other (ARCHITECTURE.md §4). The signature, the compile
+cache's key, says for each argument either `("array", shape, dtype)` (its own buffer: one graph
+input) or
 `("view", shape, dtype, base, index, perm)`: argument = `base[index].transpose(perm)` where
 `base = (group, box, shape, dtype)` names the alias group's storage: the smallest box of the
 smallest array that all the group's members view, traced as one graph input. A member that is

@@ -329,8 +329,8 @@ def program_lines(program, config) -> list[tuple[str, str]]:
                 lines.append((f"[{t}] |{j} {node_text(m, refs)}",
                               m.loc.describe() if m.loc is not UNKNOWN_LOC else where))
         number[id(n.out)] = f"%{len(number)}"
-        lines.append((f"[{t}] {number[id(n.out)]}:{node_text(n, [number.get(id(v), '?') for v in n.inputs])}",
-                      where))
+        operands = [number.get(id(v), "?") for v in n.inputs]
+        lines.append((f"[{t}] {number[id(n.out)]}:{node_text(n, operands)}", where))
     lines.append((f"return {', '.join(number.get(id(v), '?') for v in graph.outputs)}", ""))
     for k, v in sorted(graph.mutations.items()):
         where = graph.mutation_locs.get(k)

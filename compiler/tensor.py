@@ -1,7 +1,8 @@
 """The traced `Tensor`: a Paddle-style API whose every call records SSA nodes.
 
-Functionalization (ARCHITECTURE.md §4): a Tensor points at a `Storage` (whose `base` is the SSA value of
-the whole buffer) plus a chain of view ops. An inplace op computes a new value functionally and
+Functionalization (ARCHITECTURE.md §4): a Tensor points at a `Storage` (whose `base` is the SSA
+value of the whole buffer) plus a chain of view ops. An inplace op computes a new value
+functionally and
 writes it back: onto the base directly, or through the inverse of each view in the chain
 (`reshape` back, `transpose` back, `slice_scatter` into the parent). Every other Tensor on the
 storage re-derives its value from the new base the next time it is used. The Python object

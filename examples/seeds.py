@@ -136,8 +136,8 @@ SEEDS = [
      lambda g, x: np.allclose(g, 2 * (np.sin(x) + 1) * np.cos(x))),
 ]
 
-# The seed check of ARCHITECTURE.md §6: relu_ on the 64 MiB tensor peaks at the input alone (it writes
-# into the caller's array); relu needs a second 64 MiB for its result.
+# The seed check of ARCHITECTURE.md §6: relu_ on the 64 MiB tensor peaks at the input alone (it
+# writes into the caller's array); relu needs a second 64 MiB for its result.
 PLAN_CHECKS = {
     relu_inplace: lambda plan: plan.peak_bytes == 67108864,
     relu_out_of_place: lambda plan: plan.peak_bytes == 134217728,

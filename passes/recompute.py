@@ -1,7 +1,7 @@
 """Recomputation: a cheap forward value that the backward pass reads is computed again right
 before its backward readers instead of being kept alive from the forward pass, when that lowers
-the peak (ARCHITECTURE.md §4: "cheap elementwise values may be recomputed in the backward pass instead of
-kept, each such decision explained in the report").
+the peak (ARCHITECTURE.md §4: "cheap elementwise values may be recomputed in the backward pass
+instead of kept, each such decision explained in the report").
 
 Guarantees: the returned graph computes the same outputs and input mutations, bit for bit: a
 recomputed node is the same pure op on the same SSA operands, so the copy equals the original.

@@ -2,8 +2,8 @@
 
 Candidates are the ops the user wrote in the `_` form (and set-item/write-backs, marked
 `Node.inplace_of`) and, in `inplace="auto"`, every other elementwise or scatter op. The output
-of node `n` may take the buffer of its input `a` when all four conditions of ARCHITECTURE.md §4 hold,
-each a named predicate below that returns None or the sentence the user reads in the plan:
+of node `n` may take the buffer of its input `a` when all four conditions of ARCHITECTURE.md §4
+hold, each a named predicate below that returns None or the sentence the user reads in the plan:
 
   1. `cannot_overwrite`: `n` writes each element exactly where it reads it: elementwise with
      the input's shape and dtype, a scatter into its base, or gemm into its accumulator (an

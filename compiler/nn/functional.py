@@ -255,8 +255,8 @@ def cross_entropy(input: Tensor, label: Tensor, weight=None, ignore_index: int =
 
 
 def _record_label_check(label: Tensor, one_hot: Tensor, num_classes, ignore_index, loc):
-    """Labels are data (ARCHITECTURE.md §4 "Nothing half-written"): labels that are a caller's argument
-    (or a view of one) are checked by the driver at the call's entry; constant labels right
+    """Labels are data (ARCHITECTURE.md §4 "Nothing half-written"): labels that are a caller's
+    argument (or a view of one) are checked by the driver at the call's entry; constant labels right
     now; computed ones by the one_hot node during the run, with the caller's arrays kept
     untouched until it has finished (`Program.__call__`)."""
     graph = label._tracer.graph

@@ -20,8 +20,8 @@ from .registry import (ELEMENTWISE, OTHER, broadcast_shapes, defop, float_of, no
 from .shape_ops import reduced_shape
 
 # -- gelu: one elementwise op, whose backward reads only its input ----------------------------
-# Written as one op (ARCHITECTURE.md §4, compact saved values): composed of primitives, gelu kept four
-# full-size values for its backward (x / 2, erf(x / sqrt 2) + 1, exp(-x^2 / 2) and the output);
+# Written as one op (ARCHITECTURE.md §4, compact saved values): composed of primitives, gelu kept
+# four full-size values for its backward (x / 2, erf(x / sqrt 2) + 1, exp(-x^2 / 2) and the output);
 # as one op it keeps only its input, and `gelu_grad` recomputes what it needs per element.
 # Both expressions follow the decomposed forms step by step (the same roundings on numpy).
 _x, _g = S.arg(0), S.arg(1)

@@ -4,8 +4,9 @@
 returned buffer of the plan and the arena to the native `run` in ONE ctypes call, then wraps
 the results as numpy views of those buffers (the layouts come from
 `runtime/lowering/places.py`). The arena is allocated at the first call and reused (64-byte
-aligned, the plan's alignment), so lowering a program bigger than the machine works, and a call that can't get its memory raises
-`InsufficientMemoryError` before anything runs (`check_memory`, as the numpy executor).
+aligned, the plan's alignment), so lowering a program bigger than the machine works, and a call
+that can't get its memory raises `InsufficientMemoryError` before anything runs (`check_memory`, as
+the numpy executor).
 Calls may run at once from several threads (the ctypes call releases the GIL): each takes an
 arena, with its own pointer tables, from the program's pool (`runtime.arena.POOL_LIMIT`).
 

@@ -1,8 +1,9 @@
 """The JIT: one LLVM target machine for the host CPU, one ORC LLJIT per process, and the
 external symbols generated code may call (libm, libc's mem* functions, numpy's OpenBLAS).
 
-Why ORC and explicit symbols (measured with llvmlite here): an unresolved symbol raises "Symbols not found"
-at link time under ORC, where MCJIT links silently and crashes at the call. Every external
+Why ORC and explicit symbols (measured with llvmlite here): an unresolved symbol raises "Symbols
+not found" at link time under ORC, where MCJIT links silently and crashes at the call. Every
+external
 function the emitter declares, and those LLVM's optimiser is known to introduce, is registered
 here by address. (Measured: llvmlite's LLJIT also resolves symbols of the running process, so
 a symbol missing from this list may still link; the list is what the backend relies on.)

@@ -5,7 +5,8 @@ typed operands promote with `np.result_type`; Python constants are weak (NEP 50:
 the other operand's type, an int with a float constant becomes float64); the result is cast
 to the node's dtype at the end, as `runtime.reference.run_node` does with `astype`.
 
-Semantics chosen to be bit-identical to numpy where the project promises it (docs/ARCHITECTURE.md §5):
+Semantics chosen to be bit-identical to numpy where the project promises it (docs/ARCHITECTURE.md
+§5):
   - `max`/`min` are numpy's `maximum`/`minimum`: NaN propagates (a select on an ordered
     compare plus an isnan test, which vectorises; `llvm.maxnum` would drop the NaN);
   - float -> int casts truncate (`fptosi`), frozen so that an out-of-range value is some
@@ -15,9 +16,9 @@ Semantics chosen to be bit-identical to numpy where the project promises it (doc
     (`fast_exp`, `fast_log`, `fast_erf32`/`64`, `fast_tanh32`, `fast_trig32`: they vectorise,
     within 1 ulp of the correctly rounded value); the other transcendental functions (and
     float64 tanh, sin, cos, tan) call glibc's libm (registered with the JIT by address;
-    see `jit.LIBM`), which LLVM can't vectorise; both differ from numpy's own SIMD kernels by
-    up to 3 ulp (NumPy's error), within the 4-ulp tolerance (CONVENTIONS.md, tolerances); `sqrt` and `abs`
-    are exact LLVM intrinsics.
+    see `jit.LIBM`), which LLVM can't vectorise; both differ from numpy's own SIMD kernels
+    by up to 3 ulp (NumPy's error), within the 4-ulp tolerance (CONVENTIONS.md, tolerances);
+    `sqrt` and `abs` are exact LLVM intrinsics.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Bad input: every case raises the contract's error class (ARCHITECTURE.md §3), with a message that names
-this file and the line of the offending call, and leaves the caller's arrays unchanged.
+"""Bad input: every case raises the contract's error class (ARCHITECTURE.md §3), with a message
+that names this file and the line of the offending call, and leaves the caller's arrays unchanged.
 
 Lines are found by marker comments (`# <- name`), so edits above a test don't break it.
 """

@@ -5,8 +5,8 @@ a fixed sample of 40 random programs (tests/passes/program_gen.py) — each unde
 schedules, with the program's own call semantics (`Program.__call__`: argument binding, the
 caller's mutated arrays written back, the returned structure).
 
-The launch list that runs here is the one the CuPy runtime runs on a device. The libraries are built in batches (`harness.prebuild`: one g++ call for many
-programs) to keep CI time down.
+The launch list that runs here is the one the CuPy runtime runs on a device. The libraries are
+built in batches (`harness.prebuild`: one g++ call for many programs) to keep CI time down.
 """
 from __future__ import annotations
 

@@ -772,8 +772,8 @@ def build_binary():
 
 
 def build_aliasing():
-    """Inplace ops whose other operand aliases the target (ARCHITECTURE.md §8.6): every operand is read
-    before the write, as in eager NumPy."""
+    """Inplace ops whose other operand aliases the target (ARCHITECTURE.md §8.6): every operand is
+    read before the write, as in eager NumPy."""
     x = rand((6,), F64, seed=3)
     m = rand((3, 4), F32, seed=4)
     cases = [

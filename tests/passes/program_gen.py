@@ -829,7 +829,8 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
                                                f"{v}.sin().sum()"])))
         terms = draw(st.permutations(terms))
         g.emit("loss = " + " + ".join(terms), None, define=None)
-        # retain_graph: a second backward below may run through this one's graph (ARCHITECTURE.md §3)
+        # retain_graph: a second backward below may run through this one's graph (ARCHITECTURE.md
+        # §3)
         g.emit("loss.backward(retain_graph=True)", None)
         for _ in range(draw(st.integers(0, 2))):
             g.step()

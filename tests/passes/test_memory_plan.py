@@ -1,4 +1,5 @@
-"""Memory planning: the seed numbers, the accounting of ARCHITECTURE.md §6, placement and inspection."""
+"""Memory planning: the seed numbers, the accounting of ARCHITECTURE.md §6, placement and
+inspection."""
 import json
 
 import numpy as np

@@ -253,7 +253,7 @@ def test_returned_value_is_not_overwritten():
     assert not d.inplace and d.reason.endswith("is returned by the program")
 
 
-# -- scatter, set-item and views of intermediates (ARCHITECTURE.md §8.3) ------------------------------
+# -- scatter, set-item and views of intermediates (ARCHITECTURE.md §8.3) -----------------------
 def test_setitem_into_a_dead_base_is_an_inplace_region_write():
     def f(x):
         y = x * 2.0

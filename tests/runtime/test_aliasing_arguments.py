@@ -1,5 +1,5 @@
-"""Arguments that share memory behave as in eager NumPy / PyTorch (issue 7, ARCHITECTURE.md §4): they
-are traced as views of one storage, a write through one is seen through the other, and how
+"""Arguments that share memory behave as in eager NumPy / PyTorch (issue 7, ARCHITECTURE.md §4):
+they are traced as views of one storage, a write through one is seen through the other, and how
 they share is part of the compile cache's key. Every test runs on each backend."""
 import numpy as np
 import pytest
