@@ -31,368 +31,33 @@ Algorithm (lifetimes -> buffers -> allocator -> numbers):
   6. In "auto", if that plan without reuse has the lower peak, the plan with only the user's
      own inplace ops replaces it when no bigger, else the plan without reuse does (its
      decisions say why): inplace="auto" never costs memory.
+
+This module is the pass and the placement; the records it builds are in passes.plan_model, their
+text and JSON in passes.plan_report, the data-parallel buckets' part in passes.plan_buckets.
 """
 from __future__ import annotations
 
-import json
 from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass, field
 
-from compiler.ir import Graph, Node, Value, loc_matches
+from compiler.ir import Graph, Node, Value
 from compiler.ops import REGISTRY, VIEW, workspace_bytes
 
 from .alias import alias_analysis
 from .liveness import liveness
-from .plan_html import write_html
-from .plan_plot import plot_plan
+from .plan_buckets import Bucket, communication_buckets, packable_gradients  # noqa: F401
+# The records live in passes.plan_model; importers name them here too.
+from .plan_model import CPU_ALIGNMENT, GPU_ALIGNMENT, Buffer, MemoryPlan, align  # noqa: F401
 from .reinplace import Decision, reinplace
-
-CPU_ALIGNMENT = 64
-MOVES_SHOWN = 40  # lines of the schedule's moves in report()
-GPU_ALIGNMENT = 256
-
-
-def align(n: int, alignment: int) -> int:
-    return -(-n // alignment) * alignment
-
-
-@dataclass(eq=False)
-class Buffer:
-    id: int
-    kind: str                 # "input" | "output" | "arena"
-    size: int                 # bytes
-    start: int                # first program point (-1: before the first node)
-    end: int                  # last program point it is needed (= #nodes: until the end)
-    values: list[Value]
-    offset: int | None = None  # arena offset (arena buffers only)
-    name: str = ""
-    workspace_of: Node | None = None  # a workspace: the node whose scratch it holds
-
-    @property
-    def label(self) -> str:
-        """What the buffer holds, for tables: its values, or whose workspace it is."""
-        if self.workspace_of is not None:
-            n = self.workspace_of
-            return f"workspace of {n.out.ref()} ({n.op})"
-        values = " ".join(v.ref() for v in self.values[:6])
-        return values + (f" (+{len(self.values) - 6})" if len(self.values) > 6 else "")
-
-    def live_at(self, t: int) -> bool:
-        return self.start <= t <= self.end
-
-    @property
-    def phase(self) -> str:
-        """The phase of the node that opened the buffer (forward / backward / update), or
-        "input" for a caller's array: the colour the plan's pictures give it."""
-        opener = self.workspace_of or (self.values[0].producer if self.values else None)
-        return "input" if opener is None else opener.phase
-
-    def to_dict(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "size": self.size, "offset": self.offset,
-                "start": self.start, "end": self.end, "name": self.name,
-                "values": [v.ref() for v in self.values],
-                "workspace_of": self.workspace_of.out.ref() if self.workspace_of else None}
-
-
-@dataclass(eq=False)
-class MemoryPlan:
-    graph_name: str
-    alignment: int
-    inplace: str
-    num_points: int           # number of nodes; program points are -1 .. num_points
-    buffers: list[Buffer]
-    decisions: list[Decision]
-    peak_bytes: int = 0
-    lower_bound_bytes: int = 0
-    naive_bytes: int = 0
-    no_inplace_peak_bytes: int = 0
-    arena_bytes: int = 0
-    input_bytes: int = 0
-    output_bytes: int = 0
-    buffer_of: dict = field(default_factory=dict, repr=False)  # Value -> Buffer
-    defined: dict = field(default_factory=dict, repr=False)    # Value -> its program point
-    reuse: dict = field(default_factory=dict, repr=False)      # Node -> input index taken
-    workspace: dict = field(default_factory=dict, repr=False)  # Node -> its workspace Buffer
-    graph: Graph | None = field(default=None, repr=False)      # the graph planned
-    # Live bytes at each point (index t + 1 for point t) of the order the user wrote, set by a
-    # pass that reorders nodes (a scheduler), so that pictures can draw it beside this plan's
-    # order; None while the plan's order is the written one.
-    written_order_live_bytes: list[int] | None = field(default=None, repr=False)
-    written_order_peak_bytes: int | None = None  # that order's planned peak, likewise
-    schedule: object = field(default=None, repr=False)  # passes.schedule.Schedule, if it ran
-    gemm_decisions: list = field(default_factory=list, repr=False)  # passes.gemm_accumulate
-    recompute_decisions: list = field(default_factory=list, repr=False)  # passes.recompute
-    # Gradients computed straight into their slot of a bucket: Value -> byte offset there.
-    packed: dict = field(default_factory=dict, repr=False)
-    communication: list = field(default_factory=list)  # Bucket, one per all-reduced bucket
-    backend: str | None = None  # the backend it was planned for (set by the pipeline)
-    # How that backend runs the communication nodes, for the report (set by the pipeline)
-    communication_path: str | None = None
-
-    # -- inspection ------------------------------------------------------------------------
-    def buffer(self, value) -> Buffer:
-        """The buffer a value lives in: a `Value` or its printed name ("%3", "x")."""
-        if isinstance(value, str):
-            ref = value if value.startswith("%") else f"%{value}"
-            value = next((v for v in self.buffer_of if v.ref() == ref), None)
-            if value is None:
-                raise KeyError(f"the plan of {self.graph_name} has no value {ref}")
-        return self.buffer_of[value]
-
-    def decision(self, value) -> Decision:
-        """The inplace decision about the node that produces `value` (a `Value` or "%3")."""
-        ref = value if isinstance(value, str) else value.ref()
-        ref = ref if ref.startswith("%") else f"%{ref}"
-        for d in self.decisions:
-            if d.node is not None and d.node.out.ref() == ref:
-                return d
-        raise KeyError(f"no inplace decision about {ref} (only candidates get one)")
-
-    def decisions_at(self, where) -> list[Decision]:
-        """The decisions about one source line: a line number or "file.py:LINE"."""
-        return [d for d in self.decisions
-                if d.node is not None and loc_matches(d.node.loc, where)]
-
-    def live_bytes(self, t: int) -> int:
-        """Bytes live at program point `t`, on the footing of the lower bound."""
-        return sum(self.counted_bytes(b)
-                   for b in self.buffers if b.kind == "input" or b.live_at(t))
-
-    def counted_bytes(self, b: Buffer) -> int:
-        """What buffer `b` counts for in the accounting: an arena buffer whole (aligned)."""
-        return align(b.size, self.alignment) if b.kind == "arena" else b.size
-
-    def live_curve(self) -> list[int]:
-        """`live_bytes(t)` for every point t = -1 .. num_points (index t + 1); its maximum is
-        the lower bound. One sweep over the intervals, not a sum per point."""
-        delta = [0] * (self.num_points + 3)
-        for b in self.buffers:
-            start, stop = (-1, self.num_points) if b.kind == "input" else (b.start, b.end)
-            size = self.counted_bytes(b)
-            delta[start + 1] += size
-            delta[stop + 2] -= size
-        curve, running = [], 0
-        for d in delta[:-1]:
-            running += d
-            curve.append(running)
-        return curve
-
-    def peak_point(self) -> int:
-        """The first program point where the live bytes reach the lower bound."""
-        curve = self.live_curve()
-        return curve.index(max(curve)) - 1
-
-    def summary(self) -> str:
-        ratio = self.peak_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
-        taken = sum(d.inplace for d in self.decisions)
-        return (f"plan {self.graph_name}: peak {_fmt(self.peak_bytes)} | lower bound "
-                f"{_fmt(self.lower_bound_bytes)} (peak/bound {ratio:.3f}) | naive "
-                f"{_fmt(self.naive_bytes)} | no-inplace peak {_fmt(self.no_inplace_peak_bytes)}"
-                f" | arena {_fmt(self.arena_bytes)}, inputs {_fmt(self.input_bytes)}, outputs "
-                f"{_fmt(self.output_bytes)} | {taken}/{len(self.decisions)} candidates in place")
-
-    LEGEND = (
-        "Bytes: arena buffers count at their size rounded up to the alignment ({alignment} B), "
-        "caller inputs and\nreturned buffers (allocated per call, outside the arena) at their "
-        "size, in all four figures, so that\nnaive >= no-inplace peak >= peak >= lower bound. "
-        "Program points: -1 is the call's entry, node k of the\nprinted graph "
-        "([k]) is point k, {end} is the return; a buffer is live over [start, end], both "
-        "included.")
-
-    def report(self) -> str:
-        legend = self.LEGEND.format(alignment=self.alignment, end=self.num_points)
-        lines = [self.summary(), legend, ""]
-        if self.gemm_decisions:
-            lines.append("weight updates (GEMM-accumulate):")
-            lines += [f"  {d.text}" for d in self.gemm_decisions]
-            lines.append("")
-        if self.recompute_decisions:
-            lines.append("recomputation (forward values the backward pass reads):")
-            lines += [f"  {d.text}" for d in self.recompute_decisions]
-            lines.append("")
-        if self.communication:
-            lines += self.communication_report() + [""]
-        if self.schedule is not None:
-            lines.append(self.schedule.summary(self.peak_bytes, self.written_order_peak_bytes))
-            lines += [f"  {m.text}" for m in self.schedule.moves[:MOVES_SHOWN]]
-            if len(self.schedule.moves) > MOVES_SHOWN:
-                lines.append(f"  ... and {len(self.schedule.moves) - MOVES_SHOWN} more "
-                             "(plan.schedule.moves, to_json)")
-            lines.append("")
-        lines.append("decisions:")
-        rows = [("op", "where", "phase", "requested", "in place", "reason")]
-        for d in self.decisions:
-            rows.append((d.op, d.loc, d.phase, "yes" if d.requested else "no",
-                         "yes" if d.inplace else "no", d.reason))
-        lines += _table(rows)
-        lines += ["", "buffers:"]
-        rows = [("buf", "kind", "offset", "size", "live", "values")]
-        for b in sorted(self.buffers, key=lambda b: (b.kind != "input", b.start, b.id)):
-            rows.append((f"#{b.id}", b.kind, "-" if b.offset is None else str(b.offset),
-                         str(b.size), f"[{b.start}, {b.end}]", b.label))
-        lines += _table(rows)
-        return "\n".join(lines)
-
-    @property
-    def communicated_bytes(self) -> int:
-        """Bytes each rank all-reduces per call (the buckets, padding included)."""
-        return sum(b.nbytes for b in self.communication)
-
-    def communication_report(self) -> list[str]:
-        grad = sum(b.gradient_bytes for b in self.communication)
-        lines = [f"communication: {len(self.communication)} bucket(s) all-reduced (sum over "
-                 f"the ranks, then / ranks), {self.communicated_bytes} B per call for {grad} B "
-                 "of gradients (slots padded to 64 B)"]
-        lines += [f"  {b.text}" for b in self.communication]
-        if self.communication_path:
-            lines.append(f"  runs through {self.communication_path}")
-        return lines
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "graph": self.graph_name, "alignment": self.alignment, "inplace": self.inplace,
-            "peak_bytes": self.peak_bytes, "lower_bound_bytes": self.lower_bound_bytes,
-            "naive_bytes": self.naive_bytes, "no_inplace_peak_bytes": self.no_inplace_peak_bytes,
-            "arena_bytes": self.arena_bytes, "input_bytes": self.input_bytes,
-            "output_bytes": self.output_bytes, "num_points": self.num_points,
-            "written_order_peak_bytes": self.written_order_peak_bytes,
-            "schedule": self.schedule.to_dict() if self.schedule is not None else None,
-            "gemm_decisions": [d.to_dict() for d in self.gemm_decisions],
-            "recompute_decisions": [d.to_dict() for d in self.recompute_decisions],
-            "communication": [b.to_dict() for b in self.communication],
-            "decisions": [d.to_dict() for d in self.decisions],
-            "buffers": [b.to_dict() for b in self.buffers],
-            "values": [self._value_dict(v) for b in self.buffers for v in b.values],
-        }, indent=1)
-
-    def _value_dict(self, v: Value) -> dict:
-        p = v.producer
-        return {"value": v.ref(), "shape": list(v.shape), "dtype": v.dtype.name,
-                "op": p.op if p is not None else "input",
-                "point": self.defined.get(v, -1), "phase": p.phase if p else "forward",
-                "loc": str(p.loc) if p else "", "text": p.loc.text.strip() if p else "",
-                "buffer": self.buffer_of[v].id}
-
-    def to_html(self, path: str) -> str:
-        """Write the memory-plan explorer: one self-contained HTML page (arena picture, bytes
-        over time, decisions, graph listing; no network). Returns `path`."""
-        return write_html(self, path)
-
-    def plot(self, path: str) -> str:
-        """Memory over program points as a PNG (needs matplotlib: the `plot` extra): stacked
-        by buffer, coloured by phase, phases shaded, MiB axis, the largest buffers live at the
-        peak labelled with their source lines."""
-        return plot_plan(self, path)
-
-
-def _fmt(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit} ({n} B)"
-    return f"{n} B"
-
-
-def _table(rows) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
-            for r in rows]
-
-
-@dataclass
-class Bucket:
-    """One all-reduced bucket of gradients, as planned: where it is packed, where its
-    reduction starts and where it is waited on (program points), and which of its gradients
-    were computed straight into their slot (`packed`) rather than copied there."""
-
-    bucket: int
-    nbytes: int
-    gradient_bytes: int
-    names: tuple
-    pack_point: int
-    start_point: int
-    wait_point: int
-    packed: int               # gradients computed in their slot
-    copied: tuple             # names of those copied into it
-    in_place: bool            # start and wait run over the bucket's own buffer
-    buffer: int
-
-    @property
-    def text(self) -> str:
-        between = self.wait_point - self.start_point - 1
-        where = "in place in the bucket" if self.in_place else "NOT in place (copies)"
-        copied = f"; copied in: {', '.join(self.copied)}" if self.copied else ""
-        return (f"bucket {self.bucket}: {self.nbytes} B [{', '.join(self.names)}] in buffer "
-                f"#{self.buffer}; packed at [{self.pack_point}], Iallreduce started at "
-                f"[{self.start_point}], waited at [{self.wait_point}] ({between} nodes between); "
-                f"{self.packed}/{len(self.names)} gradients computed in their slot{copied}; "
-                f"reduced {where}")
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "bucket", "nbytes", "gradient_bytes", "names", "pack_point", "start_point",
-            "wait_point", "packed", "copied", "in_place", "buffer")}
-
-
-def _communication(graph: Graph, buffer_of, reuse, packed) -> list[Bucket]:
-    point = {id(n): t for t, n in enumerate(graph.nodes)}
-    by_bucket: dict[int, dict] = {}
-    for n in graph.nodes:
-        if n.op in ("bucket_pack", "allreduce_start", "allreduce_wait"):
-            by_bucket.setdefault(n.attrs["bucket"], {})[n.op] = n
-    out = []
-    packed_roots = set(packed)
-    for k in sorted(by_bucket):
-        ops = by_bucket[k]
-        pack, start, wait = ops["bucket_pack"], ops["allreduce_start"], ops["allreduce_wait"]
-        names = pack.attrs.get("names") or tuple(v.ref() for v in pack.inputs)
-        in_slot = []
-        for v in pack.inputs:
-            while v not in packed_roots and v.producer is not None and v.producer.op == "reshape":
-                v = v.producer.inputs[0]
-            in_slot.append(v in packed_roots)
-        out.append(Bucket(k, pack.out.nbytes, sum(v.nbytes for v in pack.inputs), names,
-                          point[id(pack)], point[id(start)], point[id(wait)], sum(in_slot),
-                          tuple(n for n, ok in zip(names, in_slot) if not ok),
-                          reuse.get(start) == 0 and reuse.get(wait) == 0,
-                          buffer_of[pack.out].id))
-    return out
 
 
 # -- planning --------------------------------------------------------------------------------
-def _packable(graph: Graph, reuse: dict[Node, int]) -> dict:
-    """Gradients that can be computed straight into their bucket's slot: Value -> (the
-    bucket_pack node, byte offset). The pack (through reshapes) must be the value's only
-    reader (the all-reduce then overwrites nothing another node needs), and the value must
-    open its own buffer (not a view, an input, a returned value or an in-place result)."""
-    users = graph.users()
-    kept = {id(v) for v in graph.live_outputs()}
-    packed: dict = {}
-    for node in graph.nodes:
-        if node.op != "bucket_pack":
-            continue
-        for v, off in zip(node.inputs, node.attrs["offsets"]):
-            if len(users[v]) != 1 or id(v) in kept:
-                continue
-            # A bias gradient is a reshape of a sum: pack the summed value (a reshape of a
-            # fresh value is contiguous, so it lies in the slot as the flat gradient does).
-            while v.producer is not None and v.producer.op == "reshape" and \
-                    len(users[v.producer.inputs[0]]) == 1 and id(v.producer.inputs[0]) not in kept:
-                v = v.producer.inputs[0]
-            p = v.producer
-            if p is None or REGISTRY[p.op].kind == VIEW or p in reuse or v in packed \
-                    or workspace_bytes(p):
-                continue
-            packed[v] = (node, off * v.dtype.itemsize)
-    return packed
-
-
 def _build_buffers(graph: Graph, reuse: dict[Node, int]):
     """Step 2 and 3."""
     aliases = alias_analysis(graph)
     live = liveness(graph, aliases)
     buffer_of: dict[Value, Buffer] = {}
     buffers: list[Buffer] = []
-    packed = _packable(graph, reuse)
+    packed = packable_gradients(graph, reuse)
     bucket_of: dict[Node, Buffer] = {}  # bucket_pack -> the buffer its gradients open
 
     def open_buffer(v: Value, kind: str, name="") -> Buffer:
@@ -594,7 +259,7 @@ def plan_memory(graph: Graph, inplace: str = "auto", donate=(), alignment: int =
     plan = MemoryPlan(graph.name, alignment, inplace, live.end, buffers, decisions,
                       buffer_of=buffer_of, reuse=reuse, defined=live.defined, graph=graph,
                       workspace=workspace, packed=packed)
-    plan.communication = _communication(graph, buffer_of, reuse, packed)
+    plan.communication = communication_buckets(graph, buffer_of, reuse, packed)
     # Step 5
     plan.arena_bytes = arena
     plan.input_bytes = sum(b.size for b in buffers if b.kind == "input")
