@@ -10,10 +10,14 @@ stays the same (`x.scale_(2.0) is x`).
 
 Each Tensor also carries a `layout`: a zero-byte numpy array with the real element strides, so
 that numpy itself answers "is this reshape a view?" and "does this view overlap itself?".
+
+This module is the class, its storage and the user-facing functions that make tensors
+(`to_tensor`, `random_tensor`); the write-back of inplace ops is compiler.tensor_writeback, the
+methods patched in at import (the registry's elementwise ops, the argument check around every
+public method) are compiler.tensor_methods.
 """
 from __future__ import annotations
 
-import functools
 import numbers
 import weakref
 
@@ -22,11 +26,13 @@ import numpy as np
 from .autodiff import backward as _backward
 
 from . import tracer as _tr
-from .errors import CompilerError, InplaceError, ShapeError, TraceError
+from .errors import InplaceError, ShapeError, TraceError
 from .ir import DataCheck, Value
-from .layout import apply_view, overlaps_itself, value_probe
-from .ops import BOOL, ELEMENTWISE, REGISTRY, SUPPORTED_DTYPES, dtype_class
+from .layout import apply_view, value_probe
+from .ops import BOOL, SUPPORTED_DTYPES, dtype_class
 from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
+from . import tensor_writeback as _writeback
+from .tensor_methods import install_methods, user_errors  # noqa: F401 (importers name it here)
 
 
 class Storage:
@@ -325,112 +331,14 @@ class Tensor:
                       chain_grad=self._chain_grad and self._tracer.grad_enabled)
 
     # -- inplace: compute functionally, then write back through the view chain -------------
-    def _check_leaf(self, what: str):
-        """Paddle's and PyTorch's rule, for data-writing and view-changing inplace ops alike."""
-        leaf = self._storage.leaf
-        if leaf is not None and self._tracer.grad_enabled \
-                and self._storage.base.requires_grad and not self._through_detach():
-            raise InplaceError(f"leaf tensor '{leaf.name}' that doesn't stop gradient can't use "
-                               f"inplace strategy ({what})", _tr.user_loc())
-
-    def _check_writable(self, what: str):
-        self._check_leaf(what)
-        if overlaps_itself(self._layout) or self._through_broadcast():
-            raise InplaceError(f"{what} writes to an expanded (overlapping) view: several "
-                               "elements share one memory location", _tr.user_loc())
-
-    def _through_detach(self) -> bool:
-        """Whether this tensor is (a view of) a `detach()`: writes through it record no
-        gradient, as PyTorch's `w.detach().zero_()` idiom for parameters relies on."""
-        return any(op == "detach" for op, _ in self._chain)
-
-    def _origin(self):
-        """(value, view chain): this tensor is `value` seen through the view ops of the chain,
-        where `value` is the storage's first value (a caller's argument, a constant, ...) when
-        no inplace op has written the storage yet; None once one has."""
-        if self._storage.version != 0:
-            return None
-        return self._storage.base, self._chain
-
-    def _through_broadcast(self) -> bool:
-        """Whether an `expand` in the view chain broadcasts. Its stride-0 dims may be sliced
-        away (`x.expand([2, 3])[0]`), but the write would still reach one element from several
-        positions of the expanded view, and has no inverse to write back through."""
-        shape, dtype = self._storage.base.shape, self._storage.base.dtype
-        for op, attrs in self._chain:
-            out, _ = REGISTRY[op].infer([(shape, dtype)], **attrs)
-            if op == "expand" and int(np.prod(out)) != int(np.prod(shape)):
-                return True
-            shape = out
-        return False
-
-    def _inplace(self, op: str, *others, **attrs) -> "Tensor":
-        what = REGISTRY[op].inplace or op
-        self._check_writable(what)
-        old = self._v()
-        ins = [old] + [self._operand(o) for o in others]
-        new = self._tracer.emit(op, ins, attrs, inplace_of=0)
-        if tuple(new.shape) != tuple(old.shape):
-            raise InplaceError(f"{what} would change the shape of its target from "
-                               f"{list(old.shape)} to {list(new.shape)}", _tr.user_loc())
-        if new.dtype != old.dtype:
-            # A bool result (comparisons, logic) keeps the target's dtype as 1/0, as in Paddle;
-            # any other change of dtype class can't be written into the target.
-            if dtype_class(new.dtype) != dtype_class(old.dtype) and new.dtype != BOOL:
-                raise InplaceError(f"{what} would turn a {old.dtype} tensor into "
-                                   f"{new.dtype}", _tr.user_loc())
-            new = self._tracer.emit("cast", [new], {"dtype": old.dtype})
-        self._tracer.overwritten.add(old)
-        self._write(new)
-        return self
-
-    def _write(self, new: Value):
-        """Make `new` this tensor's value, updating the storage's base through the views."""
-        tracer, storage = self._tracer, self._storage
-        # Intermediate values of the view chain, base first.
-        chain_vals = [storage.base]
-        for op, attrs in self._chain[:-1]:
-            chain_vals.append(tracer.emit(op, [chain_vals[-1]], attrs))
-        value = new
-        for (op, attrs), parent in zip(reversed(self._chain), reversed(chain_vals)):
-            if op == "reshape":
-                value = tracer.emit("reshape", [value], {"shape": parent.shape})
-            elif op == "transpose":
-                inverse = tuple(int(i) for i in np.argsort(attrs["perm"]))
-                value = tracer.emit("transpose", [value], {"perm": inverse})
-            elif op == "slice":
-                value = tracer.emit("slice_scatter", [parent, value], attrs, inplace_of=0)
-            elif op == "expand":
-                # Only an expand that broadcasts nothing is writable (checked before).
-                value = tracer.emit("reshape", [value], {"shape": parent.shape})
-            else:
-                assert op == "detach", op
-                # The inverse of a detach is a detach: the base takes the data of `new`, not
-                # its history (which stays with the detached tensor: `d.add_(y)`).
-                value = tracer.emit("detach", [value], {})
-        if (not tracer.grad_enabled or self._through_detach()) and storage.base.requires_grad:
-            # A write that records no gradient changes the data, not the history (Paddle,
-            # PyTorch): a parameter updated under no_grad stays a leaf; an intermediate passes
-            # its gradient on to its old value unchanged.
-            value.requires_grad = True
-            if storage.leaf is not None:
-                tracer.leaf_of[value] = storage.leaf
-            else:
-                tracer.grad_alias[value] = storage.base
-        # The whole buffer is written, not just this view of it: a VJP that could read either
-        # the base's old value or something else should read the other (autodiff's form choice).
-        tracer.overwritten.add(storage.base)
-        storage.base = value
-        storage.version += 1
-        if storage.input_index is not None:
-            tracer.graph.mutation_locs.setdefault(storage.input_index, tracer.loc())
-        if any(op == "slice" for op, _ in self._chain):
-            # A view of a region re-derives its value from the new base when next used, so no
-            # value that was scattered back into a region is read after its write-back (the
-            # planner may then reuse the whole buffer).
-            self._version = -1
-        else:
-            self._value, self._version = new, storage.version
+    # (compiler/tensor_writeback.py)
+    _check_leaf = _writeback.check_leaf
+    _check_writable = _writeback.check_writable
+    _through_detach = _writeback.through_detach
+    _origin = _writeback.origin
+    _through_broadcast = _writeback.through_broadcast
+    _inplace = _writeback.inplace
+    _write = _writeback.write
 
     # -- elementwise math -------------------------------------------------------------------
     def add(self, y, alpha=1):
@@ -1160,74 +1068,7 @@ _UFUNC_OPERATORS = {
 }
 
 
-def _install_elementwise_methods():
-    """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
-    for name, op in REGISTRY.items():
-        # gelu and layer_norm are reached through F (Paddle has no such Tensor methods);
-        # `fused` is made by the fusion pass, never by the user
-        if op.kind != ELEMENTWISE or op.random or name in (
-                "cast", "broadcast_to", "fused", "gelu", "gelu_grad", "layer_norm"):
-            continue
-        if not hasattr(Tensor, name):
-            setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))
-        if op.inplace and not hasattr(Tensor, op.inplace):
-            setattr(Tensor, op.inplace,
-                    lambda self, *ys, _n=name, **kw: self._inplace(_n, *ys, **kw))
-
-
-_install_elementwise_methods()
-Tensor.multiply_ = lambda self, y: self._inplace("multiply", y)
-Tensor.divide_ = lambda self, y: self._inplace("divide", y)
-
-# Errors Python raises on a bad argument deep inside a method (`int("a")`, `np.dtype("foo")`,
-# comparing a str with a float) become a TraceError naming the user's line: what the user
-# passed is wrong, not the compiler (issue 18: never an internal exception).
-ARGUMENT_ERRORS = (TypeError, ValueError, IndexError, KeyError, OverflowError, AttributeError)
-
-
-def user_errors(fn, name=None):
-    """`fn`, with Python's argument errors re-raised as a `TraceError` naming the user's line."""
-    name = name or fn.__name__
-
-    @functools.wraps(fn)
-    def checked(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CompilerError:
-            raise
-        except ARGUMENT_ERRORS as e:
-            raise TraceError(f"{name}: bad argument ({type(e).__name__}: {e})",
-                             _tr.user_loc()) from e
-    checked._user_errors = True
-    return checked
-
-
-_OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
-              "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__floordiv__",
-              "__rfloordiv__", "__mod__", "__rmod__", "__matmul__", "__rmatmul__", "__neg__",
-              "__abs__", "__invert__", "__and__", "__or__", "__iadd__", "__isub__", "__imul__",
-              "__itruediv__", "__ifloordiv__", "__imod__", "__eq__", "__ne__", "__lt__",
-              "__le__", "__gt__", "__ge__", "__getitem__", "__setitem__")
-
-
-# Building blocks of VJP rules and the autodiff entry: an error there is the compiler's, and
-# must surface as such.
-_INTERNAL = ("backward", "primitive", "reshape_to", "where_mask", "where_positive",
-             "full_like_value", "zeros_like_shape", "slice_index", "slice_scatter")
-
-
-def _check_user_arguments():
-    for name in [n for n in dir(Tensor) if not n.startswith("_") and n not in _INTERNAL] \
-            + list(_OPERATORS):
-        attr = Tensor.__dict__.get(name)
-        if isinstance(attr, property):
-            if name == "T":
-                setattr(Tensor, name, property(user_errors(attr.fget, "T")))
-        elif callable(attr) and not getattr(attr, "_user_errors", False):
-            setattr(Tensor, name, user_errors(attr, f"Tensor.{name.strip('_') or name}"))
-
-
-_check_user_arguments()
+install_methods(Tensor)
 
 
 def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:

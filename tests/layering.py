@@ -20,7 +20,8 @@ PACKAGES = ("compiler", "passes", "runtime")
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("compiler.errors", "compiler.ir", "compiler.layout", "compiler.ops",
               "compiler.signals")),
-    ("front", ("compiler.tensor", "compiler.tracer", "compiler.nn", "compiler.optimizer",
+    ("front", ("compiler.tensor", "compiler.tensor_writeback", "compiler.tensor_methods",
+               "compiler.tracer", "compiler.nn", "compiler.optimizer",
                "compiler.creation", "compiler.arguments", "compiler.autodiff")),
     ("passes", ("passes",)),
     ("backends", ("runtime",)),
