@@ -73,6 +73,7 @@ from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import FusedBody, expr_cost
 
 from .cse import last_reads
+from .rewrite import rebuilt
 from .schedule import compact_derivation
 from .simplify import dce
 
@@ -272,18 +273,7 @@ def _rewrite(graph: Graph, fused: list[_Group], group_of, scratch: bool) -> Grap
             replaced[id(node.out)] = new.out
             nmap[id(node)] = new
         nodes.append(new)
-    for n in nodes:
-        if n.grad_of is not None and id(n.grad_of) in nmap:
-            n.grad_of = nmap[id(n.grad_of)]
-    out = copy.copy(graph)
-    out.nodes = nodes
-    out.outputs = [replaced.get(id(v), v) for v in graph.outputs]
-    out.mutations = {k: replaced.get(id(v), v) for k, v in graph.mutations.items()}
-    out.data_checks = [copy.copy(c) for c in graph.data_checks]
-    for c in out.data_checks:
-        c.node = nmap.get(id(c.node), c.node)
-    out.captured = [(nmap.get(id(n), n), ref, snap) for n, ref, snap in graph.captured]
-    return out
+    return rebuilt(graph, nodes, replaced, nmap)
 
 
 def _fused_node(g: _Group, replaced, scratch: bool, index) -> Node:

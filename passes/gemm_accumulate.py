@@ -38,7 +38,6 @@ Algorithm:
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +47,7 @@ from compiler.ops import REGISTRY, VIEW
 
 from .alias import alias_analysis
 from .liveness import liveness
+from .rewrite import clone_node, rebuilt
 from .schedule import compact_derivation
 from .simplify import dce
 
@@ -227,35 +227,25 @@ def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
 def _clone(graph: Graph, folds: dict) -> Graph:
     """A copy of `graph` with fresh nodes and values (same ids), each folded update replaced
     by its gemm."""
-    vmap: dict[Value, Value] = {v: v for v in graph.inputs}
-    nmap: dict[Node, Node] = {}
-    out = copy.copy(graph)
-    out.nodes = []
+    vmap: dict[int, Value] = {id(v): v for v in graph.inputs}
+    nmap: dict[int, Node] = {}
+    nodes: list[Node] = []
     for node in graph.nodes:
         if node in folds:
             a, b, w, alpha, ta, tb = folds[node]
-            new = Node("gemm", [vmap[a], vmap[b], vmap[w]],
+            new = Node("gemm", [vmap[id(a)], vmap[id(b)], vmap[id(w)]],
                        {"alpha": alpha, "beta": 1.0, "trans_a": ta, "trans_b": tb},
                        None, node.loc, node.phase, 2, node.grad_of)
             shape, dtype = REGISTRY["gemm"].infer(
                 [(v.shape, v.dtype) for v in new.inputs], **new.attrs)
             assert tuple(shape) == node.out.shape and np.dtype(dtype) == node.out.dtype
+            v = Value(node.out.id, node.out.shape, node.out.dtype, new, node.out.name)
+            v.requires_grad = node.out.requires_grad
+            new.out = v
         else:
-            new = Node(node.op, [vmap[v] for v in node.inputs], dict(node.attrs), None,
-                       node.loc, node.phase, node.inplace_of, node.grad_of)
-        v = Value(node.out.id, node.out.shape, node.out.dtype, new, node.out.name)
-        v.requires_grad = node.out.requires_grad
-        new.out = v
-        vmap[node.out], nmap[node] = v, new
-        out.nodes.append(new)
-    for new in out.nodes:
-        if new.grad_of is not None:
-            new.grad_of = nmap.get(new.grad_of, new.grad_of)
-    out.outputs = [vmap[v] for v in graph.outputs]
-    out.mutations = {k: vmap[v] for k, v in graph.mutations.items()}
-    out.data_checks = [copy.copy(c) for c in graph.data_checks]
-    for c in out.data_checks:
-        c.node = nmap.get(c.node, c.node)
-    out.captured = [(nmap.get(n, n), ref, snap) for n, ref, snap in graph.captured]
+            new = clone_node(node, [vmap[id(v)] for v in node.inputs])
+        vmap[id(node.out)], nmap[id(node)] = new.out, new
+        nodes.append(new)
+    out = rebuilt(graph, nodes, vmap, nmap)
     assert all(REGISTRY[n.op].kind != VIEW or n.inputs for n in out.nodes)
     return out

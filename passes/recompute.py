@@ -46,7 +46,6 @@ Algorithm:
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from compiler.ir import Graph, Node, Value
@@ -54,6 +53,7 @@ from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
 from .alias import alias_analysis
 from .reinplace import describe_reader
+from .rewrite import clone_node, rebuilt
 from .schedule import _Model, schedule
 from .simplify import dce
 
@@ -182,23 +182,13 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
     before: dict[int, list[Node]] = {}
     for n in chosen:
         before.setdefault(f.late_readers(n.out)[0], []).append(n)
-    out = copy.copy(graph)
     next_id = graph._next_id
     vmap: dict[Value, Value] = {v: v for v in graph.inputs}
     late_map: dict[Value, Value] = {}   # a chosen value or a view of it -> its copy
     copies: dict[Node, Node] = {}
     chosen_ids = {id(n.out) for n in chosen}
     nmap: dict[int, Node] = {}
-    out.nodes = []
-
-    def clone(node: Node, inputs, value_id=None) -> Node:
-        new = Node(node.op, inputs, dict(node.attrs), None, node.loc, node.phase,
-                   node.inplace_of, node.grad_of)
-        v = Value(node.out.id if value_id is None else value_id, node.out.shape,
-                  node.out.dtype, new, node.out.name if value_id is None else None)
-        v.requires_grad = node.out.requires_grad
-        new.out = v
-        return new
+    nodes: list[Node] = []
 
     def late_value(v: Value) -> Value:
         """The copy standing in for `v` in the backward pass (views copied on demand)."""
@@ -210,19 +200,19 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
             raise AssertionError("a chosen value is copied before its first backward reader")
         # a view of a chosen value: copy the view over the copy
         src = late_value(p.inputs[0])
-        new = clone(p, [src] + [vmap[x] for x in p.inputs[1:]], next_id)
+        new = clone_node(p, [src] + [vmap[x] for x in p.inputs[1:]], next_id)
         next_id += 1
-        out.nodes.append(new)
+        nodes.append(new)
         late_map[v] = new.out
         return new.out
 
     chosen_roots = {id(n.out) for n in chosen}
     for i, node in enumerate(graph.nodes):
         for n in before.get(i, ()):
-            new = clone(n, [vmap[x] for x in n.inputs], next_id)
+            new = clone_node(n, [vmap[x] for x in n.inputs], next_id)
             new.phase = node.phase
             next_id += 1
-            out.nodes.append(new)
+            nodes.append(new)
             late_map[n.out] = new.out
             copies[n] = new
         if node.phase in LATE and REGISTRY[node.op].kind != VIEW:
@@ -230,19 +220,10 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
                       for x in node.inputs]
         else:
             inputs = [vmap[x] for x in node.inputs]
-        new = clone(node, inputs)
+        new = clone_node(node, inputs)
         vmap[node.out], nmap[id(node)] = new.out, new
-        out.nodes.append(new)
-    for new in out.nodes:
-        if new.grad_of is not None:
-            new.grad_of = nmap.get(id(new.grad_of), new.grad_of)
-    out._next_id = next_id
-    out.outputs = [vmap[v] for v in graph.outputs]
-    out.mutations = {k: vmap[v] for k, v in graph.mutations.items()}
-    out.data_checks = [copy.copy(c) for c in graph.data_checks]
-    for c in out.data_checks:
-        c.node = nmap.get(id(c.node), c.node)
-    out.captured = [(nmap.get(id(n), n), ref, snap) for n, ref, snap in graph.captured]
+        nodes.append(new)
+    out = rebuilt(graph, nodes, {id(k): v for k, v in vmap.items()}, nmap, next_id)
     # the forward views the backward readers used to read through are dead now
     return dce(out), copies
 
