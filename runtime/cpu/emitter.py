@@ -24,8 +24,10 @@ planned offset, a caller's input, a per-call output buffer, or a module constant
 Kernels by family (`LOWERING`, from the table in `runtime/lowering/families.py`;
 `FALLBACK_OPS` is the explicit list of ops that call back into the numpy reference through
 `fallback`: the communication ops, and the mechanism lets an op added to the registry before
-its kernel work on cpu, visibly, instead of failing; issue 10's
-scans, gathers, scatters and min/prod/argmax/argmin are in `index_kernels.py`):
+its kernel work on cpu, visibly, instead of failing). The kernels live in mixins of
+`ModuleEmitter`, one module per group: issue 10's scans, gathers, scatters and
+min/prod/argmax/argmin in `index_kernels.py`, matmul and gemm in `gemm_kernels.py`, softmax,
+conv and pooling in `window_kernels.py`; elementwise, reductions, copies and regions here:
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
     (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions
@@ -60,14 +62,15 @@ from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import expr_cost
 
 from runtime.lowering import families as F
-from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
+from runtime.lowering.layout import broadcast_strides, collapse
 from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
 
 from . import jit
+from .gemm_kernels import GemmKernels
 from .index_kernels import IndexKernels
-from .loops import elem_ptr, for_range, i64, index, interleave_hint, loop_nest
-from .scalar import (F32, F64, I1, I8, I32, I64, Renderer, constant, convert, fast_exp, libm,
-                     ll_type, load, select_max, store)
+from .window_kernels import WindowKernels
+from .loops import elem_ptr, i64, index, interleave_hint, loop_nest
+from .scalar import (I1, I8, I64, Renderer, constant, convert, ll_type, load, select_max, store)
 
 PTR = ir.PointerType()
 POISON = 0xFF
@@ -85,7 +88,7 @@ FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
 
 
 # -- the module ---------------------------------------------------------------------------
-class ModuleEmitter(IndexKernels):
+class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
     """Builds the module for one planned graph. `ir_text` is the result."""
 
     def __init__(self, graph, plan, sanitize: bool = False, name: str = "program",
@@ -427,144 +430,6 @@ class ModuleEmitter(IndexKernels):
                 b, b.fdiv(load(b, at_out(kidx), od), constant(float(count), od)), at_out(kidx),
                 od), "m")
 
-    # -- matmul ----------------------------------------------------------------------------
-    def _matmul(self, b, ptrs, out: Place, x: Place, y: Place):
-        bshape = out.shape[:-2]
-        m, kk, n = x.shape[-2], x.shape[-1], y.shape[-1]
-        xb = broadcast_strides(Place(x.slot, 0, x.shape[:-2], x.strides[:-2], x.dtype),
-                               bshape)
-        yb = broadcast_strides(Place(y.slot, 0, y.shape[:-2], y.strides[:-2], y.dtype),
-                               bshape)
-        ob = out.strides[:-2]
-        xm, xk = x.strides[-2:]
-        yk, yn = y.strides[-2:]
-        om, on = out.strides[-2:]
-        dt = out.dtype
-        if kk == 0:  # an empty sum: zeros (never hand BLAS k = 0)
-            self._fill(b, ptrs, out)
-            return
-        use_blas = (self.blas_ok and dt.kind == "f" and x.dtype == dt and y.dtype == dt
-                    and (blas_layout(m, n, om, on) or ("T",))[0] == "N"
-                    and blas_layout(m, kk, xm, xk) and blas_layout(kk, n, yk, yn))
-        if not use_blas:
-            self._matmul_loops(b, ptrs, out, x, y, bshape, xb, yb, ob)
-            return
-        # Fold a batch that runs contiguously into the rows when the right operand is shared:
-        # [B, M, K] @ [K, N] is one [B*M, K] @ [K, N] GEMM.
-        if bshape and all(s == 0 for s in yb):
-            fshape, (fx, fo) = collapse(tuple(bshape) + (m,),
-                                        [tuple(xb) + (xm,), tuple(ob) + (om,)])
-            if len(fshape) == 1 and (blas_layout(fshape[0], kk, fx[0], xk) or "T")[0] == "N" \
-                    and (blas_layout(fshape[0], n, fo[0], on) or "T")[0] == "N":
-                bshape, xb, yb, ob = (), (), (), ()
-                m, xm, om = fshape[0], fx[0], fo[0]
-        ldc = blas_layout(m, n, om, on)[1]
-        bshape_c, (cxb, cyb, cob) = collapse(bshape, [xb, yb, ob]) if bshape else ((), ((),) * 3)
-
-        def one(idxs):
-            xo = index(b, x.offset, cxb, idxs)
-            yo = index(b, y.offset, cyb, idxs)
-            oo = index(b, out.offset, cob, idxs)
-            self.gemm(b, dt, m, n, kk,
-                      elem_ptr(b, ptrs[x.slot], dt, xo), (xm, xk),
-                      elem_ptr(b, ptrs[y.slot], dt, yo), (yk, yn),
-                      elem_ptr(b, ptrs[out.slot], dt, oo), ldc)
-        loop_nest(b, bshape_c, one, "b")
-
-    def gemm(self, b, dtype, m, n, k, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc,
-             alpha=1.0, beta=0.0):
-        """C = alpha * A @ B + beta * C through cblas_?gemm (row-major; 64-bit sizes, C-int
-        enums). A and B are given by their (row, column) element strides: whichever of them
-        is 1 decides the transpose flag; no operand is ever copied."""
-        ta, lda = blas_layout(m, k, *a_strides)
-        tb, ldb = blas_layout(k, n, *b_strides)
-        ft = F32 if np.dtype(dtype) == np.float32 else F64
-        name = jit.BLAS_GEMM[np.dtype(dtype).name]
-        fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
-            ir.VoidType(), [I32, I32, I32, I64, I64, I64, ft, PTR, I64, PTR, I64, ft, PTR,
-                            I64]), name)
-        flag = {"N": 111, "T": 112}
-        b.call(fn, [ir.Constant(I32, 101), ir.Constant(I32, flag[ta]),
-                    ir.Constant(I32, flag[tb]), i64(m), i64(n), i64(k),
-                    ir.Constant(ft, alpha), a_ptr, i64(lda), b_ptr, i64(ldb),
-                    ir.Constant(ft, beta), c_ptr, i64(ldc)])
-
-    def _gemm(self, b, ptrs, node, out: Place, x: Place, y: Place, c: Place):
-        """out = beta * c + alpha * op(x) @ op(y) (GEMM-accumulate, `cc.addmm`): in place over
-        c when the plan says so, else c is copied into out first; then one cblas_?gemm with
-        alpha, beta and the transposes as flags, or a generated loop."""
-        at = node.attrs
-        alpha, beta = float(at["alpha"]), float(at["beta"])
-
-        def op(p: Place, t: bool) -> Place:
-            return Place(p.slot, p.offset, p.shape[::-1], p.strides[::-1], p.dtype) if t else p
-        x, y = op(x, at["trans_a"]), op(y, at["trans_b"])
-        if (c.slot, c.offset, c.strides, c.dtype) != (out.slot, out.offset, out.strides,
-                                                      out.dtype):
-            self._copy(b, ptrs, out, c)
-        m, kk, n = x.shape[0], x.shape[1], y.shape[1]
-        dt = out.dtype
-        lc = blas_layout(m, n, *out.strides)
-        if (self.blas_ok and kk > 0 and x.dtype == dt and y.dtype == dt and lc
-                and lc[0] == "N" and blas_layout(m, kk, *x.strides)
-                and blas_layout(kk, n, *y.strides)):
-            self.gemm(b, dt, m, n, kk,
-                      elem_ptr(b, ptrs[x.slot], dt, index(b, x.offset, (), ())), x.strides,
-                      elem_ptr(b, ptrs[y.slot], dt, index(b, y.offset, (), ())), y.strides,
-                      elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, (), ())), lc[1],
-                      alpha, beta)
-            return
-        acc = b.alloca(ll_type(dt))
-
-        def body(idxs):
-            i, j = idxs
-            b.store(constant(0, dt), acc)
-            with for_range(b, kk, "k") as kv:
-                xv = convert(b, load(b, elem_ptr(b, ptrs[x.slot], x.dtype, index(
-                    b, x.offset, x.strides, (i, kv))), x.dtype), x.dtype, dt)
-                yv = convert(b, load(b, elem_ptr(b, ptrs[y.slot], y.dtype, index(
-                    b, y.offset, y.strides, (kv, j))), y.dtype), y.dtype, dt)
-                b.store(b.fadd(b.load(acc, typ=ll_type(dt)), b.fmul(xv, yv)), acc)
-            at_out = elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, out.strides, idxs))
-            prod = b.fmul(constant(alpha, dt), b.load(acc, typ=ll_type(dt)))
-            old = b.fmul(constant(beta, dt), load(b, at_out, dt))
-            store(b, b.fadd(old, prod), at_out, dt)
-        loop_nest(b, (m, n), body)
-
-    def _matmul_loops(self, b, ptrs, out, x, y, bshape, xb, yb, ob):
-        """A generated loop for what BLAS can't take (ints, odd layouts): out[.., i, j] =
-        sum_k x[.., i, k] * y[.., k, j], accumulated in the output dtype."""
-        dt = out.dtype
-        xm, xk = x.strides[-2:]
-        yk, yn = y.strides[-2:]
-        shape = tuple(bshape) + (out.shape[-2], out.shape[-1])
-        acc = b.alloca(ll_type(dt))
-
-        def body(idxs):
-            bi, i, j = idxs[:-2], idxs[-2], idxs[-1]
-            xo = b.add(index(b, x.offset, xb, bi), b.mul(i, i64(xm)))
-            yo = b.add(index(b, y.offset, yb, bi), b.mul(j, i64(yn)))
-            b.store(constant(0, dt), acc)
-            with for_range(b, x.shape[-1], "k") as kv:
-                xv = convert(b, load(b, elem_ptr(b, ptrs[x.slot], x.dtype,
-                                                 b.add(xo, b.mul(kv, i64(xk)))), x.dtype),
-                             x.dtype, dt)
-                yv = convert(b, load(b, elem_ptr(b, ptrs[y.slot], y.dtype,
-                                                 b.add(yo, b.mul(kv, i64(yk)))), y.dtype),
-                             y.dtype, dt)
-                a = b.load(acc, typ=ll_type(dt))
-                if dt.kind == "f":
-                    a = b.fadd(a, b.fmul(xv, yv))
-                elif dt.kind == "b":
-                    a = b.or_(a, b.and_(xv, yv))
-                else:
-                    a = b.add(a, b.mul(xv, yv))
-                b.store(a, acc)
-            store(b, b.load(acc, typ=ll_type(dt)),
-                  elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, tuple(ob) + out.strides[
-                      -2:], idxs)), dt)
-        loop_nest(b, shape, body)
-
     def _fill(self, b, ptrs, dst: Place):
         """dst = 0."""
         shape, (so,) = collapse(dst.shape, [dst.strides])
@@ -612,231 +477,6 @@ class ModuleEmitter(IndexKernels):
             store(b, v, elem_ptr(b, ptrs[out.slot], out.dtype,
                                  index(b, out.offset, out.strides, idxs)), out.dtype)
         loop_nest(b, out.shape, body)
-
-    # -- row-wise ----------------------------------------------------------------------------
-    def _softmax(self, b, ptrs, node, out: Place, x: Place):
-        """Three passes per row, as the reference: max, sum of exp(x - max), normalise.
-        The sum accumulates in float64 and is rounded to the dtype once."""
-        if not x.shape:  # a 0-d input is one row of one element
-            x = Place(x.slot, x.offset, (1,), (1,), x.dtype)
-            out = Place(out.slot, out.offset, (1,), (1,), out.dtype)
-        ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
-        dt = x.dtype
-        t = ll_type(dt)
-        others = [d for d in range(len(x.shape)) if d != ax]
-        n, sx, so = x.shape[ax], x.strides[ax], out.strides[ax]
-        mx, sm = b.alloca(t, name="max"), b.alloca(F64, name="sum")
-        log = node.op == "log_softmax"
-
-        def row(idxs):
-            xo = index(b, x.offset, [x.strides[d] for d in others], idxs)
-            oo = index(b, out.offset, [out.strides[d] for d in others], idxs)
-
-            def xat(j):
-                return load(b, elem_ptr(b, ptrs[x.slot], dt, b.add(xo, b.mul(j, i64(sx)))), dt)
-
-            def oat(j):
-                return elem_ptr(b, ptrs[out.slot], dt, b.add(oo, b.mul(j, i64(so))))
-            b.store(constant(-np.inf, dt), mx)
-            with for_range(b, n, "j") as j:
-                b.store(select_max(b, b.load(mx, typ=t), xat(j), dt), mx)
-            m = b.load(mx, typ=t)
-            b.store(constant(0.0, np.float64), sm)
-            with for_range(b, n, "j") as j:
-                e = fast_exp(b, b.fsub(xat(j), m))
-                if not log:
-                    store(b, e, oat(j), dt)
-                b.store(b.fadd(b.load(sm, typ=F64), convert(b, e, dt, np.float64),
-                               flags=["reassoc"]), sm)
-            s = convert(b, b.load(sm, typ=F64), np.float64, dt)
-            if log:
-                lse = libm(b, "log", s)
-                with for_range(b, n, "j") as j:
-                    store(b, b.fsub(b.fsub(xat(j), m), lse), oat(j), dt)
-            else:
-                with for_range(b, n, "j") as j:
-                    store(b, b.fdiv(b.load(oat(j), typ=t), s), oat(j), dt)
-        loop_nest(b, [x.shape[d] for d in others], row, "o")
-
-    # -- convolution -------------------------------------------------------------------------
-    def _conv(self, b, ptrs, node, out: Place, p0: Place, p1: Place):
-        """conv2d (NCHW, OIHW) and its two gradients as direct loops over each kernel offset
-        (u, v), with the range of output positions valid for that offset computed once per
-        offset (no bounds tests inside), so the innermost loop runs along an output (or
-        input-gradient) row and vectorises for stride 1:
-
-          conv2d:       out[n,o,i,j]  += x[n,c,r,q] * w[o,c,u,v]
-          grad_input:   gx[n,c,r,q]   += g[n,o,i,j] * w[o,c,u,v]
-          grad_weight:  gw[o,c,u,v]    = sum_{n,i,j} g[n,o,i,j] * x[n,c,r,q]
-        with r = i*sh + u*dh - ph, q = j*sw + v*dw - pw. Sums are reassociated (within the
-        reduction tolerance); grad_weight accumulates float32 in float64. (u, v) are loops, not
-        unrolled: code size, hence compile time, does not grow with the kernel's area."""
-        op = node.op
-        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
-        ph, pw = leading_padding(node.attrs["padding"])
-        dt = out.dtype
-        if op == "conv2d":
-            x, w, g = p0, p1, out
-        elif op == "conv2d_grad_input":
-            g, w, x = p0, p1, out
-        else:
-            x, g, w = p0, p1, out
-        nb, cin, h, wd = x.shape
-        co, _, kh, kw = w.shape
-        oh, ow = g.shape[2], g.shape[3]
-        t = ll_type(dt)
-
-        def at(p, idx):
-            return elem_ptr(b, ptrs[p.slot], p.dtype, index(b, p.offset, p.strides, idx))
-
-        def val(p, idx):
-            return convert(b, load(b, at(p, idx), p.dtype), p.dtype, dt)
-
-        def floor_div(a, k):  # k > 0
-            q, r = b.sdiv(a, i64(k)), b.srem(a, i64(k))
-            return b.sub(q, b.zext(b.icmp_signed("<", r, i64(0)), I64))
-
-        def smax(a, c):
-            return b.select(b.icmp_signed(">", a, c), a, c)
-
-        def smin(a, c):
-            return b.select(b.icmp_signed("<", a, c), a, c)
-
-        def valid(k, stride, pad, dil, size, osize):
-            """[lo, lo + count): output positions i with 0 <= i*stride + k*dil - pad < size."""
-            base = b.sub(i64(pad), b.mul(k, i64(dil)))        # pad - k*dil
-            lo = smax(floor_div(b.add(base, i64(stride - 1)), stride), i64(0))
-            hi = smin(b.add(floor_div(b.add(base, i64(size - 1)), stride), i64(1)),
-                      i64(osize))
-            return lo, smax(b.sub(hi, lo), i64(0))
-
-        def pos(i, lo, stride, k, dil, pad):
-            i = b.add(i, lo)
-            return i, b.add(b.mul(i, i64(stride)), b.sub(b.mul(k, i64(dil)), i64(pad)))
-        if op != "conv2d_grad_weight":
-            self._fill(b, ptrs, out)
-        acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
-        acc = b.alloca(ll_type(acc_d))
-        with for_range(b, kh, "u") as u:
-            ilo, ni = valid(u, sh, ph, dh, h, oh)
-            with for_range(b, kw, "v") as v:
-                jlo, nj = valid(v, sw, pw, dw, wd, ow)
-                if op == "conv2d_grad_weight":
-                    def wbody(idx):
-                        o, c = idx
-                        b.store(constant(0, acc_d), acc)
-
-                        def inner(nij):
-                            n, i, j = nij
-                            i, r = pos(i, ilo, sh, u, dh, ph)
-                            j, q = pos(j, jlo, sw, v, dw, pw)
-                            prod = convert(b, self._mul(b, val(g, [n, o, i, j]),
-                                                        val(x, [n, c, r, q]), dt), dt, acc_d)
-                            a = b.load(acc, typ=ll_type(acc_d))
-                            b.store(self._add(b, a, prod, acc_d), acc)
-                        loop_nest(b, (nb, ni, nj), inner, "r")
-                        res = convert(b, b.load(acc, typ=ll_type(acc_d)), acc_d, dt)
-                        store(b, res, at(w, [o, c, u, v]), dt)
-                    loop_nest(b, (co, cin), wbody, "w")
-                else:
-                    def body(idx):
-                        n, a1, a2, i, j = idx
-                        o, c = (a1, a2) if op == "conv2d" else (a2, a1)
-                        i, r = pos(i, ilo, sh, u, dh, ph)
-                        j, q = pos(j, jlo, sw, v, dw, pw)
-                        wv = val(w, [o, c, u, v])
-                        if op == "conv2d":
-                            dst, src = at(out, [n, o, i, j]), val(x, [n, c, r, q])
-                        else:
-                            dst, src = at(out, [n, c, r, q]), val(g, [n, o, i, j])
-                        cur = b.load(dst, typ=t)
-                        b.store(self._add(b, cur, self._mul(b, src, wv, dt), dt), dst)
-                    outer = (co, cin) if op == "conv2d" else (cin, co)
-                    loop_nest(b, (nb,) + outer + (ni, nj), body, "c")
-
-    @staticmethod
-    def _mul(b, x, y, dt):
-        return b.fmul(x, y) if dt.kind == "f" else b.mul(x, y)
-
-    @staticmethod
-    def _add(b, x, y, dt):
-        return b.fadd(x, y, flags=["reassoc"]) if dt.kind == "f" else b.add(x, y)
-
-    # -- pooling -----------------------------------------------------------------------------
-    def _pool_window(self, b, node, x: Place, idxs, visit):
-        """Visit each in-bounds input position of output (n, c, oh, ow)'s window, in the
-        reference's order; `visit(flat_index_into_x)`. Padded positions hold -inf in the
-        reference, which never wins a max, so they are skipped."""
-        kh, kw = node.attrs["kernel"]
-        sh, sw = node.attrs["stride"]
-        ph, pw = leading_padding(node.attrs["padding"])
-        n, c, oh, ow = idxs
-        h, w = x.shape[2], x.shape[3]
-        base = index(b, x.offset, x.strides[:2], [n, c])
-        for i in range(kh):
-            r = b.sub(b.add(b.mul(oh, i64(sh)), i64(i)), i64(ph))
-            for j in range(kw):
-                col = b.sub(b.add(b.mul(ow, i64(sw)), i64(j)), i64(pw))
-                inside = b.and_(b.and_(b.icmp_signed(">=", r, i64(0)),
-                                       b.icmp_signed("<", r, i64(h))),
-                                b.and_(b.icmp_signed(">=", col, i64(0)),
-                                       b.icmp_signed("<", col, i64(w))))
-                with b.if_then(inside):
-                    visit(b.add(base, b.add(b.mul(r, i64(x.strides[2])),
-                                            b.mul(col, i64(x.strides[3])))))
-
-    def _max_pool(self, b, ptrs, node, out: Place, x: Place):
-        dt = x.dtype
-        t = ll_type(dt)
-        acc = b.alloca(t)
-
-        def body(idxs):
-            b.store(constant(-np.inf, dt) if dt.kind == "f" else
-                    constant(np.iinfo(dt).min, dt), acc)
-            self._pool_window(b, node, x, idxs, lambda k: b.store(
-                select_max(b, b.load(acc, typ=t), load(b, elem_ptr(b, ptrs[x.slot], dt, k), dt),
-                           dt), acc))
-            store(b, b.load(acc, typ=t), elem_ptr(b, ptrs[out.slot], dt,
-                                                  index(b, out.offset, out.strides, idxs)), dt)
-        loop_nest(b, out.shape, body)
-
-    def _max_pool_grad(self, b, ptrs, node, out: Place, x: Place, g: Place):
-        """gx = 0; each output gradient goes to the first maximum of its window (numpy's
-        argmax: the first NaN, else the first largest)."""
-        dt = out.dtype
-        t = ll_type(dt)
-        self._fill(b, ptrs, out)
-        best, where = b.alloca(ll_type(x.dtype)), b.alloca(I64)
-        fl = x.dtype.kind == "f"
-
-        def body(idxs):
-            b.store(i64(-1), where)
-            b.store(constant(-np.inf, x.dtype) if fl else constant(np.iinfo(x.dtype).min,
-                                                                      x.dtype), best)
-
-            def visit(k):
-                v = load(b, elem_ptr(b, ptrs[x.slot], x.dtype, k), x.dtype)
-                cur = b.load(best, typ=ll_type(x.dtype))
-                first = b.icmp_signed("<", b.load(where, typ=I64), i64(0))
-                if fl:
-                    better = b.or_(b.fcmp_ordered(">", v, cur),
-                                   b.and_(b.fcmp_unordered("uno", v, v),
-                                          b.fcmp_ordered("ord", cur, cur)))
-                else:
-                    better = b.icmp_signed(">", v, cur)
-                take = b.or_(first, better)
-                b.store(b.select(take, v, cur), best)
-                b.store(b.select(take, k, b.load(where, typ=I64)), where)
-            self._pool_window(b, node, x, idxs, visit)
-            k = b.load(where, typ=I64)
-            with b.if_then(b.icmp_signed(">=", k, i64(0))):
-                # x and out share shape [N, C, H, W]: map x's element to out's.
-                gv = load(b, elem_ptr(b, ptrs[g.slot], g.dtype,
-                                      index(b, g.offset, g.strides, idxs)), g.dtype)
-                gv = convert(b, gv, g.dtype, dt)
-                optr = elem_ptr(b, ptrs[out.slot], dt, self._remap(b, k, x, out))
-                b.store(b.fadd(b.load(optr, typ=t), gv), optr)
-        loop_nest(b, g.shape, body)
 
     def _remap(self, b, k, src: Place, dst: Place):
         """The element of `dst` at the same logical index as element `k` of `src` (same
