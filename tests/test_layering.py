@@ -178,3 +178,14 @@ def test_no_renderer_imports_another_backend():
                 if a != b and (i.source == a or i.source.startswith(a + "."))
                 and (i.target == b or i.target.startswith(b + "."))]
     assert not crossing, "\n".join(f"{i.source}:{i.line} imports {i.target}" for i in crossing)
+
+
+def test_pyproject_ships_every_package():
+    """A package missing from pyproject's list is absent from a (non-editable) install."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for top in ("compiler", "passes", "runtime")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert found == listed, (sorted(found - listed), sorted(listed - found))
