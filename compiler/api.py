@@ -308,7 +308,7 @@ class Program:
         for a in arrays:
             if not a.flags.c_contiguous:
                 # Row-major copies, counted by the memory check first (mutations are copied
-                # back below). (A late import: runtime imports this package.)
+                # back below).
                 contiguous_arguments(run_arrays, arrays, names, self._exec, loc)
                 break
         exe = self._exec
