@@ -121,27 +121,19 @@ def contiguous_arguments(run_arrays, arrays, names, executable, loc=None) -> Non
                 "nothing was written", loc) from None
 
 
-class ArenaExecutable:
-    """Runs a planned graph. Building one allocates nothing: the arena is allocated by the
-    first call (so `fn.lower(...)` of a program bigger than the machine can be inspected).
-    Calls may run at once from several threads: each takes an arena of its own from the
-    program's pool (a new one when none is idle), so they share no memory but the inputs."""
+class ArenaPool:
+    """The arenas of one program, one per call running at once (a base of the numpy and cpu
+    executables). A call takes an idle arena (`_take`, a new one when none is idle) and keeps
+    it until `put_back`, so concurrent calls share no memory but their inputs; at most
+    POOL_LIMIT idle arenas are kept. A subclass says how an arena is made (`_make_arena`) and
+    what it keeps beside it (`_state`: views, pointer tables), made once per arena."""
 
     arena_on_host = True  # (its arena counts against the host's memory; the gpu's does not)
 
-    def __init__(self, graph, plan, sanitize: bool = False):
-        self.graph, self.plan, self.sanitize = graph, plan, sanitize
-        self.source = ""
-        self._ops = [REGISTRY[n.op] for n in graph.nodes]
-        # Buffers to poison after each node (sanitizer): arena buffers whose life ends there.
-        self._dies_after: dict[int, list] = {}
-        for b in plan.buffers:
-            if b.kind == "arena" and b.size:
-                self._dies_after.setdefault(b.end, []).append(b)
-        self._free: list[_ArenaState] = []  # the pool: idle arenas, at most POOL_LIMIT
+    def _init_pool(self):
+        self._free: list = []  # the pool: idle arenas' states, at most POOL_LIMIT
         self._arena = None
 
-    # -- the arena pool ------------------------------------------------------------------------
     arena = property(lambda self: self._arena, lambda self, a: self._adopt(a),
                      doc="The program's first arena (None before the first call and after "
                          "`release()`); concurrent calls take further ones from the pool.")
@@ -157,18 +149,67 @@ class ArenaExecutable:
     def idle_arena_bytes(self) -> int:
         return len(self._free) * self.plan.arena_bytes
 
-    def _new_state(self) -> "_ArenaState":
+    def check_memory(self, loc=None):
+        """Raise `InsufficientMemoryError` before a call that can't get its memory (the
+        driver calls this before anything is allocated or written)."""
+        check_memory(self.plan, bool(self._free), loc)  # small calls skip the read
+
+    def _new_state(self):
         """A new arena for a call (the first one is `self.arena`)."""
-        state = self._state(np.empty(self.plan.arena_bytes, np.uint8))
+        state = self._state(self._make_arena())
         if self._arena is None:
             self._arena = state.arena
         return state
 
-    def _allocate(self) -> "_ArenaState":
+    def _allocate(self):
         """A new arena, idle in the pool."""
         state = self._new_state()
         self._free.append(state)
         return state
+
+    def _take(self):
+        """(the pool, an arena's state) for one call, to hand to `put_back` when it ends."""
+        free = self._free
+        try:  # (list.pop and append are atomic: two threads never get one arena)
+            return free, free.pop()
+        except IndexError:
+            return free, self._new_state()
+
+    @staticmethod
+    def put_back(held) -> None:
+        """Return a call's arena to the pool it came from (after `release()` that pool is
+        gone, and the arena with it); the pool keeps at most POOL_LIMIT."""
+        free, state = held
+        if len(free) < POOL_LIMIT:
+            free.append(state)
+
+    def run(self, inputs):
+        """(outputs, mutations) of a call; the arena goes back to the pool."""
+        outs, muts, held = self.run_held(inputs)
+        self.put_back(held)
+        return outs, muts
+
+
+class ArenaExecutable(ArenaPool):
+    """Runs a planned graph. Building one allocates nothing: the arena is allocated by the
+    first call (so `fn.lower(...)` of a program bigger than the machine can be inspected).
+    Calls may run at once from several threads: each takes an arena of its own from the
+    program's pool (a new one when none is idle), so they share no memory but the inputs."""
+
+    def __init__(self, graph, plan, sanitize: bool = False):
+        self.graph, self.plan, self.sanitize = graph, plan, sanitize
+        self.source = ""
+        self._ops = [REGISTRY[n.op] for n in graph.nodes]
+        # Buffers to poison after each node (sanitizer): arena buffers whose life ends there.
+        self._dies_after: dict[int, list] = {}
+        for b in plan.buffers:
+            if b.kind == "arena" and b.size:
+                self._dies_after.setdefault(b.end, []).append(b)
+        self._init_pool()
+
+    # -- the arena pool (ArenaPool): an arena and the arrays that view it ----------------------
+    def _make_arena(self):
+        return np.empty(self.plan.arena_bytes, np.uint8)
 
     def _state(self, arena) -> "_ArenaState":
         """The arrays that view `arena` (made once per arena: a call creates none)."""
@@ -200,24 +241,11 @@ class ArenaExecutable:
             storage = outputs_storage[id(buffer)] = np.empty(buffer.size, np.uint8)
         return np.ndarray(value.shape, value.dtype, buffer=storage, offset=0)
 
-    def check_memory(self, loc=None):
-        check_memory(self.plan, bool(self._free), loc)
-
-    def run(self, inputs):
-        """(outputs, mutations) of a call; the arena goes back to the pool."""
-        outs, muts, held = self.run_held(inputs)
-        self.put_back(held)
-        return outs, muts
-
     def run_held(self, inputs):
         """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
         which no other call uses until `put_back(held)` (the driver copies it out first)."""
         graph = self.graph
-        free = self._free
-        try:  # (list.pop and append are atomic: two threads never get one arena)
-            state = free.pop()
-        except IndexError:
-            state = self._new_state()
+        held = free, state = self._take()
         try:
             if self.sanitize:
                 state.arena.fill(POISON)
@@ -231,19 +259,11 @@ class ArenaExecutable:
             finally:
                 np.setbufsize(bufsize)
         except BaseException:
-            self.put_back((free, state))
+            self.put_back(held)
             raise
         outs = [arrays[id(v)] for v in graph.outputs]
         muts = {k: arrays[id(v)] for k, v in graph.mutations.items()}
-        return outs, muts, (free, state)
-
-    @staticmethod
-    def put_back(held) -> None:
-        """Return a call's arena to the pool it came from (after `release()` that pool is
-        gone, and the arena with it); the pool keeps at most POOL_LIMIT."""
-        free, state = held
-        if len(free) < POOL_LIMIT:
-            free.append(state)
+        return outs, muts, held
 
     def _run_nodes(self, state, arrays, outputs_storage):
         graph, plan, slot, arena = self.graph, self.plan, state.slot, state.arena

@@ -38,7 +38,7 @@ import numpy as np
 
 from compiler.errors import InsufficientMemoryError
 from compiler.ops import COMM_OPS
-from runtime.arena import POOL_LIMIT, check_memory, compute
+from runtime.arena import ArenaPool, compute
 from runtime.reference import run_node
 
 from . import jit
@@ -80,10 +80,8 @@ class _ArenaState:
         self.out_addr = ctypes.addressof(self.out_ptrs)
 
 
-class CpuExecutable:
+class CpuExecutable(ArenaPool):
     """A planned graph compiled to native code through llvmlite."""
-
-    arena_on_host = True
 
     def __init__(self, graph, plan, sanitize: bool = False, opt: int = 3,
                  profile: bool = False):
@@ -101,8 +99,7 @@ class CpuExecutable:
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
-        self._free: list[_ArenaState] = []  # the pool: idle arenas, at most POOL_LIMIT
-        self._arena = None
+        self._init_pool()
         self._sizes = self._buffer_sizes()
         self._errors: dict[int, BaseException] = {}  # a fallback's exception, per thread
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
@@ -113,54 +110,16 @@ class CpuExecutable:
         """The LLVM IR after -O3 (for a disk-cache hit, optimised again when asked)."""
         return self._compiled.optimized_ir
 
-    def check_memory(self, loc=None):
-        """Raise `InsufficientMemoryError` before a call that can't get its memory (the
-        driver calls this before anything is allocated or written)."""
-        check_memory(self.plan, bool(self._free), loc)  # small calls skip the read
-
-    # -- the arena pool ------------------------------------------------------------------------
-    arena = property(lambda self: self._arena, lambda self, a: self._adopt(a),
-                     doc="The program's first arena (None before the first call and after "
-                         "`release()`); concurrent calls take further ones from the pool.")
-
-    def _adopt(self, arena):
-        self._arena = arena
-        self._free = [] if arena is None else [self._state(arena)]
-
-    def _state(self, arena) -> _ArenaState:
-        return _ArenaState(arena, len(self.graph.inputs), len(self._output_buffers))
-
-    def release(self) -> None:
-        """Drop the idle arenas (a call in flight keeps its own, which is then dropped as it
-        ends); the next call allocates a new one."""
-        self._arena, self._free = None, []
-
-    def idle_arena_bytes(self) -> int:
-        return len(self._free) * self.plan.arena_bytes
-
-    def _new_state(self) -> _ArenaState:
+    # -- the arena pool (ArenaPool): an aligned arena and its pointer tables ------------------
+    def _make_arena(self):
         try:
-            state = self._state(_aligned(self.plan.arena_bytes))
+            return _aligned(self.plan.arena_bytes)
         except MemoryError:
             raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
                                           f"{self.plan.arena_bytes} bytes") from None
-        if self._arena is None:
-            self._arena = state.arena
-        return state
 
-    def _allocate_arena(self) -> _ArenaState:
-        """A new arena, idle in the pool."""
-        state = self._new_state()
-        self._free.append(state)
-        return state
-
-    @staticmethod
-    def put_back(held) -> None:
-        """Return a call's arena to the pool it came from (after `release()` that pool is
-        gone, and the arena with it); the pool keeps at most POOL_LIMIT."""
-        free, state = held
-        if len(free) < POOL_LIMIT:
-            free.append(state)
+    def _state(self, arena) -> _ArenaState:
+        return _ArenaState(arena, len(self.graph.inputs), len(self._output_buffers))
 
     def _buffer_sizes(self) -> dict:
         sizes = {}
@@ -244,12 +203,6 @@ class CpuExecutable:
                              "but its reference accepts it")
 
     # -- a call --------------------------------------------------------------------------------
-    def run(self, inputs):
-        """(outputs, mutations) of a call; the arena goes back to the pool."""
-        outs, muts, held = self.run_held(inputs)
-        self.put_back(held)
-        return outs, muts
-
     def run_held(self, inputs):
         """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
         which no other call uses until `put_back(held)` (the driver copies it out first)."""
@@ -258,17 +211,13 @@ class CpuExecutable:
         for v, a in zip(graph.inputs, inputs):
             assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape
             flat.append(a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8))
-        free = self._free
-        try:  # (list.pop and append are atomic: two threads never get one arena)
-            state = free.pop()
-        except IndexError:
-            state = self._new_state()
+        held = _, state = self._take()
         try:
             outs, muts = self._run_on(state, inputs, flat)
         except BaseException:
-            self.put_back((free, state))
+            self.put_back(held)
             raise
-        return outs, muts, (free, state)
+        return outs, muts, held
 
     def _run_on(self, state, inputs, flat):
         graph = self.graph

@@ -19,7 +19,6 @@ def _executable(backend, graph, plan, sanitize):
     if backend == "cpu":
         from runtime.cpu import CpuExecutable
         exe = CpuExecutable(graph, plan, sanitize=sanitize)
-        exe._allocate = exe._allocate_arena
         return exe
     return ArenaExecutable(graph, plan, sanitize=sanitize)
 
