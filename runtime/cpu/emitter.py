@@ -497,15 +497,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
 # Kernel family (the lowering table, `runtime/lowering/families.py`) -> the method that lowers
 # a node of it. What this renderer lowers natively is these families and views (no code);
 # communication goes through the callback.
-LOWER_BY_FAMILY = {
-    F.ELEMENTWISE_FAMILY: ModuleEmitter._lower_elementwise,
-    F.REDUCTION_FAMILY: ModuleEmitter._lower_reduction,
-    F.GEMM: ModuleEmitter._lower_gemm,
-    F.ROW: ModuleEmitter._lower_row,
-    F.GATHER_SCATTER: ModuleEmitter._lower_gather_scatter,
-    F.CONV_POOL: ModuleEmitter._lower_conv_pool,
-    F.COPY: ModuleEmitter._lower_copy,
-}
+LOWER_BY_FAMILY = F.lower_by_family(ModuleEmitter)
 LOWERING = F.Lowering(frozenset(LOWER_BY_FAMILY) | {F.VIEW_FAMILY}, fallback=FALLBACK_OPS)
 
 

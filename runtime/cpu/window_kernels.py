@@ -12,7 +12,7 @@ import numpy as np
 
 from compiler.ops.registry import normalize_axes
 
-from runtime.lowering.layout import leading_padding
+from runtime.lowering.layout import conv_roles, leading_padding
 from runtime.lowering.places import Place
 
 from .loops import elem_ptr, for_range, i64, index, loop_nest
@@ -85,12 +85,7 @@ class WindowKernels:
         (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
         ph, pw = leading_padding(node.attrs["padding"])
         dt = out.dtype
-        if op == "conv2d":
-            x, w, g = p0, p1, out
-        elif op == "conv2d_grad_input":
-            g, w, x = p0, p1, out
-        else:
-            x, g, w = p0, p1, out
+        x, w, g = conv_roles(op, out, p0, p1)
         nb, cin, h, wd = x.shape
         co, _, kh, kw = w.shape
         oh, ow = g.shape[2], g.shape[3]

@@ -52,7 +52,8 @@ from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.registry import normalize_axes
 from runtime.lowering import families as F
-from runtime.lowering.layout import blas_layout, broadcast_strides, collapse, leading_padding
+from runtime.lowering.layout import (blas_layout, broadcast_strides, collapse, conv_roles,
+                                     leading_padding)
 from runtime.lowering.places import Place, buffer_slots, compute_places, contiguous_strides
 
 from .launch import GpuModule, Launch
@@ -816,12 +817,7 @@ class ModuleEmitter:
         (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
         ph, pw = leading_padding(node.attrs["padding"])
         dt = out.dtype
-        if op == "conv2d":
-            x, w, g = p0, p1, out
-        elif op == "conv2d_grad_input":
-            g, w, x = p0, p1, out
-        else:
-            x, g, w = p0, p1, out
+        x, w, g = conv_roles(op, out, p0, p1)
         nb, cin, h, wd = x.shape
         co, _, kh, kw = w.shape
         oh, ow = g.shape[2], g.shape[3]
@@ -953,15 +949,7 @@ class ModuleEmitter:
 # a node of it. What this renderer lowers natively is these families and views (no code); the
 # driver refuses communication on gpu before lowering (distributed=, see
 # `Backend.distributed_refusal`); no op calls back into numpy.
-LOWER_BY_FAMILY = {
-    F.ELEMENTWISE_FAMILY: ModuleEmitter._lower_elementwise,
-    F.REDUCTION_FAMILY: ModuleEmitter._lower_reduction,
-    F.GEMM: ModuleEmitter._lower_gemm,
-    F.ROW: ModuleEmitter._lower_row,
-    F.GATHER_SCATTER: ModuleEmitter._lower_gather_scatter,
-    F.CONV_POOL: ModuleEmitter._lower_conv_pool,
-    F.COPY: ModuleEmitter._lower_copy,
-}
+LOWER_BY_FAMILY = F.lower_by_family(ModuleEmitter)
 LOWERING = F.Lowering(frozenset(LOWER_BY_FAMILY) | {F.VIEW_FAMILY},
                       refused=frozenset({F.COMMUNICATION}))
 

@@ -77,5 +77,16 @@ class Lowering:
         return ops_of(*self.families) - self.fallback
 
 
+def lower_by_family(renderer) -> dict:
+    """Family -> the renderer's method that lowers a node of it: `_lower_<family>` (dashes as
+    underscores), for each family the renderer class defines one for. Views need no code."""
+    methods = {}
+    for family in FAMILIES:
+        method = getattr(renderer, "_lower_" + family.replace("-", "_"), None)
+        if method is not None:
+            methods[family] = method
+    return methods
+
+
 # The reference interpreter runs every op of the registry through its `ref`.
 REFERENCE = Lowering(frozenset(FAMILIES))

@@ -53,3 +53,14 @@ def leading_padding(padding):
     """(top, left) of a (top, bottom, left, right) or (h, w) padding: output position i reads
     row i*stride + k*dilation - top; the trailing padding only sets the output size."""
     return (padding[0], padding[2]) if len(padding) == 4 else (padding[0], padding[1])
+
+
+def conv_roles(op: str, out, p0, p1):
+    """(x, w, g): the input, weight and output(-gradient) places of a conv2d node or of one of
+    its gradients, whatever their operand order: conv2d(x, w) -> g,
+    conv2d_grad_input(g, w) -> x, conv2d_grad_weight(x, g) -> w."""
+    if op == "conv2d":
+        return p0, p1, out
+    if op == "conv2d_grad_input":
+        return out, p1, p0
+    return p0, out, p1
