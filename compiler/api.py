@@ -1,6 +1,7 @@
 """The driver: `trace()`, `compile()`, and the compiled `Program` for one input signature."""
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import gc
@@ -12,6 +13,7 @@ import warnings
 from collections import OrderedDict, namedtuple
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from runtime.arena import contiguous_arguments
 from runtime.backends import BACKENDS as BACKEND_OBJECTS
@@ -113,6 +115,9 @@ def _trace(fn, args, loc, name=None, kwnames=(), distributed=None) -> tuple[Grap
         tracer.distributed = distributed
         tracer.stream_base = distributed.rank << RANK_STREAM_SHIFT
     targs, storages = [], []  # storages[k]: the buffer of graph input k
+    tracer.input_storages = storages  # (state_tensor adds the inputs it makes)
+    tracer.argument_arrays = [a for a in args if isinstance(a, np.ndarray)]
+    tracer.argument_names = [n for n, a in zip(names, args) if isinstance(a, np.ndarray)]
     shared: dict = {}         # alias group -> the Tensor of its one storage
     with tracer:
         for n, a, entry in zip(names, args, signature):
@@ -148,6 +153,11 @@ def _trace(fn, args, loc, name=None, kwnames=(), distributed=None) -> tuple[Grap
                        if s.base is not graph.inputs[k]}
     graph.mutation_locs = {k: loc for k, loc in graph.mutation_locs.items()
                            if k in graph.mutations}
+    # Arrays read as state (compiler.tensor.state_tensor) are the graph's last inputs.
+    graph.state_arrays = list(tracer.state_arrays)
+    graph.guards = list(tracer.guards)
+    signature = tuple(signature) + tuple(("array", a.shape, a.dtype.str)
+                                         for a in tracer.state_arrays)
     return graph, signature
 
 
@@ -190,9 +200,16 @@ class Program:
     `compiler.arguments` for what a signature holds)."""
 
     def __init__(self, graph: Graph, signature, options: Options, donate=(), plan=None,
-                 executable=None, param_names=None):
+                 executable=None, param_names=None, states=(), guards=()):
         self.graph = graph
         self.signature = signature
+        # The arrays read as state (layers' parameters, optimizers' moments): the last graph
+        # inputs, passed by the program itself on every call after the caller's arguments.
+        self.state_arrays = list(states)
+        self._n_args = len(signature) - len(self.state_arrays)
+        self._guards = list(guards)
+        self._epoch = _tr.STATE_EPOCH[0]
+        self._state_bounds = _Bounds(self.state_arrays)
         self.options = options
         self.backend = options.backend.name  # (users and reports read the name)
         self.inplace = options.inplace
@@ -217,10 +234,24 @@ class Program:
     def source(self) -> str:
         return getattr(self._exec, "source", "")
 
+    def stale_state(self) -> str | None:
+        """Why the program must be traced again for its state (a guard that no longer holds:
+        a layer's structure changed since tracing), or None. Guards are checked only after
+        some state-owning object changed (compiler.tracer.state_changed)."""
+        if not self._guards or self._epoch == _tr.STATE_EPOCH[0]:
+            return None
+        for guard in self._guards:
+            if not guard():
+                return str(guard)
+        self._epoch = _tr.STATE_EPOCH[0]
+        return None
+
     def _bind_args(self, args, loc) -> list[np.ndarray]:
-        """Check `args` against the signature; the arrays for the graph's inputs."""
-        if len(args) != len(self.signature):
-            raise TraceError(f"{self.graph.name} was compiled for {len(self.signature)} "
+        """Check `args` against the signature; the arrays for the graph's inputs (the state
+        arrays last)."""
+        n = self._n_args
+        if len(args) != n:
+            raise TraceError(f"{self.graph.name} was compiled for {n} "
                              f"arguments, got {len(args)}", loc)
         for name, a, sig in zip(self.param_names, args, self.signature):
             _check_arg(0, name, a, loc)
@@ -238,11 +269,19 @@ class Program:
             elif isinstance(a, np.ndarray) or a != sig[2]:
                 raise TraceError(f"scalar argument '{name}' is {a!r}; this program was traced "
                                  f"with {sig[2]!r} (scalars are compile-time constants)", loc)
-        signature, arrays = _bind(args, self.param_names, loc)
-        if signature != self.signature:
+        signature, arrays = _bind(args, self.param_names[:n], loc)
+        if signature != self.signature[:n]:
             raise TraceError(f"the arguments of this call share memory differently than those "
                              f"{self.graph.name} was compiled for: call the compiled function "
                              "(it traces each way of sharing once)", loc)
+        if self.state_arrays:
+            for a, v in zip(arrays, self.graph.inputs):
+                k = self._state_bounds.overlapping(a)
+                if k is not None:
+                    raise TraceError(f"argument '{v.name}' shares memory with "
+                                     f"'{self.param_names[n + k]}', an array the program "
+                                     "reads as state: pass a copy", loc)
+            arrays = arrays + self.state_arrays
         return arrays
 
     def _check_data(self, arrays):
@@ -399,6 +438,26 @@ class Program:
 _NOT_DEFERRED = contextlib.nullcontext()
 
 
+class _Bounds:
+    """The memory ranges of a fixed set of arrays, sorted: which one an array overlaps, in
+    O(log n) (a program with hundreds of state arrays checks each argument per call)."""
+
+    def __init__(self, arrays):
+        spans = sorted((*byte_bounds(a), k) for k, a in enumerate(arrays) if a.size)
+        self._starts = [lo for lo, _, _ in spans]
+        self._spans = spans
+        # (the arrays never overlap each other: state_tensor refuses that at trace time)
+
+    def overlapping(self, a) -> int | None:
+        if not self._spans or not a.size:
+            return None
+        lo, hi = byte_bounds(a)
+        i = bisect.bisect_right(self._starts, hi - 1) - 1
+        if i >= 0 and self._spans[i][1] > lo:
+            return self._spans[i][2]
+        return None
+
+
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return (a.shape == b.shape and a.strides == b.strides
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
@@ -418,9 +477,13 @@ def _param_names_from_graph(graph, signature):
 
 def build_program(graph: Graph, signature, options: Options, param_names=None):
     """Run the pass pipeline on a traced graph and lower it for `options.backend`."""
+    states = getattr(graph, "state_arrays", ())
+    guards = getattr(graph, "guards", ())
+    if param_names is not None and states:
+        param_names = list(param_names) + [v.name for v in graph.inputs[-len(states):]]
     state, executable = run_pipeline(graph, signature, options, param_names)
     return Program(state.graph, signature, options, state.donate, state.plan, executable,
-                   param_names)
+                   param_names, states, guards)
 
 
 def _describe_sig(entry) -> str:
@@ -488,7 +551,8 @@ class CompiledFunction:
             sig = inspect.signature(self.fn)
             bound = sig.bind(*args, **kwargs)
         except (TypeError, ValueError) as e:
-            raise TraceError(f"{getattr(self.fn, '__name__', 'f')}: {e}", loc) from None
+            raise TraceError(_python_binding_message(self.fn, args, kwargs) or
+                             f"{getattr(self.fn, '__name__', 'f')}: {e}", loc) from None
         given = bound.arguments
         params = list(sig.parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
@@ -529,6 +593,10 @@ class CompiledFunction:
             changed = prog.changed_capture()
             if changed is not None:
                 reason, prog = f"{changed} changed since tracing", None
+            else:
+                stale = prog.stale_state()
+                if stale is not None:
+                    reason, prog = stale, None
         elif self._last_key is not None:
             reason = self._what_changed(self._last_key, key, names)
         traced = False
@@ -536,7 +604,8 @@ class CompiledFunction:
             with _COMPILE_LOCK:
                 # Another thread may have built it while this one waited.
                 prog = self._cache.get(key)
-                if prog is not None and prog.changed_capture() is not None:
+                if prog is not None and (prog.changed_capture() is not None
+                                         or prog.stale_state() is not None):
                     prog = None
                 if prog is None:
                     prog = self._build(values, names, kwargs, loc)
@@ -552,6 +621,15 @@ class CompiledFunction:
         return prog
 
     def _build(self, values, names, kwargs, loc) -> Program:
+        positional = values[:len(values) - len(kwargs)]
+        try:  # once per trace: a call that doesn't bind fails as Python would, at its line
+            inspect.signature(self.fn).bind(*positional, **kwargs)
+        except TypeError:
+            message = _python_binding_message(self.fn, positional, kwargs)
+            if message is not None:
+                raise TraceError(message, loc) from None
+        except ValueError:  # (no signature to check against)
+            pass
         with _no_gc():
             graph, sig = _trace(self.fn, values, loc, kwnames=tuple(kwargs),
                                 distributed=self.options.distributed)
@@ -628,6 +706,10 @@ class CompiledFunction:
             "trace-time constants.", RetraceWarning, loc.file, loc.line)
 
     def __call__(self, *args, **kwargs):
+        if _tr._STACK and _holds_tensor(args, kwargs):
+            # Called inside another traced function on its tensors: traced inline, as part of
+            # the caller's program (as nested `jax.jit` calls are).
+            return self.fn(*args, **kwargs)
         loc = _tr.user_loc()
         args, kwargs = self._bind_call(args, kwargs, loc)
         return self._lower(args, kwargs, loc, call=True)(*args, *kwargs.values())
@@ -638,6 +720,43 @@ class CompiledFunction:
         with _COMPILE_LOCK, _no_gc():
             return _trace(self.fn, tuple(args) + tuple(kwargs.values()), loc,
                           kwnames=tuple(kwargs), distributed=self.distributed)[0]
+
+
+def _holds_tensor(args, kwargs) -> bool:
+    def holds(x):
+        if isinstance(x, Tensor):
+            return True
+        if isinstance(x, (list, tuple)):
+            return any(map(holds, x))
+        if isinstance(x, dict):
+            return any(map(holds, x.values()))
+        return False
+    return holds(args) or holds(kwargs)
+
+
+def _python_binding_message(fn, args, kwargs) -> str | None:
+    """What Python itself says when `fn(*args, **kwargs)` doesn't bind ("f() got an unexpected
+    keyword argument 'z'"; inspect's wording differs and checks in another order): a function
+    with `fn`'s parameters and name, and an empty body, is called with the same arguments."""
+    try:
+        sig = inspect.signature(fn)
+        params = [p.replace(annotation=p.empty,
+                            default=None if p.default is not p.empty else p.empty)
+                  for p in sig.parameters.values()]
+        source = f"def {fn.__name__ if fn.__name__.isidentifier() else 'f'}" \
+                 f"{sig.replace(parameters=params, return_annotation=sig.empty)}: pass"
+        scope: dict = {}
+        exec(source, scope)  # (only the parameter list is ours: names and None defaults)
+        proxy = next(v for k, v in scope.items() if k != "__builtins__")
+        proxy.__qualname__ = getattr(fn, "__qualname__", proxy.__name__)
+        proxy.__code__ = proxy.__code__.replace(co_name=fn.__name__,
+                                                co_qualname=proxy.__qualname__)
+        proxy(*args, **kwargs)
+    except TypeError as e:
+        return str(e)
+    except Exception:  # noqa: BLE001 - no signature to copy: the caller's fallback wording
+        return None
+    return None
 
 
 def _release_arenas(prog):

@@ -1138,3 +1138,45 @@ def to_tensor(data, dtype=None, stop_gradient=True) -> Tensor:
     if not stop_gradient:
         out.stop_gradient = False
     return out
+
+
+def state_tensor(array: np.ndarray, name: str, trainable: bool = False, guard=None) -> Tensor:
+    """Inside a trace, the Tensor standing for `array`: a caller-owned NumPy array that is not
+    an argument of the traced function (a layer's parameter or buffer, an optimizer's moment,
+    a scheduler's learning rate). The program takes it as an extra input on every call, so
+    in-place updates reach the array and a new value of it never retraces (captured arrays, in
+    contrast, are constants). The same array gives the same Tensor within one trace.
+    `trainable`: the Tensor starts with `stop_gradient = False`. `guard`: a callable that
+    returns False once the program must be traced again (a layer's structure changed); see
+    `compiler.tracer.state_changed`."""
+    tracer = _tr.current()
+    if guard is not None and guard not in tracer.guards:
+        tracer.guards.append(guard)
+    known = tracer.states.get(id(array))
+    if known is not None:
+        return known
+    if not isinstance(array, np.ndarray):
+        raise TraceError(f"state '{name}' is a {type(array).__name__}, not a numpy array",
+                         _tr.user_loc())
+    check_dtype(array.dtype)
+    for other, other_name in zip(tracer.state_arrays + tracer.argument_arrays,
+                                 tracer.state_names + tracer.argument_names):
+        if np.may_share_memory(array, other):
+            raise TraceError(f"the array of '{name}' shares memory with '{other_name}': a "
+                             "layer's or optimizer's arrays must be its own (pass a copy)",
+                             _tr.user_loc())
+    taken = {v.name for v in tracer.graph.inputs}
+    unique, k = name, 1
+    while unique in taken:
+        k += 1
+        unique = f"{name}#{k}"
+    storage = Storage(tracer.graph.add_input(unique, array.shape, array.dtype),
+                      input_index=len(tracer.input_storages))
+    tracer.input_storages.append(storage)
+    t = Tensor(tracer, storage, name=unique)
+    tracer.states[id(array)] = t
+    tracer.state_arrays.append(array)
+    tracer.state_names.append(unique)
+    if trainable:
+        t.stop_gradient = False
+    return t

@@ -38,6 +38,14 @@ def user_loc(depth: int = 1) -> Loc:
 
 _STACK: list["Tracer"] = []
 
+# Bumped whenever an object whose arrays a program reads as state changes its structure (a
+# layer's attribute set, a parameter replaced): programs then check their guards again.
+STATE_EPOCH = [0]
+
+
+def state_changed() -> None:
+    STATE_EPOCH[0] += 1
+
 
 def active() -> "Tracer | None":
     """The tracer recording now, or None outside any trace."""
@@ -65,7 +73,18 @@ class Tracer:
         # detach()) onto a non-leaf that needs one -> the old value: the write changes the data,
         # not the history, so autodiff passes the new value's gradient on to the old one.
         self.grad_alias: dict[Value, Value] = {}
-        self.input_storages: list = []
+        self.input_storages: list = []         # graph input k -> its Storage
+        # Arrays the program reads that are not arguments (a layer's parameters and buffers, an
+        # optimizer's moments): id(array) -> its Tensor, and in input order the arrays, their
+        # names and whether each is trainable. The program passes them on every call.
+        self.states: dict[int, object] = {}
+        self.state_arrays: list = []
+        self.state_names: list[str] = []
+        # Callables that must all return True for the program to stay valid (a layer's
+        # structure unchanged since tracing); checked only when STATE_EPOCH moved.
+        self.guards: list = []
+        self.argument_arrays: list = []        # the traced function's array arguments
+        self.argument_names: list[str] = []
         # While the returned values are materialized (views re-derived after the function
         # returned): the line of its `return`, not the caller's `lower()` / `fn(x)` line.
         self.return_loc: Loc | None = None
