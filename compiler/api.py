@@ -19,7 +19,7 @@ from runtime.arena import contiguous_arguments
 from runtime.backends import BACKENDS as BACKEND_OBJECTS
 
 from . import tracer as _tr
-from .arguments import as_index, bind, is_array
+from .arguments import as_index, bind, is_array, plain
 from .distributed import RANK_STREAM_SHIFT, check_signature
 from .errors import (CompilerError, DataError, InplaceError, RetraceWarning, ShapeError,
                      SignatureError, TraceError)
@@ -205,7 +205,7 @@ class Program:
         self.signature = signature
         # The arrays read as state (layers' parameters, optimizers' moments): the last graph
         # inputs, passed by the program itself on every call after the caller's arguments.
-        self.state_arrays = list(states)
+        self.state_arrays = [plain(a) for a in states]  # (a Parameter runs as its ndarray)
         self._n_args = len(signature) - len(self.state_arrays)
         self._guards = list(guards)
         self._epoch = _tr.STATE_EPOCH[0]
