@@ -274,7 +274,12 @@ class Program:
             raise TraceError(f"the arguments of this call share memory differently than those "
                              f"{self.graph.name} was compiled for: call the compiled function "
                              "(it traces each way of sharing once)", loc)
+        return self._with_states(arrays, loc)
+
+    def _with_states(self, arrays, loc):
+        """The caller's bound arrays followed by the state arrays, none sharing memory."""
         if self.state_arrays:
+            n = self._n_args
             for a, v in zip(arrays, self.graph.inputs):
                 k = self._state_bounds.overlapping(a)
                 if k is not None:
@@ -283,6 +288,16 @@ class Program:
                                      "reads as state: pass a copy", loc)
             arrays = arrays + self.state_arrays
         return arrays
+
+    def _input_facts(self):
+        """(input names, donated input indices, the inputs a call writes), made once."""
+        facts = self.__dict__.get("_facts")
+        if facts is None:
+            names = [v.name for v in self.graph.inputs]
+            donated = {names.index(n) for n in self.donate}
+            facts = self._facts = (names, donated,
+                                   sorted(set(self.graph.mutations) | donated))
+        return facts
 
     def _check_data(self, arrays):
         """Data checks on the caller's arrays (labels in range), before anything runs."""
@@ -314,7 +329,7 @@ class Program:
         return None
 
     def __call__(self, *args, **kwargs):
-        loc = _tr.user_loc()
+        loc = _tr.call_site()
         if kwargs:
             if self._bind_call is None:
                 raise TraceError("this program takes its arguments by position", loc)
@@ -324,11 +339,14 @@ class Program:
             # Before anything is checked or written: ranks called with other shapes raise on
             # every rank, instead of hanging in an all-reduce of another size.
             check_signature(self.distributed, self._call_text(args), loc, program=self)
-        arrays = self._bind_args(args, loc)  # one per graph input; they never share memory
+        return self._run_bound(self._bind_args(args, loc), loc)
+
+    def _run_bound(self, arrays, loc):
+        """Run on `arrays` (one per graph input, state arrays included: they never share
+        memory), bound and checked against the signature by the caller."""
         self._check_data(arrays)
-        names = [v.name for v in self.graph.inputs]
-        donated = {names.index(n) for n in self.donate}
-        for k in sorted(set(self.graph.mutations) | donated):
+        names, donated, written = self._input_facts()
+        for k in written:
             if not arrays[k].flags.writeable:
                 where = self.graph.mutation_locs.get(k)
                 why = f"the function writes into it at {where}" if where else "it is donated"
@@ -578,6 +596,10 @@ class CompiledFunction:
         return self._lower(args, kwargs, loc)
 
     def _lower(self, args, kwargs, loc, call=False) -> Program:
+        return self._lower_bound(args, kwargs, loc, call)[0]
+
+    def _lower_bound(self, args, kwargs, loc, call=False):
+        """(the program for these arguments, their arrays bound to its graph inputs)."""
         values = tuple(args) + tuple(kwargs.values())
         positional = self._positional_names.get(len(args))
         if positional is None:  # (inspect.signature costs ~20 us: once per arity, not per call)
@@ -585,7 +607,7 @@ class CompiledFunction:
         names = positional + list(kwargs)
         for i, (name, a) in enumerate(zip(names, values)):
             _check_arg(i, name, a, loc)  # before the cache lookup: a list isn't hashable
-        sig, _ = _bind(values, names, loc)
+        sig, arrays = _bind(values, names, loc)
         key = (sig, tuple(kwargs))
         prog = self._cache.get(key)
         reason = None
@@ -618,9 +640,10 @@ class CompiledFunction:
         self._last_key = key
         if call or traced:
             self._count(key, prog, traced)
-        return prog
+        return prog, arrays
 
     def _build(self, values, names, kwargs, loc) -> Program:
+        loc = loc.resolve() if isinstance(loc, _tr.CallSite) else loc  # (kept by the graph)
         positional = values[:len(values) - len(kwargs)]
         try:  # once per trace: a call that doesn't bind fails as Python would, at its line
             inspect.signature(self.fn).bind(*positional, **kwargs)
@@ -710,9 +733,12 @@ class CompiledFunction:
             # Called inside another traced function on its tensors: traced inline, as part of
             # the caller's program (as nested `jax.jit` calls are).
             return self.fn(*args, **kwargs)
-        loc = _tr.user_loc()
+        loc = _tr.call_site()
         args, kwargs = self._bind_call(args, kwargs, loc)
-        return self._lower(args, kwargs, loc, call=True)(*args, *kwargs.values())
+        prog, arrays = self._lower_bound(args, kwargs, loc, call=True)
+        if prog.distributed is not None:  # (its ranks compare the call's text first)
+            return prog(*args, *kwargs.values())
+        return prog._run_bound(prog._with_states(arrays, loc), loc)
 
     def trace(self, *args, **kwargs) -> Graph:
         loc = _tr.user_loc()

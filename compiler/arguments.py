@@ -176,6 +176,9 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
     ndarrays: a subclass instance's memory as an ndarray)."""
     args = [plain(a) if isinstance(a, np.ndarray) else a for a in args]
     arrays = {p: a for p, a in enumerate(args) if isinstance(a, np.ndarray)}
+    if len(arrays) <= 1:  # nothing can share memory (the common small call: no search)
+        return tuple(("array", a.shape, a.dtype.str) if isinstance(a, np.ndarray)
+                     else ("scalar", type(a).__name__, a) for a in args), list(arrays.values())
     units = [[p] for p in sorted(arrays)]
     while True:  # merge arguments (and boxes of merged ones) that share memory, to a fixpoint
         regions = [arrays[u[0]] if len(u) == 1 else
