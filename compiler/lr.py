@@ -24,7 +24,7 @@ import numpy as np
 from . import tracer as _tr
 from .errors import DataError, TraceError
 
-__all__ = ["LRScheduler", "StepDecay", "CosineAnnealingDecay", "LinearWarmup"]
+__all__ = ["CosineAnnealingDecay", "LRScheduler", "LinearWarmup", "StepDecay"]
 
 
 def _number(x, what, integer=False):

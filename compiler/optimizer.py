@@ -36,14 +36,14 @@ import numbers
 
 import numpy as np
 
-from . import lr  # noqa: F401  (cc.optimizer.lr)
+from . import lr  # (cc.optimizer.lr)
 from . import tracer as _tr
 from .errors import DataError, ShapeError, TraceError
 from .lr import LRScheduler
 from .tensor import Tensor, state_tensor
 
-__all__ = ["SGD", "Momentum", "Adam", "AdamW", "Optimizer", "ClipGradByGlobalNorm",
-           "ClipGradByNorm", "ClipGradByValue", "lr"]
+__all__ = ["SGD", "Adam", "AdamW", "ClipGradByGlobalNorm", "ClipGradByNorm",
+           "ClipGradByValue", "Momentum", "Optimizer", "lr"]
 
 
 # -- gradient clipping (Paddle's paddle.nn.ClipGradBy*), computed in the graph ---------------
@@ -105,7 +105,7 @@ class ClipGradByNorm(ClipGradBase):
 class ClipGradByValue(ClipGradBase):
     """Each gradient element clipped to [min, max]; `min` defaults to `-max` (Paddle)."""
 
-    def __init__(self, max, min=None):  # noqa: A002 (Paddle's names)
+    def __init__(self, max, min=None):  # (Paddle's names)
         self.max = _real(max, "max")
         self.min = -self.max if min is None else _real(min, "min")
         if self.min > self.max:
@@ -128,10 +128,10 @@ class Optimizer:
     """What Paddle's optimizers share: the parameter list, the learning rate (a float or a
     scheduler, read in the graph from a 0-d float32 array), gradient clipping, L2 weight
     decay, `step()`, `clear_grad()`, `get_lr()`/`set_lr()` and the state dict. A subclass
-    names its per-parameter state (`_accumulators`: key -> initial value, None for zeros
-    like the parameter) and defines `_update(i, p, g, lr)` on Tensors."""
+    names its per-parameter state (`_accumulators`: (key, initial value) pairs, None for
+    zeros like the parameter) and defines `_update(i, p, g, lr)` on Tensors."""
 
-    _accumulators: dict = {}
+    _accumulators: tuple = ()   # (key, initial value) pairs
 
     def __init__(self, learning_rate, parameters, weight_decay, grad_clip, l2=True):
         loc = _tr.user_loc()
@@ -189,7 +189,7 @@ class Optimizer:
         # The state: per accumulator, one array per parameter, in the parameter's dtype.
         self._state = {key: [np.zeros(p.shape, p.dtype) if init is None
                              else np.array(init, p.dtype) for p in params]
-                       for key, init in self._accumulators.items()}
+                       for key, init in self._accumulators}
 
     # -- in the trace ------------------------------------------------------------------------
     def step(self):
@@ -391,7 +391,7 @@ class Momentum(Optimizer):
     `p -= lr * (g + momentum * v)`; `g` is first `rescale_grad * g + weight_decay * p`
     (weight_decay a float L2 coefficient, applied in the kernel as Paddle does)."""
 
-    _accumulators = {"velocity": None}
+    _accumulators = (("velocity", None),)
 
     def __init__(self, learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False,
                  weight_decay=None, grad_clip=None, multi_precision=False, rescale_grad=1.0,
@@ -422,8 +422,7 @@ class Adam(Optimizer):
     (the same value as PyTorch's `lr (m / (1 - b1p)) / (sqrt(v / (1 - b2p)) + epsilon)`).
     `weight_decay` a float is an L2 coefficient added to the gradient (`g += wd * p`)."""
 
-    _accumulators = {"moment1": None, "moment2": None, "beta1_pow_acc": "beta1",
-                     "beta2_pow_acc": "beta2"}
+    _accumulators = (("moment1", None), ("moment2", None))  # and the beta powers
     _decoupled = False
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08,
@@ -439,8 +438,8 @@ class Adam(Optimizer):
         if amsgrad:
             raise TraceError("amsgrad=True is not supported", _tr.user_loc())
         # the beta powers start at beta1, beta2 (Paddle's accumulators)
-        self._accumulators = dict(self._accumulators, beta1_pow_acc=self._beta1,
-                                  beta2_pow_acc=self._beta2)
+        self._accumulators = (*self._accumulators, ("beta1_pow_acc", self._beta1),
+                              ("beta2_pow_acc", self._beta2))
         super().__init__(learning_rate, parameters, weight_decay, grad_clip,
                          l2=not self._decoupled)
 

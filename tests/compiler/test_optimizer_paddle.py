@@ -59,7 +59,7 @@ def grads(w, b, v):
 def reference(rule, steps=5, lrs=None, clip=None, **hp):
     """Paddle's update rules in float64 NumPy."""
     ps = [a.astype(np.float64) for a in (W0, B0, V0)]
-    st = [dict(m=0.0, v=0.0, b1p=hp.get("beta1", 0.9), b2p=hp.get("beta2", 0.999))
+    st = [{"m": 0.0, "v": 0.0, "b1p": hp.get("beta1", 0.9), "b2p": hp.get("beta2", 0.999)}
           for _ in ps]
     for k in range(steps):
         lr = hp["lr"] if lrs is None else lrs[k]
@@ -89,19 +89,19 @@ def reference(rule, steps=5, lrs=None, clip=None, **hp):
 
 CASES = {
     "sgd": (lambda ps: cc.optimizer.SGD(learning_rate=0.2, parameters=ps, weight_decay=0.01),
-            dict(lr=0.2, wd=0.01)),
+            {"lr": 0.2, "wd": 0.01}),
     "momentum": (lambda ps: cc.optimizer.Momentum(learning_rate=0.1, momentum=0.8,
                                                   parameters=ps, weight_decay=0.02),
-                 dict(lr=0.1, mu=0.8, wd=0.02)),
+                 {"lr": 0.1, "mu": 0.8, "wd": 0.02}),
     "nesterov": (lambda ps: cc.optimizer.Momentum(learning_rate=0.1, parameters=ps,
                                                   use_nesterov=True),
-                 dict(lr=0.1, mu=0.9, nesterov=True)),
+                 {"lr": 0.1, "mu": 0.9, "nesterov": True}),
     "adam": (lambda ps: cc.optimizer.Adam(learning_rate=0.05, parameters=ps, beta2=0.99,
                                           weight_decay=0.01),
-             dict(lr=0.05, beta2=0.99, wd=0.01)),
+             {"lr": 0.05, "beta2": 0.99, "wd": 0.01}),
     "adamw": (lambda ps: cc.optimizer.AdamW(learning_rate=0.05, parameters=ps,
                                             weight_decay=0.1),
-              dict(lr=0.05, wd=0.1)),
+              {"lr": 0.05, "wd": 0.1}),
 }
 
 
@@ -457,7 +457,7 @@ def test_state_dict_errors():
     sd = opt.state_dict()
     assert sorted(sd) == ["b_velocity_0", "v_velocity_0", "w_velocity_0"]
     with pytest.raises(cc.ShapeError, match="'w_velocity_0' has shape \\[2\\]"):
-        opt.set_state_dict(dict(sd, w_velocity_0=np.zeros(2, np.float32)))
+        opt.set_state_dict({**sd, "w_velocity_0": np.zeros(2, np.float32)})
     del sd["b_velocity_0"]
     with pytest.raises(cc.DataError, match="no 'b_velocity_0'") as e:
         opt.set_state_dict(sd)
