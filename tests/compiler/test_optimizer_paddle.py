@@ -509,3 +509,50 @@ def test_paddles_signatures_and_defaults():
         0.001, 0.01, 0.9, 0.999, 1e-8)
     assert cc.optimizer.Momentum(parameters=params)._momentum == 0.9
     assert cc.optimizer.SGD(0.3, params).get_lr() == 0.3  # Paddle's positional order
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_edge_shapes_and_float64_parameters(dtype):
+    """A 0-d, a size-1, a zero-size parameter and a plain ndarray that is a non-contiguous
+    view (its base's other elements untouched); float64 keeps its state and update in
+    float64 (the rate's float32 value cast up, as Paddle's)."""
+    values = [np.array(0.5), np.array([2.0]), np.zeros((0, 3)),
+              np.arange(12.0).reshape(3, 4).T[::2]]
+    base = np.arange(12.0).astype(dtype).reshape(3, 4)
+    params = [Param(v.astype(dtype), f"p{i}") for i, v in enumerate(values[:3])] + [base.T[::2]]
+    assert not params[3].flags.c_contiguous
+    names = ["p0", "p1", "p2", "p3"]
+    opt = cc.optimizer.Adam(learning_rate=0.1, parameters=params, weight_decay=0.01,
+                            grad_clip=cc.nn.ClipGradByGlobalNorm(1.0))
+
+    @cc.compile
+    def step():
+        loss = sum((state_tensor(p, n, trainable=True) ** 2).sum()
+                   for p, n in zip(params, names))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        return loss
+
+    for _ in range(3):
+        step()
+    ref = [np.array(v, np.float64) for v in values]
+    m = [0.0] * 4
+    v2 = [0.0] * 4
+    lr = float(np.float32(0.1))
+    for k in range(1, 4):
+        gs = [2 * r for r in ref]
+        norm = np.sqrt(sum((g * g).sum() for g in gs))
+        gs = [g * 1.0 / max(norm, 1.0) + 0.01 * r for g, r in zip(gs, ref)]
+        for i, g in enumerate(gs):
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v2[i] = 0.999 * v2[i] + 0.001 * g * g
+            ref[i] = ref[i] - lr * (m[i] / (1 - 0.9 ** k)) / (
+                np.sqrt(v2[i] / (1 - 0.999 ** k)) + 1e-8)
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    for p, r in zip(params, ref):
+        assert p.dtype == dtype and p.shape == r.shape
+        np.testing.assert_allclose(p, r, rtol=tol * 10, atol=tol)
+    assert all(a.dtype == dtype for arrays in opt._state.values() for a in arrays)
+    np.testing.assert_array_equal(base.T[1::2], np.arange(12.0).reshape(3, 4).T[1::2])
+    assert "param_3_moment1_0" in opt.state_dict()
