@@ -556,3 +556,28 @@ def test_edge_shapes_and_float64_parameters(dtype):
     assert all(a.dtype == dtype for arrays in opt._state.values() for a in arrays)
     np.testing.assert_array_equal(base.T[1::2], np.arange(12.0).reshape(3, 4).T[1::2])
     assert "param_3_moment1_0" in opt.state_dict()
+
+
+@pytest.mark.backends("numpy")  # pins the unfused plan
+def test_the_plan_updates_parameters_and_state_where_they_lie():
+    w = Param(np.ones((64, 64), np.float32), "w")
+    opt = cc.optimizer.Adam(learning_rate=cc.optimizer.lr.StepDecay(0.1, 2), parameters=[w],
+                            weight_decay=0.01, grad_clip=cc.nn.ClipGradByGlobalNorm(1.0))
+
+    def step():
+        t = state_tensor(w, "w", trainable=True)
+        (t * t).sum().backward()
+        opt.step()
+        opt.clear_grad()
+
+    prog = cc.compile(step).lower()
+    assert [v.name for v in prog.graph.inputs] == [
+        "w", "learning_rate", "w_moment1_0", "w_moment2_0", "w_beta1_pow_acc_0",
+        "w_beta2_pow_acc_0"]
+    assert set(prog.graph.mutations) == {0, 2, 3, 4, 5}  # all but the rate
+    requested = [d for d in prog.plan.decisions if d.requested and d.phase == "update"]
+    assert len(requested) >= 7  # m, v (scale_, add_ each); p -= ...; the beta powers
+    assert all(d.inplace for d in requested), [(d.op, d.reason) for d in requested
+                                                if not d.inplace]
+    n = 64 * 64 * 4
+    assert 2 * n <= prog.plan.arena_bytes < 2 * n + 1024  # the gradient and one temporary
