@@ -219,7 +219,9 @@ class Optimizer:
                 i, p = index[id(arr)]
                 if self._l2 and self._coeff:
                     g = g + p * self._coeff
-                self._update(i, p, g, lr if lr.dtype == p.dtype else lr.cast(p.dtype))
+                rate = lr if lr.dtype == p.dtype else lr.cast(p.dtype)
+                scale = _param_lr(arr)
+                self._update(i, p, g, rate if scale == 1.0 else rate * scale)
 
     def clear_grad(self, set_to_zero=True):
         """Inside the trace: the parameters' gradients become zeros (`set_to_zero=True`,
@@ -299,6 +301,15 @@ class Optimizer:
             self._learning_rate.set_state_dict(nested)
 
     set_dict = set_state_dict
+
+
+def _param_lr(param) -> float:
+    """A parameter's own learning-rate factor (Paddle's `param.optimize_attr['learning_rate']`,
+    from its ParamAttr), 1.0 when it has none."""
+    attr = getattr(param, "optimize_attr", None)
+    if not isinstance(attr, dict):
+        return 1.0
+    return _real(attr.get("learning_rate", 1.0), "optimize_attr['learning_rate']")
 
 
 def _flatten(prefix, d, out):

@@ -581,3 +581,21 @@ def test_the_plan_updates_parameters_and_state_where_they_lie():
                                                 if not d.inplace]
     n = 64 * 64 * 4
     assert 2 * n <= prog.plan.arena_bytes < 2 * n + 1024  # the gradient and one temporary
+
+
+def test_a_parameters_own_learning_rate_factor():
+    """Paddle's `param.optimize_attr['learning_rate']` (a ParamAttr's learning_rate) scales
+    the rate for that parameter alone."""
+    params = model()
+    params[2].optimize_attr = {"learning_rate": 0.5}
+    opt = cc.optimizer.Momentum(learning_rate=0.1, parameters=params)
+    fn = make_step(params, opt)
+    fn(X, T)
+    fn(X, T)
+    ps, vs = [a.astype(np.float64) for a in (W0, B0, V0)], [0.0] * 3
+    for _ in range(2):
+        for k, g in enumerate(grads(*ps)):
+            vs[k] = 0.9 * vs[k] + g
+            ps[k] = ps[k] - 0.1 * (0.5 if k == 2 else 1.0) * vs[k]
+    for got, w in zip(params, ps):
+        np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-6)
