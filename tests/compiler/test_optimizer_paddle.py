@@ -599,3 +599,32 @@ def test_a_parameters_own_learning_rate_factor():
             ps[k] = ps[k] - 0.1 * (0.5 if k == 2 else 1.0) * vs[k]
     for got, w in zip(params, ps):
         np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.backends("numpy")
+def test_the_gpu_backends_cuda_c_matches_the_numpy_backend():
+    """The gpu backend's CUDA C of an AdamW step (a scheduler, clipping), run on the host
+    through the fiber harness (tests/gpu/harness), over three steps with a changing rate."""
+    pytest.importorskip("runtime.gpu.executable")
+    from tests.gpu import harness
+    if not harness.available():
+        pytest.skip("needs g++ on a POSIX host")
+
+    def build():
+        params = model()
+        sched = cc.optimizer.lr.StepDecay(0.1, step_size=1, gamma=0.5)
+        opt = cc.optimizer.AdamW(learning_rate=sched, parameters=params,
+                                 grad_clip=cc.nn.ClipGradByGlobalNorm(0.5))
+        return params, sched, opt, make_step(params, opt)
+
+    want, want_sched, want_opt, ref = build()
+    got, got_sched, got_opt, step = build()
+    run = harness.on_host(cc.compile(step.fn, backend="gpu").lower(X, T))
+    for _ in range(3):
+        np.testing.assert_allclose(run(X, T), ref(X, T), rtol=1e-5)
+        want_sched.step()
+        got_sched.step()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    for k, w in want_opt.state_dict().items():
+        np.testing.assert_allclose(got_opt.state_dict()[k], w, rtol=1e-5, atol=1e-7)
