@@ -195,9 +195,28 @@ class Optimizer:
     def step(self):
         """Updates every parameter that has a gradient (and no `stop_gradient`) in place:
         clip, L2 decay, then the optimizer's rule, as Paddle orders them."""
+        self._step("opt.step()", None)
+
+    def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+        """Paddle's dygraph `minimize`: after `loss.backward()`, `step()` over `parameters`
+        (default: all of the optimizer's) less `no_grad_set` (arrays or their names)."""
+        names = {id(p): n for p, n in zip(self._parameter_list, self._names)}
+        chosen = self._parameter_list if parameters is None else list(parameters)
+        for i, p in enumerate(chosen):
+            if id(p) not in names:
+                raise TraceError(f"minimize: parameters[{i}] is not one of this optimizer's "
+                                 "parameters", _tr.user_loc())
+        skip = no_grad_set or ()
+        skip_names = {x for x in skip if isinstance(x, str)}
+        skip_ids = {id(x) for x in skip if not isinstance(x, str)}
+        which = {id(p) for p in chosen
+                 if id(p) not in skip_ids and names[id(p)] not in skip_names}
+        self._step("opt.minimize()", which)
+
+    def _step(self, what, which):
         tracer = _tr.active()
         if tracer is None:
-            raise TraceError("opt.step() updates the parameters inside the compiled step: "
+            raise TraceError(f"{what} updates the parameters inside the compiled step: "
                              "call it there, after loss.backward()", _tr.user_loc())
         # Which parameters are frozen is decided here: a program traced with these flags
         # is traced again once they change (checked when state_changed() was signalled).
@@ -206,6 +225,8 @@ class Optimizer:
         with _tr.no_grad():
             params_grads, index = [], {}
             for i, (arr, t) in enumerate(self._traced(tracer)):
+                if which is not None and id(arr) not in which:
+                    continue
                 if t is not None and not getattr(arr, "stop_gradient", False) \
                         and t.grad is not None:
                     index[id(arr)] = (i, t)

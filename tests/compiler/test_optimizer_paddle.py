@@ -628,3 +628,47 @@ def test_the_gpu_backends_cuda_c_matches_the_numpy_backend():
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     for k, w in want_opt.state_dict().items():
         np.testing.assert_allclose(got_opt.state_dict()[k], w, rtol=1e-5, atol=1e-7)
+
+
+def test_minimize_is_step_over_the_chosen_parameters():
+    stepped, minimized = model(), model()
+    make_step(stepped, cc.optimizer.Adam(learning_rate=0.05, parameters=stepped))(X, T)
+    opt = cc.optimizer.Adam(learning_rate=0.05, parameters=minimized)
+
+    def step(x, t):
+        loss = forward(minimized, x, t)
+        loss.backward()
+        opt.minimize(loss, no_grad_set=["b"])
+        opt.clear_grad()
+        return loss
+
+    cc.compile(step)(X, T)
+    np.testing.assert_array_equal(minimized[0], stepped[0])
+    np.testing.assert_array_equal(minimized[2], stepped[2])
+    np.testing.assert_array_equal(minimized[1], B0)
+    stranger = np.ones(3, np.float32)
+    with pytest.raises(cc.TraceError, match="parameters\\[0\\] is not one of this"):
+        cc.compile(lambda: opt.minimize(None, parameters=[stranger]))()
+
+
+def test_the_in_trace_form_takes_a_scheduler_too():
+    sched = cc.optimizer.lr.StepDecay(0.5, step_size=1, gamma=0.5)
+
+    def step(x, t, w, b, v):
+        for p in (w, b, v):
+            p.stop_gradient = False
+        loss = ((((x @ w + b).tanh() @ v) - t) ** 2).mean()
+        opt = cc.optimizer.SGD([w, b, v], learning_rate=sched)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = cc.compile(step)
+    ps = [a.copy() for a in (W0, B0, V0)]
+    for _ in range(3):
+        fn(X, T, *ps)
+        sched.step()
+    assert fn.traces == 1
+    want, _ = reference("sgd", steps=3, lrs=[0.5, 0.25, 0.125])
+    for got, w in zip(ps, want):
+        np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-6)
