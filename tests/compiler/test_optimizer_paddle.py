@@ -672,3 +672,32 @@ def test_the_in_trace_form_takes_a_scheduler_too():
     want, _ = reference("sgd", steps=3, lrs=[0.5, 0.25, 0.125])
     for got, w in zip(ps, want):
         np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.backends("numpy")
+def test_a_nested_schedulers_state_round_trips_flat(tmp_path):
+    def build():
+        lr = cc.optimizer.lr
+        sched = lr.LinearWarmup(lr.CosineAnnealingDecay(0.3, T_max=4), warmup_steps=2,
+                                start_lr=0.0, end_lr=0.3)
+        return sched, cc.optimizer.SGD(learning_rate=sched, parameters=model())
+
+    sched, opt = build()
+    for _ in range(5):
+        sched.step()
+    sd = opt.state_dict()
+    assert sd == {"LR_Scheduler.last_epoch": 5, "LR_Scheduler.last_lr": sched(),
+                  "LR_Scheduler.LinearWarmup_LR.last_epoch": 3,
+                  "LR_Scheduler.LinearWarmup_LR.last_lr": sched.learning_rate()}
+    np.savez(tmp_path / "opt.npz", **sd)
+    again, opt2 = build()
+    opt2.set_state_dict(np.load(tmp_path / "opt.npz"))
+    assert again.state_dict() == sched.state_dict()
+    assert again._value == np.float32(sched())
+    for _ in range(3):
+        sched.step()
+        again.step()
+        assert again() == sched()
+    nested, opt3 = build()
+    opt3.set_state_dict({"LR_Scheduler": sched.state_dict()})  # Paddle's nested form
+    assert nested.state_dict() == sched.state_dict()
