@@ -134,6 +134,8 @@ class Optimizer:
     _accumulators: tuple = ()   # (key, initial value) pairs
 
     def __init__(self, learning_rate, parameters, weight_decay, grad_clip, l2=True):
+        # l2: step() adds `weight_decay * p` to the gradient (False: the subclass applies
+        # its decay itself, Momentum in its kernel as Paddle's, AdamW decoupled)
         loc = _tr.user_loc()
         if isinstance(learning_rate, LRScheduler):
             self._learning_rate = learning_rate
@@ -177,8 +179,7 @@ class Optimizer:
         self._names = names
         if weight_decay is not None and not (isinstance(weight_decay, numbers.Real)
                                              and not isinstance(weight_decay, bool)):
-            raise TraceError(f"weight_decay must be a float (an L2 coefficient"
-                             f"{'' if l2 else ', decoupled'}) or None, not "
+            raise TraceError(f"weight_decay must be a float or None, not "
                              f"{type(weight_decay).__name__}", loc)
         self._coeff = float(weight_decay or 0.0)
         self._l2 = l2
