@@ -21,7 +21,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("compiler.errors", "compiler.ir", "compiler.layout", "compiler.ops",
               "compiler.signals")),
     ("front", ("compiler.tensor", "compiler.tensor_writeback", "compiler.tensor_methods",
-               "compiler.tracer", "compiler.nn", "compiler.optimizer",
+               "compiler.tracer", "compiler.nn", "compiler.optimizer", "compiler.lr",
                "compiler.creation", "compiler.arguments", "compiler.autodiff")),
     ("passes", ("passes",)),
     ("backends", ("runtime",)),

@@ -1,2 +1,3 @@
 """Neural-network functions (`compiler.nn.functional`)."""
+from ..optimizer import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue  # noqa: F401
 from . import functional  # noqa: F401

@@ -41,7 +41,9 @@ def test_sgd_momentum_updates_parameters_and_velocity_in_place():
         opt = cc.optimizer.SGD([w1, w2], learning_rate=lr, momentum=0.9, velocity=[v1, v2])
         loss = loss_of(x, y, w1, w2)
         opt.step()
-        opt.clear_grad()
+        opt.clear_grad()              # Paddle's default set_to_zero=True: zeros
+        assert w1.grad is not None and w1.grad.shape == w1.shape
+        opt.clear_grad(set_to_zero=False)
         assert w1.grad is None
         return loss
     fn = cc.compile(step)
