@@ -130,7 +130,7 @@ class _Page:
         self.plan = plan
         self.graph = plan.graph
         self.curve = plan.live_curve()
-        self.peak = plan.peak_point()
+        self.peak = plan.peak_point
         self.buf_of_ref = {v.ref(): b.id for v, b in plan.buffer_of.items()}
         self.decisions_of: dict[int, list] = {}
         self.decision_buf: list[int | None] = []

@@ -169,7 +169,7 @@ def test_the_peak_table_lists_what_is_live_there_largest_first(example_plans):
     text = render_html(plan)
     table = re.search(r'<table id="peak-table">.*?</table>', text, re.S).group(0)
     shown = [int(i) for i in re.findall(r'<tr><td><a href="#buf-(\d+)"', table)]
-    live = [b for b in plan.buffers if b.kind == "input" or b.live_at(plan.peak_point())]
+    live = [b for b in plan.buffers if b.kind == "input" or b.live_at(plan.peak_point)]
     want = sorted(live, key=lambda b: (-b.size, b.id))
     assert shown == [b.id for b in want[:12]]
     assert f"and {len(live) - 12} smaller" in table
@@ -191,7 +191,7 @@ def test_live_curve_is_live_bytes_at_each_point_and_peaks_at_the_lower_bound(exa
     for plan in example_plans.values():
         curve = plan.live_curve()
         assert curve == [plan.live_bytes(t) for t in range(-1, plan.num_points + 1)]
-        assert max(curve) == plan.lower_bound_bytes == curve[plan.peak_point() + 1]
+        assert max(curve) == plan.lower_bound_bytes == curve[plan.peak_point + 1]
 
 
 def test_units_and_ticks_are_human():
@@ -219,7 +219,7 @@ def test_plot_labels_the_five_largest_buffers_live_at_the_peak(example_plans, tm
     pytest.importorskip("matplotlib")
     plan = example_plans["transformer_block"]
     labels = peak_labels(plan)
-    peak = plan.peak_point()
+    peak = plan.peak_point
     live = [b for b in plan.buffers if b.kind == "input" or b.live_at(peak)]
     assert len(labels) == 5 and all(b in live for b, _ in labels)
     assert min(b.size for b, _ in labels) >= max(b.size for b in live
@@ -291,7 +291,7 @@ def test_the_page_works_in_a_headless_browser_without_network(browser, example_p
     assert len(sizes) == len(plan.buffers) and all(w > 0 and h > 0 for w, h in sizes)
     for marker in ("peak-arena", "peak-curve"):
         label = browser.eval(f"document.getElementById('{marker}').textContent")
-        assert label.startswith(f"peak at [{plan.peak_point()}]")
+        assert label.startswith(f"peak at [{plan.peak_point}]")
     # the scheduled order's curve and the written order's
     assert browser.eval("document.querySelectorAll('#curve path.curve').length") == 2
     # the tables
@@ -333,8 +333,8 @@ def test_the_page_works_in_a_headless_browser_without_network(browser, example_p
     assert visible(browser, f"buf-{want}") and not visible(browser, f"buf-{target.id}")
     assert d.reason in browser.eval(f"document.getElementById('buf-{want}').innerText")
     # a value in the graph listing: the node at the peak
-    node = plan.graph.nodes[plan.peak_point()]
-    x, y, w, h = browser.eval(CENTRE_OF % f"document.querySelector('#pt-{plan.peak_point()} "
+    node = plan.graph.nodes[plan.peak_point]
+    x, y, w, h = browser.eval(CENTRE_OF % f"document.querySelector('#pt-{plan.peak_point} "
                                           f"a[data-buf]')")
     browser.click(x, y)
     assert visible(browser, f"buf-{plan.buffer_of[node.out].id}")

@@ -122,3 +122,16 @@ def test_a_later_move_keeping_its_point_number():
                              "after it as the other way)")
     assert moves[2].text == f"exp at {exp.loc} moved later to right after sin at {sin.loc} " \
                             "(point 0 -> 4)"
+
+
+def test_peak_point_is_an_attribute_like_peak_bytes_and_the_plan_prints_short():
+    plan = load_example("transformer_block").build_program().plan
+    # before: a method, whose accidental print dumped the whole plan's dataclass repr
+    assert type(plan.peak_point) is int
+    curve = plan.live_curve()
+    assert plan.live_bytes(plan.peak_point) == plan.lower_bound_bytes == max(curve)
+    assert all(b < max(curve) for b in curve[:plan.peak_point + 1])
+    text = repr(plan)
+    assert len(text) < 300 and str(plan) == text
+    assert f"at point {plan.peak_point}" in text and f"({plan.peak_bytes} B)" in text
+    assert f"{len(plan.buffers)} buffers" in text
