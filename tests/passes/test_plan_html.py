@@ -11,7 +11,7 @@ import pytest
 import compiler as cc
 from compiler.__main__ import main
 from compiler.cli import load_example
-from passes.plan_html import render_html, byte_ticks, human_bytes, reason_kind
+from passes.plan_html import byte_ticks, human_bytes, phase_runs, reason_kind, render_html
 from passes.plan_plot import peak_labels, plan_figure
 
 from browser import Browser, find_browser  # tests/passes/browser.py
@@ -187,6 +187,24 @@ def test_bytes_over_time_draws_the_written_order_only_when_a_schedule_gave_one()
     assert "scheduled order" in text
 
 
+def test_each_phase_is_named_once_per_picture_and_shaded_per_run(example_plans):
+    # The schedules interleave backward and update nodes: a name per run overlapped.
+    for plan in example_plans.values():
+        runs = phase_runs(plan)
+        assert len(runs) > len({p for p, _, _ in runs})  # interleaved
+        text = render_html(plan)
+        for svg in ("arena", "curve"):
+            part = text[text.index(f'<svg id="{svg}"'):]
+            part = part[:part.index("</svg>")]
+            names = re.findall(r'<text class="phase" x="([-\d.]+)"[^>]*>(\w+)</text>', part)
+            assert sorted(n for _, n in names) == sorted({p for p, _, _ in runs})
+            xs = [float(x) for x, _ in names]
+            assert xs == sorted(xs) and len(set(xs)) == len(xs)
+            titles = re.findall(r'<rect class="shade"[^>]*><title>(\w+) \[(\d+), (\d+)\]'
+                                r'</title></rect>', part)
+            assert [(p, int(a), int(b)) for p, a, b in titles] == runs
+
+
 def test_live_curve_is_live_bytes_at_each_point_and_peaks_at_the_lower_bound(example_plans):
     for plan in example_plans.values():
         curve = plan.live_curve()
@@ -294,6 +312,13 @@ def test_the_page_works_in_a_headless_browser_without_network(browser, example_p
         assert label.startswith(f"peak at [{plan.peak_point}]")
     # the scheduled order's curve and the written order's
     assert browser.eval("document.querySelectorAll('#curve path.curve').length") == 2
+    # the phase names, laid out: none overlaps another (the schedule interleaves phases)
+    for svg in ("arena", "curve"):
+        boxes = sorted(browser.eval(
+            f"Array.from(document.querySelectorAll('#{svg} text.phase')).map(function (t) "
+            "{ var b = t.getBBox(); return [b.x, b.x + b.width]; })"))
+        assert len(boxes) == len({p for p, _, _ in phase_runs(plan)})
+        assert all(right < left for (_, right), (left, _) in zip(boxes, boxes[1:]))
     # the tables
     assert browser.eval("document.querySelectorAll('#decisions tbody tr').length") == \
         len(plan.decisions)
