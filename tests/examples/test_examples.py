@@ -150,3 +150,35 @@ def test_examples_run_as_scripts_with_a_plot(name, tmp_path):
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert run.returncode == 0, run.stderr
     assert "peak" in run.stdout and out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt", "transformer_block", "seeds"])
+def test_examples_run_on_the_default_backend_and_take_backend(name):
+    # issue 24: each passed backend="numpy" though cpu is the default; mlp.py had no --backend
+    import inspect
+
+    import compiler as cc
+    default = inspect.signature(cc.compile).parameters["backend"].default
+    module = load_example(name)
+    for fn in ("train", "generate"):
+        if hasattr(module, fn):
+            assert inspect.signature(getattr(module, fn)).parameters["backend"].default \
+                == default, fn
+    run = subprocess.run([sys.executable, f"examples/{name}.py", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    assert "--backend {cpu,numpy,gpu}" in run.stdout and f"default: {default}" in run.stdout
+
+
+def test_seeds_prints_its_table_when_run_directly():
+    seeds = load_example("seeds")
+    run = subprocess.run([sys.executable, "examples/seeds.py", "--backend", "numpy"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    table = run.stdout[run.stdout.index("\nprogram ") + 1:].split("\n\n")[0].splitlines()
+    assert table[0].split()[:3] == ["program", "nodes", "in"]
+    assert [r[:40].rstrip() for r in table[2:]] == [t[:40] for t, _, _, _ in seeds.SEEDS]
+    assert all(r.split()[-2] == "yes" for r in table[2:])
+    checks = sum(c is not None for _, _, _, c in seeds.SEEDS) + len(seeds.PLAN_CHECKS)
+    assert f"{checks}/{checks} checks passed" in run.stdout
