@@ -61,7 +61,9 @@ class Move:
     """Nodes of one source line that the schedule moved together, and where they went."""
 
     nodes: list[Node]
-    after: Node | None        # the node now right before them (None: the program's start)
+    # the nearest node before them now that is not a view, constant or scalar (None: only such
+    # nodes, or none, come before them)
+    after: Node | None
     written_point: int        # the first one's point in the written order
     point: int                # ... and in the schedule
     text: str
@@ -397,7 +399,6 @@ class _Names:
     node of the graph reads the same, so that two lines never name two nodes alike."""
 
     def __init__(self, graph: Graph, writers: dict):
-        self.graph, self.writers = graph, writers
         self.base = {id(n): describe_node(n, writers, graph) for n in graph.nodes}
         self.count: dict[str, int] = {}
         for text in self.base.values():
