@@ -59,3 +59,25 @@ def test_two_calls_return_independent_read_only_views():
     assert not a.flags.writeable and not b.flags.writeable
     np.testing.assert_array_equal(a, np.broadcast_to(X * 2, (3, 4)))
     np.testing.assert_array_equal(b, np.broadcast_to((X + 1) * 2, (3, 4)))
+
+
+def test_gpu_copy_back_of_an_expanded_output_is_read_only(monkeypatch):
+    # no device needed: the copy-back runs over host arrays standing for device memory
+    from runtime.gpu.executable import GpuExecutable
+    from tests.gpu.test_gpu_device_paths import _copied_back, _Dev, _view
+    monkeypatch.setattr(GpuExecutable, "_device_view", staticmethod(_view))
+    prog = cc.compile(lambda x: ((x * 2).expand([3, 4]), x * 3), backend="gpu").lower(X)
+    places = [prog._exec.places[id(v)] for v in prog.graph.outputs]
+    assert 0 in places[0].strides  # a stride-0 view on the device too
+    memory = {}  # slot -> its float32 elements
+    for place, value in zip(places, (X * 2, X * 3)):
+        held = memory.setdefault(place.slot, np.zeros(0, np.float32))
+        if held.size < place.offset + 4:
+            held = memory[place.slot] = np.concatenate(
+                [held, np.zeros(place.offset + 4 - held.size, np.float32)])
+        held[place.offset:place.offset + 4] = value
+    device = {slot: _Dev.holding(held) for slot, held in memory.items()}
+    outs, _, _ = _copied_back(prog._exec, device, [X.copy()])
+    np.testing.assert_array_equal(outs[0], np.broadcast_to(X * 2, (3, 4)))
+    np.testing.assert_array_equal(outs[1], X * 3)
+    assert not outs[0].flags.writeable and outs[1].flags.writeable
