@@ -401,6 +401,8 @@ class Program:
                 results.append(arr.copy())  # never hand out an alias of a caller's array
             else:
                 results.append(arr)
+            if 0 in results[-1].strides:
+                _read_only_if_repeated(results[-1], arrays)
         tree = self.graph.output_tree
         if tree is None:  # a hand-built graph: one output, or a tuple of them
             tree = ("t", 0) if len(results) == 1 else \
@@ -474,6 +476,15 @@ class _Bounds:
         if i >= 0 and self._spans[i][1] > lo:
             return self._spans[i][2]
         return None
+
+
+def _read_only_if_repeated(result: np.ndarray, arrays) -> None:
+    """An `expand()` view repeats elements (stride 0 over an axis longer than 1): returned
+    read-only, as NumPy's `broadcast_to` returns it, since a write through one element would
+    change all its repeats. A caller's own array comes back as it was given."""
+    if any(s == 0 and n > 1 for n, s in zip(result.shape, result.strides)) \
+            and not any(result is a for a in arrays):
+        result.flags.writeable = False
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:

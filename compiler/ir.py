@@ -157,17 +157,23 @@ class Graph:
 
     # -- construction -------------------------------------------------------------------
     def new_value(self, shape, dtype, producer=None, name=None) -> Value:
+        """A fresh value, numbered in this graph, not yet an input or any node's output."""
         v = Value(self._next_id, shape, dtype, producer, name)
         self._next_id += 1
         return v
 
     def add_input(self, name: str, shape, dtype) -> Value:
+        """Append an input (a parameter of the program) and return its value: `name` is how
+        the listing, reports and errors print it (`%x`), `shape` a sequence of ints, `dtype`
+        anything `np.dtype` takes. Inputs are the program's arguments, in the order added."""
         v = self.new_value(shape, dtype, None, name)
         self.inputs.append(v)
         return v
 
     def add_node(self, op: str, inputs, attrs, shape, dtype, loc=UNKNOWN_LOC,
                  phase="forward", inplace_of=None) -> Node:
+        """Append a node whose output type is given, not inferred (`op` checks it against the
+        registry's rule), and return the node: for passes that build graphs."""
         node = Node(op, list(inputs), dict(attrs), None, loc, phase, inplace_of)
         node.out = self.new_value(shape, dtype, node)
         self.nodes.append(node)
@@ -207,6 +213,7 @@ class Graph:
         return users
 
     def all_values(self) -> list[Value]:
+        """The inputs, then each node's output, in program order."""
         return list(self.inputs) + [n.out for n in self.nodes]
 
     def live_outputs(self) -> list[Value]:

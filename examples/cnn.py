@@ -68,10 +68,12 @@ def example_inputs():
 
 
 def build_program(backend="numpy", inplace="auto"):
+    # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
+    # default (unfused, every op as written); training runs on the default backend, cpu.
     return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
 
 
-def train(steps=100, backend="numpy", log=print):
+def train(steps=100, backend="cpu", log=print):
     params = init_params()
     velocity = cc.optimizer.SGD.init_state(params)
     step = cc.compile(train_step, backend=backend)
@@ -90,7 +92,8 @@ def train(steps=100, backend="numpy", log=print):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--backend", default="numpy")
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
+                    help="where the steps run (default: cpu, the compiler's default)")
     ap.add_argument("--plot", help="save the step's memory-over-time picture here")
     args = ap.parse_args(argv)
     _, losses, acc = train(args.steps, args.backend)

@@ -127,10 +127,12 @@ def example_inputs():
 
 
 def build_program(backend="numpy", inplace="auto"):
+    # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
+    # default (unfused, every op as written); training runs on the default backend, cpu.
     return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
 
 
-def generate(params, prompt, n, backend="numpy"):
+def generate(params, prompt, n, backend="cpu"):
     """`n` characters after `prompt` (at least CONTEXT long), greedy."""
     fn = cc.compile(predict, backend=backend)
     out = [ENCODE[c] for c in prompt]
@@ -140,7 +142,7 @@ def generate(params, prompt, n, backend="numpy"):
     return "".join(VOCAB[i] for i in out[len(prompt):])
 
 
-def train(steps=600, backend="numpy", log=print):
+def train(steps=600, backend="cpu", log=print):
     params = [a for _, a in init_params()]
     m1, m2, t = cc.optimizer.AdamW.init_state(params)
     step = cc.compile(train_step, backend=backend)
@@ -160,7 +162,8 @@ def train(steps=600, backend="numpy", log=print):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--backend", default="numpy")
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
+                    help="where the steps run (default: cpu, the compiler's default)")
     ap.add_argument("--plot", help="save the step's memory-over-time picture here")
     args = ap.parse_args(argv)
     h = unigram_entropy()

@@ -37,6 +37,8 @@ def example_inputs(seed=0, batch=BATCH, sizes=(IN, HIDDEN, OUT)):
 
 
 def build_program(backend="numpy", inplace="auto"):
+    # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
+    # default (unfused, every op as written); training runs on the default backend, cpu.
     return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
 
 
@@ -55,7 +57,7 @@ def accuracy(x, labels, w1, b1, w2, b2):
     return (pred == labels).cast("float32").mean()
 
 
-def train(steps=300, backend="numpy", log=print):
+def train(steps=300, backend="cpu", log=print):
     """`steps` SGD steps on fresh batches of separable data; (losses, held-out accuracy)."""
     _, _, w1, b1, w2, b2 = example_inputs()
     step = cc.compile(train_step, backend=backend)
@@ -73,12 +75,14 @@ if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="Train the MLP on separable synthetic data.")
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
+                    help="where the steps run (default: cpu, the compiler's default)")
     ap.add_argument("--plot", help="save the step's memory-over-time picture here")
     args = ap.parse_args()
-    losses, acc = train(args.steps)
+    losses, acc = train(args.steps, args.backend)
     print(f"loss {losses[0]:.3f} -> {np.mean(losses[-10:]):.3f}; held-out accuracy {acc:.1%} "
           f"(chance {1 / OUT:.0%})")
-    plan = build_program().plan
+    plan = build_program(args.backend).plan
     print(plan.summary())
     if args.plot:
         plan.plot(args.plot)

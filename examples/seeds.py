@@ -4,7 +4,7 @@ Each entry of SEEDS: (title, function, example arguments, numpy check of the res
 function of the result and the arguments, true when the numbers are right). PLAN_CHECKS adds
 checks of the memory plan for the experiments that are about memory. Run them all with
 `python -m compiler demo`: it counts only the checks it ran, and names any experiment without
-one.
+one; `python examples/seeds.py [--backend numpy]` runs the seeds alone and prints their table.
 """
 import numpy as np
 
@@ -142,3 +142,14 @@ PLAN_CHECKS = {
     relu_inplace: lambda plan: plan.peak_bytes == 67108864,
     relu_out_of_place: lambda plan: plan.peak_bytes == 134217728,
 }
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    from compiler.cli import demo
+    ap = argparse.ArgumentParser(description="The seed experiments: results, plans, a table.")
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
+                    help="where the steps run (default: cpu, the compiler's default)")
+    sys.exit(demo(examples=(), backend=ap.parse_args().backend))

@@ -58,12 +58,20 @@ def example_inputs(seed=0, batch=BATCH, seq=SEQ, d_model=D_MODEL, d_mlp=D_MLP):
 
 
 def build_program(backend="numpy", inplace="auto"):
+    # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
+    # default (unfused, every op as written); training runs on the default backend, cpu.
     return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
 
 
 if __name__ == "__main__":
-    step = cc.compile(train_step, backend="numpy")
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
+                    help="where the steps run (default: cpu, the compiler's default)")
+    cli = ap.parse_args()
+    step = cc.compile(train_step, backend=cli.backend)
     args = example_inputs()
-    for i in range(3):
+    for i in range(cli.steps):
         print(f"step {i}: loss {float(step(*args)):.5f}")
     print(step.lower(*args).plan.report())

@@ -32,6 +32,10 @@ class AliasInfo:
 
 
 def alias_analysis(graph: Graph) -> AliasInfo:
+    """Which values of `graph` share a buffer through views (see the module docstring).
+    Returns `AliasInfo`: `root[v]`, the value whose buffer `v` views; `members[r]`, `r` and
+    every view of it in program order (`aliases(v)`: those of `v`'s root); `probe[v]`, `v`'s
+    element layout inside that buffer. Reads the graph only."""
     root, members, probe = {}, {}, {}
     for v in graph.inputs:
         root[v], members[v], probe[v] = v, [v], contiguous_probe(v.shape)

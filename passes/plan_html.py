@@ -35,6 +35,7 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 78, 16, 24, 34
 _WIDTH = 1000
 _ARENA_HEIGHT = 380
 _CURVE_HEIGHT = 210
+_PHASE_CHAR, _PHASE_GAP = 7.0, 8.0  # a phase name's width per character (11 px), the gap
 _MIN_RECT_HEIGHT = 1.5  # a 4-byte scalar stays visible and clickable
 
 
@@ -130,7 +131,7 @@ class _Page:
         self.plan = plan
         self.graph = plan.graph
         self.curve = plan.live_curve()
-        self.peak = plan.peak_point()
+        self.peak = plan.peak_point
         self.buf_of_ref = {v.ref(): b.id for v, b in plan.buffer_of.items()}
         self.decisions_of: dict[int, list] = {}
         self.decision_buf: list[int | None] = []
@@ -161,13 +162,24 @@ class _Page:
         return out
 
     def shading(self, height: float) -> list[str]:
-        out = []
+        out, longest = [], {}
         for phase, a, b in phase_runs(self.plan):
             out.append(f'<rect class="shade" x="{self.x(a):.2f}" y="{_TOP}" '
                        f'width="{self.x(b + 1) - self.x(a):.2f}" height="{height - _TOP}" '
-                       f'fill="{PHASE_SHADES.get(phase, "#f4f4f4")}"/>')
-            out.append(f'<text class="phase" x="{self.x(a) + 3:.1f}" y="{_TOP - 6}">'
-                       f'{esc(phase)}</text>')
+                       f'fill="{PHASE_SHADES.get(phase, "#f4f4f4")}"><title>{esc(phase)} '
+                       f'[{a}, {b}]</title></rect>')
+            if phase not in longest or b - a > longest[phase][1] - longest[phase][0]:
+                longest[phase] = (a, b)
+        # Each phase named once, centred over its longest run: a schedule interleaves the
+        # phases (an update runs right after its gradient), and a name per run overlapped.
+        # Left to right, a name that would touch the one before is pushed right past it.
+        end = -math.inf
+        for phase, (a, b) in sorted(longest.items(), key=lambda item: item[1]):
+            width = _PHASE_CHAR * len(phase)
+            x = max((self.x(a) + self.x(b + 1) - width) / 2, _LEFT, end + _PHASE_GAP)
+            x = min(x, _LEFT + _WIDTH - width)
+            end = x + width
+            out.append(f'<text class="phase" x="{x:.1f}" y="{_TOP - 6}">{esc(phase)}</text>')
         return out
 
     def peak_marker(self, height: float, label: str) -> list[str]:

@@ -12,7 +12,7 @@ LABELLED = 5  # how many of the buffers live at the peak get a label
 def peak_labels(plan, count: int = LABELLED) -> list[tuple[object, str]]:
     """The `count` largest buffers live at the peak point, largest first, each with the source
     line that made it: what plot() labels."""
-    peak = plan.peak_point()
+    peak = plan.peak_point
     live = [b for b in plan.buffers if b.kind == "input" or b.live_at(peak)]
     live.sort(key=lambda b: (-b.size, b.id))
     return [(b, buffer_source(b)) for b in live[:count]]
@@ -38,7 +38,7 @@ def plan_figure(plan):
     points = list(range(-1, plan.num_points + 1))
     curve = plan.live_curve()
     unit, scale = byte_unit(max(curve + [plan.peak_bytes]))
-    peak = plan.peak_point()
+    peak = plan.peak_point
 
     counted = plan.counted_bytes  # the footing of live_bytes and the lower bound
 

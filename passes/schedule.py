@@ -29,7 +29,9 @@ Algorithm (greedy list scheduling by freed-minus-allocated bytes, near-linear):
      whose same-shaped operand dies there count as in place); the lowest estimate wins, the
      written order included, so the estimate never grows.
   5. Describe what moved: the nodes outside a longest increasing subsequence of written
-     positions (the fewest nodes whose moving explains the new order), grouped by source line.
+     positions (the fewest nodes whose moving explains the new order), grouped by source line,
+     each run after the nearest node before it that is worth a line (not a view, constant or
+     scalar), nodes that read alike told apart by op and value.
   6. Communication (data-parallel training, compiler.ops.comm_ops): in the chosen order, each
      bucket's `bucket_pack` and `allreduce_start` move to right after the last of its
      gradients; the nodes that depend on no averaged gradient keep their order and run
@@ -59,7 +61,9 @@ class Move:
     """Nodes of one source line that the schedule moved together, and where they went."""
 
     nodes: list[Node]
-    after: Node | None        # the node now right before them (None: the program's start)
+    # the nearest node before them now that is not a view, constant or scalar (None: only such
+    # nodes, or none, come before them)
+    after: Node | None
     written_point: int        # the first one's point in the written order
     point: int                # ... and in the schedule
     text: str
@@ -373,31 +377,100 @@ def describe_node(node: Node, writers: dict, graph: Graph) -> str:
     return describe_reader(node)
 
 
+def _moves_trivial(node: Node) -> bool:
+    """Views, constants and scalars cost (next to) nothing: no line of their own, and no
+    anchor of another's line."""
+    return REGISTRY[node.op].kind in (VIEW, CREATION) or node.out.size <= 1
+
+
+def _count_trivial(nodes: list[Node]) -> str:
+    """`2 constants and 1 view`: the nodes a line skips between its anchor and the move."""
+    counts: dict[str, int] = {}
+    for n in nodes:
+        kind = REGISTRY[n.op].kind
+        what = "view" if kind == VIEW else "constant" if kind == CREATION else "scalar"
+        counts[what] = counts.get(what, 0) + 1
+    parts = [f"{k} {what}{'s' if k > 1 else ''}" for what, k in counts.items()]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+
+
+class _Names:
+    """Each node as `describe_node` says it, plus the node itself (op and value) when another
+    node of the graph reads the same, so that two lines never name two nodes alike."""
+
+    def __init__(self, graph: Graph, writers: dict):
+        self.base = {id(n): describe_node(n, writers, graph) for n in graph.nodes}
+        self.count: dict[str, int] = {}
+        for text in self.base.values():
+            self.count[text] = self.count.get(text, 0) + 1
+
+    @staticmethod
+    def which(node: Node) -> str:
+        return f"{node.op} {node.out.ref()}"
+
+    def __call__(self, node: Node) -> str:
+        text = self.base[id(node)]
+        return text if self.count[text] == 1 else f"{text} ({self.which(node)})"
+
+    def run(self, nodes: list[Node]) -> str:
+        """Several nodes of one line moved together: one name, and each of them."""
+        texts = {self.base[id(n)] for n in nodes}
+        if len(nodes) == 1 or len(texts) > 1:
+            return ", ".join(self(n) for n in nodes)
+        return f"{self.base[id(nodes[0])]} ({', '.join(self.which(n) for n in nodes)})"
+
+
 def describe_moves(graph: Graph, order: list[int]) -> list[Move]:
+    """Step 5: one `Move` per run of moved nodes of one source line (`order`: the written
+    index of each node of the new order)."""
     kept = _kept(order)
     writers = mutation_writers(graph)
     root = alias_analysis(graph).root
     nodes = graph.nodes
-    moves: list[Move] = []
+    names = _Names(graph, writers)
+    kept_before_written, n = [], 0
+    for w in range(len(nodes)):  # kept nodes written before node w
+        kept_before_written.append(n)
+        n += w in kept
+    runs: list[tuple[int, list[int]]] = []  # (kept nodes before it now, new positions)
+    kept_before = 0
     for p, w in enumerate(order):
-        if w in kept or REGISTRY[nodes[w].op].kind in (VIEW, CREATION) \
-                or nodes[w].out.size <= 1:
-            continue  # views, constants and scalars cost (next to) nothing: not worth a line
-        node = nodes[w]
-        last = moves[-1] if moves else None
-        if last is not None and last.point + len(last.nodes) == p \
-                and last.nodes[0].loc == node.loc:
-            last.nodes.append(node)
+        if w in kept:
+            kept_before += 1
             continue
-        after = nodes[order[p - 1]] if p else None
-        where = ("to the start of the program" if after is None else
-                 f"to right after {describe_node(after, writers, graph)}")
-        direction = "earlier" if p < w else "later"
-        text = (f"{describe_node(node, writers, graph)} moved {direction} {where} "
-                f"(point {w} -> {p})")
+        if _moves_trivial(nodes[w]):
+            continue
+        last = runs[-1][1] if runs else None
+        if last is not None and last[-1] == p - 1 and nodes[order[last[0]]].loc == nodes[w].loc:
+            last.append(p)
+        else:
+            runs.append((kept_before, [p]))
+    moves: list[Move] = []
+    for kept_now, run in runs:
+        p, w = run[0], order[run[0]]
+        node, moved = nodes[w], [nodes[order[q]] for q in run]
+        q = p - 1
+        while q >= 0 and _moves_trivial(nodes[order[q]]):
+            q -= 1
+        after = nodes[order[q]] if q >= 0 else None
+        between = _count_trivial([nodes[order[i]] for i in range(q + 1, p)])
+        if after is None:
+            where = "to the start of the program" + (f" (after {between} only)" if between else "")
+        else:
+            where = f"to right after {names(after)}" + (f" and {between}" if between else "")
+        if w != p:
+            at = f"point {w} -> {p}"
+            direction = "earlier" if p < w else "later"
+        else:
+            at = f"point {p} in both orders: as many nodes moved from before it to after it " \
+                 "as the other way"
+            # Relative to the nodes that kept their order; never equal, or the node would
+            # extend their longest increasing subsequence.
+            direction = "earlier" if kept_now < kept_before_written[w] else "later"
+        text = f"{names.run(moved)} moved {direction} {where} ({at})"
         big = compact_derivation(node, root)
         if big is not None:
             text += (f": a compact saved value ({node.out.type}, {node.out.nbytes} B) in place "
                      f"of {big.ref()} ({big.nbytes} B), which need not outlive its other readers")
-        moves.append(Move([node], after, w, p, text))
+        moves.append(Move(moved, after, w, p, text))
     return moves

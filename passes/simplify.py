@@ -17,6 +17,9 @@ from compiler.ir import Graph
 
 
 def dce(graph: Graph) -> Graph:
+    """Drop the nodes that no output or input mutation needs (see the module docstring).
+    Returns a new graph sharing the kept nodes; the requested inplace nodes dropped are
+    appended to its `removed`, so that the plan still reports them. `graph` is unchanged."""
     needed = {id(v) for v in graph.live_outputs()}  # Step 1
     live = []
     for node in reversed(graph.nodes):  # Step 2

@@ -64,6 +64,10 @@ def _is_view(v) -> bool:
 
 
 def verify_plan(graph: Graph, plan) -> None:
+    """Check that `plan` (a MemoryPlan of `graph`, in the order of `graph.nodes`) is sound:
+    the six checks of the module docstring, derived afresh from the graph and the plan's
+    buffers. Returns None; raises `PlanError` naming the broken invariant and showing the IR
+    around the offending node."""
     end = len(graph.nodes)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     defined = {id(v): -1 for v in graph.inputs}

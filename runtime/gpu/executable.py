@@ -278,6 +278,9 @@ class GpuExecutable:
                                        tuple(s * item for s in place.strides)))
             else:
                 outs.append(self._device_view(cupy, storage(place.slot), place).get())
+                if any(s == 0 and n > 1 for n, s in zip(place.shape, place.strides)):
+                    # an expand() view comes back as a copy: read-only, as on the host backends
+                    outs[-1].flags.writeable = False
         return outs, muts
 
     _staged_outputs = None

@@ -2,6 +2,7 @@
 reference, the seed experiments, and the CLI. Training runs on every backend (`AVAILABLE`);
 plans are the numpy pipeline's."""
 import os
+import re
 import subprocess
 import sys
 
@@ -150,3 +151,80 @@ def test_examples_run_as_scripts_with_a_plot(name, tmp_path):
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert run.returncode == 0, run.stderr
     assert "peak" in run.stdout and out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt", "transformer_block", "seeds"])
+def test_examples_run_on_the_default_backend_and_take_backend(name):
+    # issue 24: each passed backend="numpy" though cpu is the default; mlp.py had no --backend
+    import inspect
+
+    import compiler as cc
+    default = inspect.signature(cc.compile).parameters["backend"].default
+    module = load_example(name)
+    for fn in ("train", "generate"):
+        if hasattr(module, fn):
+            assert inspect.signature(getattr(module, fn)).parameters["backend"].default \
+                == default, fn
+    run = subprocess.run([sys.executable, f"examples/{name}.py", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    assert "--backend {cpu,numpy,gpu}" in run.stdout and f"default: {default}" in run.stdout
+
+
+def test_seeds_prints_its_table_when_run_directly():
+    seeds = load_example("seeds")
+    run = subprocess.run([sys.executable, "examples/seeds.py", "--backend", "numpy"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    table = run.stdout[run.stdout.index("\nprogram ") + 1:].split("\n\n")[0].splitlines()
+    assert table[0].split()[:3] == ["program", "nodes", "in"]
+    assert [r[:40].rstrip() for r in table[2:]] == [t[:40] for t, _, _, _ in seeds.SEEDS]
+    assert all(r.split()[-2] == "yes" for r in table[2:])
+    checks = sum(c is not None for _, _, _, c in seeds.SEEDS) + len(seeds.PLAN_CHECKS)
+    assert f"{checks}/{checks} checks passed" in run.stdout
+
+
+def _update_readme():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "update_readme", os.path.join(ROOT, "examples", "update_readme.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _readme_address(text):
+    section = text[text.index("## Seeing a plan"):]
+    section = section[:section.index("\n## ")]
+    return [int(n) for n in re.findall(r"plan\.html#buf-(\d+)", section)]
+
+
+def test_readme_screenshot_address_selects_todays_largest_buffer_at_the_peak():
+    # issue 24: the README said #buf-51 of an older plan (45.01 MiB peak, 215 nodes)
+    plan = load_example("transformer_block").build_program().plan
+    live = [b for b in plan.buffers if b.kind != "input" and b.live_at(plan.peak_point)]
+    biggest = max(b.size for b in live)
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    (n,) = _readme_address(readme)
+    assert n == min(b.id for b in live if b.size == biggest)
+    assert _update_readme().shown_buffer(plan).id == n
+
+
+def test_update_readme_takes_the_screenshot_and_writes_its_address(tmp_path):
+    from tests.passes.browser import find_browser
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no Chromium/Chrome installed (apt-get install chromium, or set "
+                    "COMPILER_TEST_BROWSER)")
+    readme = tmp_path / "README.md"
+    text = open(os.path.join(ROOT, "README.md")).read()
+    readme.write_text(re.sub(r"plan\.html#buf-\d+", "plan.html#buf-9999", text))
+    png = tmp_path / "shot.png"
+    n = _update_readme().screenshot(png=str(png), readme=str(readme), browser=browser)
+    assert _readme_address(readme.read_text()) == [n]
+    assert readme.read_text().replace(f"#buf-{n}", "") == text.replace(f"#buf-{n}", "")
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) == \
+        (1440, 1000)

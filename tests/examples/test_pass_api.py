@@ -42,3 +42,22 @@ def test_unknown_ops_get_clear_errors():
     with pytest.raises(passes.CompilerError if hasattr(passes, "CompilerError")
                        else cc.CompilerError, match="unknown pass 'reinplce'"):
         passes.run_passes(g, until="reinplce")
+
+
+def test_every_pass_level_function_and_graph_method_says_what_it_does():
+    # issue 24: `passes.dce`, `passes.alias_analysis`, `passes.verify_plan` and
+    # `Graph.add_input` had no docstring, so `help()` showed only their signatures
+    import inspect
+
+    import compiler as cc
+    from compiler import passes
+    functions = {n: f for n, f in vars(passes).items()
+                 if not n.startswith("_") and inspect.isfunction(f)}
+    assert {"dce", "alias_analysis", "verify_plan", "verify_graph", "cse", "liveness",
+            "reinplace", "plan_memory", "schedule", "run_passes", "build"} <= set(functions)
+    methods = {f"Graph.{n}": f for n, f in vars(cc.Graph).items()
+               if not n.startswith("_") and inspect.isfunction(f)}
+    assert "Graph.add_input" in methods
+    undocumented = [n for n, f in {**functions, **methods}.items()
+                    if len((inspect.getdoc(f) or "").split()) < 5]
+    assert undocumented == []

@@ -11,7 +11,7 @@ import pytest
 import compiler as cc
 from compiler.__main__ import main
 from compiler.cli import load_example
-from passes.plan_html import render_html, byte_ticks, human_bytes, reason_kind
+from passes.plan_html import byte_ticks, human_bytes, phase_runs, reason_kind, render_html
 from passes.plan_plot import peak_labels, plan_figure
 
 from browser import Browser, find_browser  # tests/passes/browser.py
@@ -169,7 +169,7 @@ def test_the_peak_table_lists_what_is_live_there_largest_first(example_plans):
     text = render_html(plan)
     table = re.search(r'<table id="peak-table">.*?</table>', text, re.S).group(0)
     shown = [int(i) for i in re.findall(r'<tr><td><a href="#buf-(\d+)"', table)]
-    live = [b for b in plan.buffers if b.kind == "input" or b.live_at(plan.peak_point())]
+    live = [b for b in plan.buffers if b.kind == "input" or b.live_at(plan.peak_point)]
     want = sorted(live, key=lambda b: (-b.size, b.id))
     assert shown == [b.id for b in want[:12]]
     assert f"and {len(live) - 12} smaller" in table
@@ -187,11 +187,29 @@ def test_bytes_over_time_draws_the_written_order_only_when_a_schedule_gave_one()
     assert "scheduled order" in text
 
 
+def test_each_phase_is_named_once_per_picture_and_shaded_per_run(example_plans):
+    # The schedules interleave backward and update nodes: a name per run overlapped.
+    for plan in example_plans.values():
+        runs = phase_runs(plan)
+        assert len(runs) > len({p for p, _, _ in runs})  # interleaved
+        text = render_html(plan)
+        for svg in ("arena", "curve"):
+            part = text[text.index(f'<svg id="{svg}"'):]
+            part = part[:part.index("</svg>")]
+            names = re.findall(r'<text class="phase" x="([-\d.]+)"[^>]*>(\w+)</text>', part)
+            assert sorted(n for _, n in names) == sorted({p for p, _, _ in runs})
+            xs = [float(x) for x, _ in names]
+            assert xs == sorted(xs) and len(set(xs)) == len(xs)
+            titles = re.findall(r'<rect class="shade"[^>]*><title>(\w+) \[(\d+), (\d+)\]'
+                                r'</title></rect>', part)
+            assert [(p, int(a), int(b)) for p, a, b in titles] == runs
+
+
 def test_live_curve_is_live_bytes_at_each_point_and_peaks_at_the_lower_bound(example_plans):
     for plan in example_plans.values():
         curve = plan.live_curve()
         assert curve == [plan.live_bytes(t) for t in range(-1, plan.num_points + 1)]
-        assert max(curve) == plan.lower_bound_bytes == curve[plan.peak_point() + 1]
+        assert max(curve) == plan.lower_bound_bytes == curve[plan.peak_point + 1]
 
 
 def test_units_and_ticks_are_human():
@@ -219,7 +237,7 @@ def test_plot_labels_the_five_largest_buffers_live_at_the_peak(example_plans, tm
     pytest.importorskip("matplotlib")
     plan = example_plans["transformer_block"]
     labels = peak_labels(plan)
-    peak = plan.peak_point()
+    peak = plan.peak_point
     live = [b for b in plan.buffers if b.kind == "input" or b.live_at(peak)]
     assert len(labels) == 5 and all(b in live for b, _ in labels)
     assert min(b.size for b, _ in labels) >= max(b.size for b in live
@@ -291,9 +309,16 @@ def test_the_page_works_in_a_headless_browser_without_network(browser, example_p
     assert len(sizes) == len(plan.buffers) and all(w > 0 and h > 0 for w, h in sizes)
     for marker in ("peak-arena", "peak-curve"):
         label = browser.eval(f"document.getElementById('{marker}').textContent")
-        assert label.startswith(f"peak at [{plan.peak_point()}]")
+        assert label.startswith(f"peak at [{plan.peak_point}]")
     # the scheduled order's curve and the written order's
     assert browser.eval("document.querySelectorAll('#curve path.curve').length") == 2
+    # the phase names, laid out: none overlaps another (the schedule interleaves phases)
+    for svg in ("arena", "curve"):
+        boxes = sorted(browser.eval(
+            f"Array.from(document.querySelectorAll('#{svg} text.phase')).map(function (t) "
+            "{ var b = t.getBBox(); return [b.x, b.x + b.width]; })"))
+        assert len(boxes) == len({p for p, _, _ in phase_runs(plan)})
+        assert all(right < left for (_, right), (left, _) in zip(boxes, boxes[1:]))
     # the tables
     assert browser.eval("document.querySelectorAll('#decisions tbody tr').length") == \
         len(plan.decisions)
@@ -333,8 +358,8 @@ def test_the_page_works_in_a_headless_browser_without_network(browser, example_p
     assert visible(browser, f"buf-{want}") and not visible(browser, f"buf-{target.id}")
     assert d.reason in browser.eval(f"document.getElementById('buf-{want}').innerText")
     # a value in the graph listing: the node at the peak
-    node = plan.graph.nodes[plan.peak_point()]
-    x, y, w, h = browser.eval(CENTRE_OF % f"document.querySelector('#pt-{plan.peak_point()} "
+    node = plan.graph.nodes[plan.peak_point]
+    x, y, w, h = browser.eval(CENTRE_OF % f"document.querySelector('#pt-{plan.peak_point} "
                                           f"a[data-buf]')")
     browser.click(x, y)
     assert visible(browser, f"buf-{plan.buffer_of[node.out].id}")
