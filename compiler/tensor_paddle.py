@@ -255,6 +255,8 @@ def scatter_index(self, basic_view, axis, index, value):
     rest = basic_view.shape[axis + 1:]
     v = v.reshape_to(basic_view.shape[:axis] + [n] + rest)
     flat = index.reshape_to([1] * axis + [n] + [1] * len(rest))
+    if 0 in v.shape:  # put_along_axis broadcasts an index dim of 1 against x's 0 to 1
+        flat = flat.broadcast_to(v.shape)
     basic_view._put(flat, v, axis, "assign", inplace=True)
     return self
 
