@@ -65,7 +65,7 @@ def flip(self, axis):
 def tile(self, repeat_times):
     """Paddle's `tile`: the shorter of the shape and `repeat_times` is padded with leading 1s;
     each dimension d becomes r * d (a broadcast copy, reshaped)."""
-    if type(repeat_times).__name__ == "Tensor":
+    if isinstance(repeat_times, type(self)):
         raise TraceError("tile: repeat_times must be a list of Python ints (a traced tensor "
                          "would make the result's shape data-dependent)", _tr.user_loc())
     reps = [repeat_times] if isinstance(repeat_times, numbers.Integral) else list(repeat_times)
@@ -157,13 +157,18 @@ def isfinite(self):
 # -- where, bound as Paddle binds it: the tensor is the condition -----------------------------
 def where(self, x, y):
     """`cond.where(x, y)` is `cc.where(cond, x, y)` (Paddle's method binding)."""
-    from .creation import where as _where  # lazy: creation imports this module's class
-    return _where(self, x, y)
+    T = type(self)
+    like = x if isinstance(x, T) else y if isinstance(y, T) else None
+    if like is None:  # two scalars or arrays: x as cc.to_tensor makes it
+        x = like = T._fresh(self._operand(x))
+    xv = x._v() if isinstance(x, T) else like._operand(x)
+    yv = y._v() if isinstance(y, T) else like._operand(y)
+    return T._fresh(self._tracer.emit("where", [self._v(), xv, yv], {}))
 
 
 def where_(self, x, y):
     """`cond.where_(x, y)` is `cc.where_(cond, x, y)`: writes into (and returns) `x`."""
-    if type(x).__name__ != "Tensor":
+    if not isinstance(x, type(self)):
         raise TraceError("where_ writes into x, which must be a Tensor", _tr.user_loc())
     return x._write_where(self.logical_not(), y, "where_")
 
@@ -174,8 +179,8 @@ MASK_READ = ("x[mask] has a data-dependent shape (one element per true value; Pa
              "(its static cousin), or x[mask] = value to write")
 
 
-def _is_index_array(item) -> bool:
-    return type(item).__name__ == "Tensor" or isinstance(item, np.ndarray) or (
+def _is_index_array(item, T) -> bool:
+    return isinstance(item, (T, np.ndarray)) or (
         isinstance(item, list) and not any(isinstance(i, (list, tuple, slice)) or i is None
                                            or i is Ellipsis for i in item))
 
@@ -186,18 +191,18 @@ def split_advanced(self, idx):
     tensor). None for a basic index. Masks in a tuple, several index tensors, or an int beside
     one (NumPy would move the dimensions) are refused."""
     items = idx if isinstance(idx, tuple) else (idx,)
-    found = [k for k, item in enumerate(items) if _is_index_array(item)]
+    found = [k for k, item in enumerate(items) if _is_index_array(item, type(self))]
     if not found:
         return None
-    from .tensor import to_tensor  # lazy: compiler.tensor imports this module
+    T = type(self)
     tensors = []
     for k in found:
         item = items[k]
-        if type(item).__name__ != "Tensor":
+        if not isinstance(item, T):
             item = np.asarray(item)
             if item.dtype.kind == "f" and item.size == 0:
                 item = item.astype(np.int64)  # `x[[]]`: NumPy reads an empty list as ints
-            item = to_tensor(item)
+            item = T._fresh(self._operand(item))  # a captured constant (cc.to_tensor)
         if item.dtype == BOOL:
             raise TraceError(MASK_READ, _tr.user_loc())
         if item.dtype.kind not in "iu":

@@ -120,6 +120,11 @@ def test_logsumexp_gradient_is_softmax_and_splits_no_ties(backend):
     _, (g,) = grads(lambda t: t.logsumexp(axis=1), backend, x)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(g, e / e.sum(axis=1, keepdims=True), rtol=1e-14)
+    # a row of -inf: NaN, as PyTorch's exp(x - result) = exp(-inf + inf)
+    _, (g,) = grads(lambda t: t.logsumexp(axis=1), backend,
+                    np.array([[-np.inf, -np.inf], [0.0, 0.0]]))
+    assert np.isnan(g[0]).all()
+    np.testing.assert_array_equal(g[1], [0.5, 0.5])
 
 
 # -- any, all, isnan, isinf, isfinite, tile --------------------------------------------------------
