@@ -29,7 +29,8 @@ def _float_only(x, what: str):
 def _axes(x, axis) -> tuple[int, ...]:
     """The reduced axes (all for None), the ShapeError naming the user's line."""
     try:
-        return normalize_axes(axis, x.ndim) if x.ndim else ()
+        axes = normalize_axes(axis, x.ndim)  # a 0-d tensor takes axis 0 or -1 (Paddle)
+        return axes if x.ndim else ()
     except ShapeError as e:
         raise ShapeError(e.bare_message, _tr.user_loc()) from None
 
@@ -51,11 +52,8 @@ def clone(self):
 
 def flip(self, axis):
     """Reversed along `axis` (an int or a list of them), as a new tensor (Paddle copies)."""
-    if isinstance(axis, numbers.Integral):
-        axis = [axis]
-    axes = set(_axes(self, list(axis))) if self.ndim else set()
+    axes = set(_axes(self, [axis] if isinstance(axis, numbers.Integral) else list(axis)))
     if not self.ndim:
-        _axes(self, list(axis))
         return self._op("contiguous")
     index = tuple(("s", None, None, -1) if i in axes else ("s", None, None, None)
                   for i in range(self.ndim))

@@ -2838,7 +2838,11 @@ def _build_paddle_methods():
                lambda v: np.flip(v, 0) + 1.0, grad=True, label="|written"))
     add(Sample("Tensor.flip", lambda t: t.flip([0, 1]) * t, (rand((3, 3), F64),),
                lambda v: np.flip(v) * v, grad=True))
+    add(Sample("Tensor.flip", lambda t: t.flip(0), (rand((), I64),), lambda v: v.copy(),
+               label="|0d"))
     invalid("Tensor.flip", lambda t: t.flip(2), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.flip", lambda t: t.flip(1), [np.ones(())], cc.ShapeError)
+    invalid("Tensor.var", lambda t: t.var(axis=1), [np.ones(())], cc.ShapeError)
     invalid("cc.flip", lambda t: cc.flip(t, [0, 0]), [np.ones((2, 3))], cc.ShapeError)
 
     # any / all: nonzero truth of every dtype (NaN is true); an empty reduction is the identity
