@@ -135,6 +135,9 @@ METHOD_FUNCTIONS = (
     "log2", "log10", "sinh", "cosh", "asin", "acos", "atan", "lerp", "logical_xor", "min",
     "prod", "argmax", "argmin", "cumsum", "index_select", "gather", "index_add",
     "take_along_axis", "put_along_axis", "masked_fill", "tril", "triu", "split", "chunk",
+    # issue 24 (compiler/tensor_paddle.py)
+    "clone", "var", "std", "logsumexp", "flip", "any", "all", "isnan", "isinf", "isfinite",
+    "tile",
 )
 
 

@@ -31,6 +31,7 @@ from .ir import DataCheck, Value
 from .layout import apply_view, value_probe
 from .ops import BOOL, SUPPORTED_DTYPES, dtype_class
 from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
+from . import tensor_paddle as _paddle
 from . import tensor_writeback as _writeback
 from .tensor_methods import install_methods, user_errors  # noqa: F401 (importers name it here)
 
@@ -919,15 +920,28 @@ class Tensor:
 
     def __getitem__(self, idx):
         if _bool_mask(idx) is not None:
-            raise TraceError("x[mask] has a data-dependent shape (one element per true value), "
-                             "which a static graph can't express: use cc.where(mask, x, 0) or "
-                             "x[mask] = value", _tr.user_loc())
+            raise TraceError(_paddle.MASK_READ, _tr.user_loc())
+        adv = self._split_advanced(idx)
+        if adv is not None:  # an integer tensor in the index: a gather (compiler/tensor_paddle)
+            basic, axis, index = adv
+            return self._gather_index(self._basic_view(basic), axis, index)
         return self.slice_index(normalize_index(idx, self.shape))
+
+    def _basic_view(self, basic) -> "Tensor":
+        index = normalize_index(basic, self.shape)
+        if all(e == ("s", None, None, None) for e in index):
+            return self
+        return self.slice_index(index)
 
     def __setitem__(self, idx, value):
         mask = _bool_mask(idx)
         if mask is not None:
             self._masked_assign(mask, value)
+            return
+        adv = self._split_advanced(idx)
+        if adv is not None:  # a scatter into the indexed rows, written back through the views
+            basic, axis, index = adv
+            self._scatter_index(self._basic_view(basic), axis, index, value)
             return
         target = self[idx]
         if isinstance(value, Tensor) and value._storage is target._storage \
@@ -1052,6 +1066,8 @@ def _bool_mask(idx):
         return idx
     if isinstance(idx, np.ndarray) and idx.dtype == BOOL:
         return to_tensor(idx)
+    if isinstance(idx, list) and idx and all(isinstance(i, (bool, np.bool_)) for i in idx):
+        return to_tensor(np.asarray(idx))
     return None
 
 
@@ -1067,6 +1083,9 @@ _UFUNC_OPERATORS = {
     np.equal: ("__eq__", "__eq__"), np.not_equal: ("__ne__", "__ne__"),
 }
 
+
+# -- issue 24: Paddle's Tensor methods that compose registry ops (compiler/tensor_paddle.py) --
+_paddle.install(Tensor)
 
 install_methods(Tensor)
 

@@ -21,6 +21,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("compiler.errors", "compiler.ir", "compiler.layout", "compiler.ops",
               "compiler.signals")),
     ("front", ("compiler.tensor", "compiler.tensor_writeback", "compiler.tensor_methods",
+               "compiler.tensor_paddle",
                "compiler.tracer", "compiler.nn", "compiler.optimizer", "compiler.lr",
                "compiler.creation", "compiler.arguments", "compiler.autodiff")),
     ("passes", ("passes",)),

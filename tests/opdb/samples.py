@@ -2697,3 +2697,309 @@ def build_long_rows():
                 add(Sample(api, fn, (big,), _in(lambda v, r=ref: r(v, 1)), CLOSE,
                            label="|long", always=True))
 build_long_rows()
+
+
+# -- issue 24: Paddle's Tensor methods (compiler/tensor_paddle.py) and integer-tensor indexing --
+def _paddle_var(x, axis=None, unbiased=True, keepdim=False):
+    """Paddle's var in float64: divisor N - 1 (1 where N <= 1) with `unbiased`, else N."""
+    a = f64(x)
+    axes = tuple(range(a.ndim)) if axis is None else tuple(
+        ax % a.ndim for ax in ((axis,) if isinstance(axis, int) else axis))
+    n = int(np.prod([a.shape[ax] for ax in axes]))
+    with np.errstate(all="ignore"):
+        mean = a.sum(axis=axes, keepdims=True) / n
+        s = ((a - mean) ** 2).sum(axis=axes, keepdims=keepdim)
+        div = (n - 1 if n > 1 else 1) if unbiased else n
+        return np.asarray(s / div).astype(x.dtype)
+
+
+def _logsumexp(x, axis=None, keepdim=False):
+    """np.logaddexp.reduce over the axes (moved last and flattened), in float64."""
+    a = f64(x)
+    axes = tuple(range(a.ndim)) if axis is None else tuple(
+        ax % a.ndim for ax in ((axis,) if isinstance(axis, int) else axis))
+    keep = [d for i, d in enumerate(a.shape) if i not in axes]
+    n = int(np.prod([a.shape[i] for i in axes]))
+    moved = np.moveaxis(a, axes, range(a.ndim - len(axes), a.ndim)).reshape(keep + [n])
+    with np.errstate(all="ignore"):
+        out = np.logaddexp.reduce(moved, axis=-1) if moved.shape[-1] else \
+            np.full(keep, -np.inf)
+    if keepdim:
+        out = np.reshape(out, [1 if i in axes else d for i, d in enumerate(a.shape)])
+    return np.asarray(out).astype(x.dtype)
+
+
+def _tile(x, reps):
+    return np.tile(x, reps)
+
+
+def build_paddle_methods():
+    start = len(SAMPLES)
+    _build_paddle_methods()
+    # The first sample of each API and label also runs through the gpu's CUDA C on the host
+    # harness (tests/gpu/test_harness_samples.py) and on every backend in the default run.
+    seen = set()
+    for s in SAMPLES[start:]:
+        if (s.api, s.label.split("|")[1] if "|" in s.label else "") not in seen and not s.grad:
+            seen.add((s.api, s.label.split("|")[1] if "|" in s.label else ""))
+            s.always = True
+
+
+def _build_paddle_methods():
+    # clone: a copy with the gradient path; writes to it don't reach the argument
+    for dtype in ALL:
+        for shape in SHAPES:
+            x = rand(shape, dtype, seed=len(shape))
+            add(Sample("Tensor.clone", lambda t: t.clone(), (x,), lambda a: a.copy()))
+        add(Sample("cc.clone", lambda t: cc.clone(t), (rand((2, 3), dtype),), lambda a: a.copy()))
+    for label, x in layouts((3, 4), F64):
+        add(Sample("Tensor.clone", lambda t: t.clone().add_(t), (x,), lambda a: a + a,
+                   grad=True, label=label))
+
+    # var / std: Paddle's defaults (unbiased=True), axis lists, keepdim, N = 1 and N = 0
+    for dtype in FLOATS:
+        for shape, axis, unbiased, keepdim in [
+                ((3, 4), None, True, False), ((3, 4), 1, True, False), ((3, 4), 0, False, True),
+                ((2, 3, 4), [0, 2], True, True), ((2, 3, 4), -1, False, False), ((), None, True,
+                                                                                 False),
+                ((1,), None, True, False), ((1,), 0, False, False), ((4, 1), 1, True, False),
+                ((0, 3), 0, True, False), ((0, 3), 0, False, False), ((2, 0), None, True, True),
+                ((2, 0), 1, True, False)]:
+            for label, x in layouts(shape, dtype, seed=5)[:2]:
+                for name, f in (("var", _paddle_var), ("std", lambda *a, **k: np.sqrt(
+                        _paddle_var(*a, **k)))):
+                    add(Sample(f"Tensor.{name}",
+                               lambda t, n=name, a=axis, u=unbiased, k=keepdim:
+                               getattr(t, n)(a, u, k), (x,),
+                               lambda v, f=f, a=axis, u=unbiased, k=keepdim: f(v, a, u, k),
+                               CLOSE, label=label))
+        big = rand((3, 5), dtype, seed=9) * 1e3 + 1e4     # a large mean: the shift matters
+        add(Sample("cc.var", lambda t: cc.var(t, axis=1), (big,), lambda v: _paddle_var(v, 1),
+                   CLOSE, label="|offset"))
+        add(Sample("cc.std", lambda t: cc.std(t, unbiased=False, keepdim=True), (big,),
+                   lambda v: np.sqrt(_paddle_var(v, None, False, True)), CLOSE, label="|offset"))
+        sp = specials(dtype)[None, :]                     # inf and NaN rows give NaN
+        add(Sample("Tensor.var", lambda t: t.var(axis=1), (sp,), lambda v: _paddle_var(v, 1),
+                   CLOSE, label="|special"))
+    for axis in (None, 1, [0, 1]):
+        for name, f in (("var", _paddle_var), ("std", lambda *a, **k: np.sqrt(_paddle_var(*a,
+                                                                                          **k)))):
+            add(Sample(f"Tensor.{name}", lambda t, n=name, a=axis: getattr(t, n)(axis=a),
+                       (rand((3, 4), F64, seed=7),), lambda v, f=f, a=axis: f(v, a), CLOSE,
+                       grad=True))
+    add(Sample("Tensor.var", lambda t: t.var(1, False, True), (rand((2, 5), F64),),
+               lambda v: _paddle_var(v, 1, False, True), CLOSE, grad=True))
+    for name in ("var", "std"):
+        invalid(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), [np.ones(3, np.int32)],
+                cc.TraceError)
+        invalid(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t, axis=2), [np.ones((2, 3))],
+                cc.ShapeError)
+
+    # logsumexp: max-shifted (no overflow at 1e3), -inf rows, +inf, NaN, empty axes
+    for dtype in FLOATS:
+        for shape, axis, keepdim in [((3, 4), None, False), ((3, 4), 1, False),
+                                     ((3, 4), 0, True), ((2, 3, 4), [0, 2], False), ((), None,
+                                                                                    False),
+                                     ((1,), 0, True), ((0, 3), 0, False), ((0, 3), 1, False),
+                                     ((2, 0), None, True)]:
+            for label, x in layouts(shape, dtype, seed=4)[:2]:
+                add(Sample("Tensor.logsumexp",
+                           lambda t, a=axis, k=keepdim: t.logsumexp(a, k), (x,),
+                           lambda v, a=axis, k=keepdim: _logsumexp(v, a, k), CLOSE,
+                           label=label))
+        inf = np.inf
+        rows = np.array([[-inf, -inf, -inf], [1e3, 1e3 - 1, -inf], [inf, 0, 1], [inf, -inf, 0],
+                         [np.nan, 0, 1], [-1e3, -1e3, -1e3], [0, 0, 0]], dtype)
+        add(Sample("Tensor.logsumexp", lambda t: t.logsumexp(axis=1), (rows,),
+                   lambda v: _logsumexp(v, 1), CLOSE, label="|special", always=True))
+        add(Sample("cc.logsumexp", lambda t: cc.logsumexp(t, axis=-1, keepdim=True),
+                   (specials(dtype).reshape(3, 5),), lambda v: _logsumexp(v, -1, True), CLOSE,
+                   label="|special"))
+    for axis in (None, 1, [0, 1]):
+        add(Sample("Tensor.logsumexp", lambda t, a=axis: t.logsumexp(a),
+                   (rand((3, 4), F64, seed=3) * 20,), lambda v, a=axis: _logsumexp(v, a), CLOSE,
+                   grad=True))
+    # tied maxima: the shift carries no gradient, so every tied element gets the same share
+    add(Sample("Tensor.logsumexp", lambda t: t.logsumexp(axis=1), (np.array([[2.0, 2.0, 1.0],
+                                                                            [5.0, 5.0, 5.0]]),),
+               lambda v: _logsumexp(v, 1), CLOSE, grad=True, label="|ties"))
+    invalid("Tensor.logsumexp", lambda t: t.logsumexp(), [np.ones(3, np.int64)], cc.TraceError)
+
+    # flip: a reversed copy along one or several axes
+    for dtype in ALL:
+        for shape, axis in [((3, 4), 0), ((3, 4), [0, 1]), ((2, 3, 4), -1), ((5,), 0),
+                            ((0, 3), 1), ((2, 0, 3), [0, 2]), ((1, 1), 1)]:
+            for label, x in layouts(shape, dtype, seed=2)[:3]:
+                add(Sample("Tensor.flip", lambda t, a=axis: t.flip(a), (x,),
+                           lambda v, a=axis: np.flip(v, a).copy(), label=label))
+        add(Sample("cc.flip", lambda t: cc.flip(t, axis=[1]), (rand((2, 3), dtype),),
+                   lambda v: np.flip(v, 1).copy()))
+    add(Sample("Tensor.flip", lambda t: t.flip(0).add_(1.0), (rand((3, 2), F64),),
+               lambda v: np.flip(v, 0) + 1.0, grad=True, label="|written"))
+    add(Sample("Tensor.flip", lambda t: t.flip([0, 1]) * t, (rand((3, 3), F64),),
+               lambda v: np.flip(v) * v, grad=True))
+    add(Sample("Tensor.flip", lambda t: t.flip(0), (rand((), I64),), lambda v: v.copy(),
+               label="|0d"))
+    invalid("Tensor.flip", lambda t: t.flip(2), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.flip", lambda t: t.flip(1), [np.ones(())], cc.ShapeError)
+    invalid("Tensor.var", lambda t: t.var(axis=1), [np.ones(())], cc.ShapeError)
+    invalid("cc.flip", lambda t: cc.flip(t, [0, 0]), [np.ones((2, 3))], cc.ShapeError)
+
+    # any / all: nonzero truth of every dtype (NaN is true); an empty reduction is the identity
+    for dtype in ALL:
+        for shape, axis, keepdim in [((3, 4), None, False), ((3, 4), 1, False),
+                                     ((3, 4), 0, True), ((2, 3, 4), [0, 2], False),
+                                     ((), None, False), ((0, 3), 0, False), ((0, 3), 1, True)]:
+            x = rand(shape, dtype, -1, 1, seed=6)
+            if dtype.kind == "f":
+                x = np.where(rand(shape, B, seed=8), x, 0).astype(dtype)
+            for name, f in (("any", np.any), ("all", np.all)):
+                add(Sample(f"Tensor.{name}",
+                           lambda t, n=name, a=axis, k=keepdim: getattr(t, n)(a, k), (x,),
+                           lambda v, f=f, a=axis, k=keepdim: np.asarray(f(
+                               v, axis=None if a is None else tuple(np.atleast_1d(a)),
+                               keepdims=k))))
+        for name, f in (("any", np.any), ("all", np.all)):
+            add(Sample(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t, axis=-1),
+                       (specials(dtype).reshape(2, -1) if specials(dtype).size % 2 == 0 else
+                        specials(dtype).reshape(1, -1),),
+                       lambda v, f=f: np.asarray(f(v, axis=-1)), label="|special"))
+    add(Sample("Tensor.all", lambda t: t.all(0), (np.array([[1, 1], [1, 0]], np.int32)[:, ::-1],),
+               lambda v: v.all(0), label="|neg"))
+    invalid("Tensor.any", lambda t: t.any(3), [np.ones((2, 3), bool)], cc.ShapeError)
+
+    # isnan / isinf / isfinite over every dtype's extremal values (integers: none non-finite)
+    for dtype in ALL:
+        for name, f in (("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)):
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (specials(dtype),),
+                       lambda v, f=f: f(v) if v.dtype != B else f(v.astype(np.int8))))
+            add(Sample(f"cc.{name}", lambda t, n=name: getattr(cc, n)(t),
+                       (rand((2, 0, 3), dtype),), lambda v, f=f: np.zeros(v.shape, bool) if
+                       f is not np.isfinite else np.ones(v.shape, bool)))
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (rand((), dtype),),
+                       lambda v, f=f: np.asarray(f(v) if v.dtype != B else f(v.astype(
+                           np.int8)))))
+    for label, x in layouts((3, 5), F32)[1:3]:
+        x[0, 1], x[2, 3], x[1, 0] = np.nan, np.inf, -np.inf
+        for name, f in (("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)):
+            add(Sample(f"Tensor.{name}", lambda t, n=name: getattr(t, n)(), (x,),
+                       lambda v, f=f: f(v), label=label))
+
+    # tile: Paddle pads the shorter of the shape and repeat_times with leading 1s
+    for dtype in ALL:
+        for shape, reps in [((3,), [2]), ((2, 3), [2, 1]), ((2, 3), [3]), ((2,), [2, 3, 1]),
+                            ((), [3]), ((), [2, 2]), ((0, 2), [2, 2]), ((2, 3), [0, 1]),
+                            ((1, 1), (1, 1))]:
+            for label, x in layouts(shape, dtype, seed=1)[:2]:
+                add(Sample("Tensor.tile", lambda t, r=reps: t.tile(r), (x,),
+                           lambda v, r=reps: _tile(v, r), label=label))
+        add(Sample("cc.tile", lambda t: cc.tile(t, repeat_times=[2, 2]), (rand((2, 3), dtype),),
+                   lambda v: _tile(v, [2, 2])))
+    add(Sample("Tensor.tile", lambda t: t.tile([2, 3]), (rand((2, 3), F64),),
+               lambda v: _tile(v, [2, 3]), grad=True))
+    add(Sample("Tensor.tile", lambda t: t.tile([3, 1, 2]), (rand((2, 1), F64),),
+               lambda v: _tile(v, [3, 1, 2]), grad=True))
+    invalid("Tensor.tile", lambda t: t.tile([-1, 2]), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.tile", lambda t: t.tile([1.5]), [np.ones((2, 3))], cc.TraceError)
+    invalid("cc.tile", lambda t, r: cc.tile(t, r), [np.ones(2), np.ones(1, np.int64)],
+            cc.TraceError)
+
+    # where / where_ bound on the condition (Paddle): cond.where_(x, y) writes into x
+    for dtype in ALL:
+        c, x, y = rand((3, 4), B, seed=1), rand((3, 4), dtype, seed=2), rand((4,), dtype, seed=3)
+        add(Sample("Tensor.where", lambda k, a, b: k.where(a, b), (c, x, y),
+                   lambda k, a, b: np.where(k, a, b)))
+        add(Sample("Tensor.where_", lambda k, a, b: k.where_(a, b), (c, x.copy(), y),
+                   lambda k, a, b: np.where(k, a, b), writes=1))
+    add(Sample("Tensor.where_", lambda k, a: k.where_(a, 0.5), (rand((2, 3), B), rand((2, 3), F64)),
+               lambda k, a: np.where(k, a, 0.5), writes=1, grad=True))
+    add(Sample("Tensor.where", lambda k, a, b: k.where(a, b), (rand((2, 3), B), rand((2, 3), F64),
+                                                               rand((3,), F64, seed=1)),
+               lambda k, a, b: np.where(k, a, b), grad=True))
+    invalid("Tensor.where_", lambda k, a: k.where_(1.0, a), [np.ones(2, bool), np.ones(2)],
+            cc.TraceError)
+
+    # integer-tensor indexing: x[idx] gathers along the indexed axis, x[idx] = v scatters
+    def get_want(i, idx_pos):
+        def want(v, j):
+            key = [slice(None)] * idx_pos + [j] if isinstance(i, tuple) else j
+            return np.asarray(v[tuple(key)] if isinstance(key, list) else v[key]).copy()
+        return want
+    cases = [((4, 3), [2, 0, -1, 2], 0), ((4, 3), [[1, 3], [0, 0]], 0), ((4, 3), 3, 0),
+             ((4, 3), [], 0), ((3, 5), [4, 0], 1), ((2, 3, 4), [1, -4], 2), ((0, 3), [], 0),
+             ((3, 0), [2, 1], 0), ((1,), [0, 0, 0], 0)]
+    for k, (shape, idx, pos) in enumerate(cases):
+        dtype = ALL[k % len(ALL)]
+        j = np.asarray(idx, I64 if k % 2 else I32)
+        for label, x in layouts(shape, dtype, seed=k)[:3]:
+            if pos == 0:
+                add(Sample("Tensor.__getitem__", lambda t, i: t[i], (x, j),
+                           lambda v, i: np.asarray(v[i]).copy(), label="|gather" + label))
+            else:
+                add(Sample("Tensor.__getitem__", lambda t, i, p=pos: t[(slice(None),) * p + (i,)],
+                           (x, j), lambda v, i, p=pos: np.asarray(v[(slice(None),) * p
+                                                                    + (i,)]).copy(),
+                           label="|gather" + label))
+        region = np.asarray(rand(shape, dtype)[(slice(None),) * pos + (j,)]).shape
+        u = rand(region, dtype, seed=k + 7)
+        x = rand(shape, dtype, seed=k)
+        if j.size and len(set((j % shape[pos]).ravel().tolist())) == j.size:  # distinct indices
+            add(Sample("Tensor.__setitem__", lambda t, i, v, p=pos: _setitem(
+                t, (slice(None),) * p + (i,), v), (x.copy(), j, u),
+                lambda t, i, v, p=pos: _set(t, (slice(None),) * p + (i,), v), writes=0,
+                label="|scatter"))
+    # the index as a constant NumPy array, a list, with an Ellipsis and None, and read twice
+    x = rand((3, 4, 2), F32)
+    add(Sample("Tensor.__getitem__", lambda t: t[np.array([2, 0])], (x,),
+               lambda v: v[np.array([2, 0])].copy(), label="|const-index"))
+    add(Sample("Tensor.__getitem__", lambda t: t[..., [1, 1]], (x,), lambda v: v[..., [1, 1]],
+               label="|list"))
+    add(Sample("Tensor.__getitem__", lambda t, i: t[None, 1:, i], (x, np.array([3, 0])),
+               lambda v, i: v[None, 1:, i], label="|slices"))
+    # repeated indices on a write: the last value wins (NumPy); `+=` reads then writes back
+    add(Sample("Tensor.__setitem__", lambda t, i, v: _setitem(t, i, v),
+               (rand((4, 2), I64), np.array([1, 3, 1]), np.array([[5, 6], [7, 8], [9, 10]])),
+               lambda t, i, v: _set(t, i, v), writes=0, label="|repeated"))
+    add(Sample("Tensor.__setitem__", lambda t, i: _setitem(t, (slice(None), i), 0.5),
+               (rand((3, 4), F32), np.array([0, 2])), lambda t, i: _set(t, (slice(None), i), 0.5),
+               writes=0, label="|scalar"))
+
+    def iadd(t, i):
+        t[i] += 1
+        return t
+    add(Sample("Tensor.__setitem__", iadd, (rand((4, 3), I32), np.array([3, 0])),
+               lambda t, i: _set(t, i, t[i] + 1), writes=0, label="|iadd"))
+    # through a view of the argument: the scatter reaches the caller's array
+    add(Sample("Tensor.__setitem__", lambda t, i: (_setitem(t[1:], i, -1.0), t)[1],
+               (rand((4, 3), F64), np.array([2, 0])),
+               lambda t, i: _set(t, (slice(1, None),), _set(t[1:], i, -1.0)), writes=0,
+               label="|view"))
+    # gradients: the gather's is a scatter-add (repeated rows add up), the scatter's a gather
+    add(Sample("Tensor.__getitem__", lambda t, i: t[i], (rand((4, 3), F64), np.array([2, 0, 2])),
+               lambda v, i: v[i].copy(), grad=True, label="|gather"))
+    add(Sample("Tensor.__getitem__", lambda t, i: t[:, i], (rand((3, 4), F64),
+                                                            np.array([[3, 1], [1, 1]])),
+               lambda v, i: v[:, i].copy(), grad=True, label="|gather"))
+    add(Sample("Tensor.__setitem__", lambda t, i, v: _setitem(t * 1.0, (slice(None), i), v),
+               (rand((3, 4), F64), np.array([3, 0]), rand((3, 2), F64, seed=1)),
+               lambda t, i, v: _set(t, (slice(None), i), v), grad=True, label="|scatter"))
+    add(Sample("Tensor.__setitem__", lambda t, i, v: _setitem(t * 1.0, i, v),
+               (rand((4, 3), F64), np.array([1, 2]), rand((3,), F64, seed=1)),
+               lambda t, i, v: _set(t, i, v), grad=True, label="|broadcast"))
+    invalid("Tensor.__getitem__", lambda t, m: t[m], [np.ones(3), np.ones(3, bool)],
+            cc.TraceError)
+    invalid("Tensor.__getitem__", lambda t, m: t[:, m], [np.ones((2, 3)), np.ones(3, bool)],
+            cc.TraceError)
+    invalid("Tensor.__getitem__", lambda t, i: t[i, i], [np.ones((2, 3)), np.ones(1, np.int64)],
+            cc.TraceError)
+    invalid("Tensor.__getitem__", lambda t, i: t[0, i], [np.ones((2, 3)), np.ones(1, np.int64)],
+            cc.TraceError)
+    invalid("Tensor.__getitem__", lambda t, i: t[i], [np.ones(()), np.zeros(1, np.int64)],
+            cc.ShapeError)
+    invalid("Tensor.__setitem__", lambda t, i: t.__setitem__(i, t[:2]),
+            [np.ones((3, 2)), np.zeros(3, np.int64)], cc.ShapeError)
+    invalid("Tensor.__setitem__", lambda t, i: t.__setitem__(i, 1.0), [np.ones(3), np.ones(2)],
+            cc.TraceError)
+
+
+build_paddle_methods()

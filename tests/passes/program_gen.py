@@ -15,7 +15,8 @@ Menu: out-of-place unary/binary ops with broadcasting and Python scalars, user i
 (`add_ subtract_ multiply_ scale_ sin_ exp_ relu_ tanh_ sigmoid_ clip_ zero_ fill_ +=`) on
 variables and through views (`x[1:].add_(1)`, `x.transpose([1, 0]).scale_(2)`, `x[i] += y`),
 views (reshape, flatten, transpose, `t()`, slices with steps, unsqueeze/squeeze, expand,
-detach), set-item, reductions, matmul, concat; optionally leaves with `stop_gradient = False`,
+detach), set-item, reductions, matmul, concat, Paddle's `clone flip tile var std logsumexp` and
+integer-array gathers and scatters (`x[np.array([2, 0])]`); optionally leaves with `stop_gradient = False`,
 `loss.backward()`, more steps after it, and an SGD update under `cc.no_grad()` that mutates the
 leaves; reads of views (and of views of written bases) inside `cc.no_grad()` blocks, whose results
 are only returned (so they never change what the gradient is). Some programs take arguments that
@@ -41,6 +42,9 @@ from hypothesis import strategies as st
 PROGRAM_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "random_program.py")
 
 INPUTS = {"a": (3, 4), "b": (4,), "c": (2, 3, 4), "d": (4, 3)}
+
+# Step kinds drawn beside the original menu (issue 24: `_Gen.step_paddle`).
+ISSUE24_STEPS = ["paddle"]
 
 # Arguments that share memory: (shape of the storage `s`, {parameter: the view of `s` passed
 # for it}). `e` is a parameter that exists only in these layouts.
@@ -442,8 +446,47 @@ class _Gen:
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
-                            "xent"])
+                            "xent"] + ISSUE24_STEPS)
         getattr(self, "step_" + kind)(grad_enabled)
+
+    # -- issue 24: Paddle's Tensor methods and integer-tensor indexing ---------------------------
+    def step_paddle(self, grad_enabled):
+        """clone / flip / tile copies, var / std / logsumexp along an axis, `x[idx]` gathers
+        and `x[idx] = y` scatters with a constant integer array (distinct rows)."""
+        kind = self.choice(["copy", "stat", "gather", "scatter"])
+        if kind == "scatter":
+            targets = [v for v in self.vars if self.writable(v, grad_enabled)
+                       and self.arr(v).ndim >= 1]
+            if not targets:
+                return self.step_binary(grad_enabled)
+            x = self.pick(targets)
+            shape = self.arr(x).shape
+            rows = self.draw(st.permutations(range(shape[0])))[:self.draw(
+                st.integers(1, shape[0]))]
+            idx = f"np.array({list(rows)})"
+            y, ny = self.operand_for((len(rows),) + shape[1:])
+            return self.emit(f"{x}[{idx}] = {y}", f"{x}[{idx}] = {ny}", inplace=True)
+        x = self.pick(self.vars)
+        a = self.arr(x)
+        out = self.fresh()
+        ops = [("{x}.clone()", "np.array({x})")]
+        if a.ndim >= 1:
+            ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+            ops += [(f"{{x}}.flip({ax})", f"np.flip({{x}}, {ax})"),
+                    ("{x}.tile([2, 1])", "np.tile({x}, [2, 1])")]
+            if kind == "gather" and a.shape[0]:
+                rows = self.draw(st.lists(st.integers(-a.shape[0], a.shape[0] - 1),
+                                          min_size=1, max_size=4))
+                ops = [(f"{{x}}[np.array({rows})]", f"{{x}}[np.array({rows})]")]
+            elif kind == "stat" and a.shape[ax] >= 2:
+                ops = [(f"{{x}}.logsumexp(axis={ax})", f"np.logaddexp.reduce({{x}}, axis={ax})")]
+                if _mag(a) <= 10:
+                    ops.append((f"{{x}}.var(axis={ax})", f"np.var({{x}}, axis={ax}, ddof=1)"))
+                if np.all(np.ptp(a, axis=ax) > 1e-3):  # std's gradient is NaN at no spread
+                    ops.append((f"{{x}}.std({ax}, unbiased=False)", f"np.std({{x}}, axis={ax})"))
+        pd, npx = self.choice(ops)
+        self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")",
+                  define=out)
 
     def step_nograd_read(self, grad_enabled):
         """`with cc.no_grad(): vN = <a view of x>.<read>`: a read never changes a tensor's
