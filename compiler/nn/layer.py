@@ -14,6 +14,7 @@ function the layer keeps (traced once per input signature and mode), returning N
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 import warnings
 from collections import OrderedDict
@@ -174,9 +175,6 @@ class _Guard:
 
 
 # -- Layer ------------------------------------------------------------------------------------
-_INTERNAL = ("_parameters", "_sub_layers", "_buffers", "_buffer_names", "_non_persistable",
-             "_version", "_full_name", "_dtype", "_eager", "training", "_helper_counts")
-
 
 class Layer:
     """Paddle's `nn.Layer`. Subclass it, create parameters and sublayers in `__init__` by
@@ -478,8 +476,10 @@ class Layer:
             return self.forward(*args, **kwargs)
         fn = self.__dict__["_eager"]
         if fn is None:
-            from ..api import compile as _compile
-            fn = self.__dict__["_eager"] = _compile(self.forward)
+            # An eager call compiles, a driver job: the driver is looked up at this call (as
+            # compiler/__init__ resolves its names), never imported by the front end's modules.
+            driver = importlib.import_module("compiler.api")
+            fn = self.__dict__["_eager"] = driver.compile(self.forward)
         return fn(*args, **kwargs)
 
     def extra_repr(self) -> str:

@@ -5,7 +5,6 @@ layer; `nn.initializer.seed(n)` makes them reproducible).
 """
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 
@@ -13,10 +12,12 @@ import numpy as np
 
 from .. import tracer as _tr
 from ..errors import ShapeError, TraceError
-from ..tensor import Tensor
+from ..creation import concat
+from ..tensor import Tensor, to_tensor
+from ..tracer import no_grad
 from . import functional as F
 from . import initializer as I
-from .layer import Layer, Parameter
+from .layer import Layer
 
 __all__ = ["Linear", "Sequential", "LayerList", "Conv2D", "BatchNorm2D", "LayerNorm",
            "Embedding", "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
@@ -253,14 +254,9 @@ def _new_seed(layer):
 def _dropout(layer, x, p):
     seed = layer._dropout_seed
     out = F.dropout(x, p, training=True, seed=seed)
-    with _no_grad():
+    with no_grad():
         seed.add_(1)
     return out
-
-
-def _no_grad():
-    from ..tracer import no_grad
-    return no_grad()
 
 
 class Dropout(Layer):
@@ -320,7 +316,6 @@ class Conv2D(Layer):
         w, b = self.weight, self.bias
         if g == 1:
             return F.conv2d(x, w, b, self._stride, self._padding, self._dilation)
-        from ..creation import concat
         ci, co = self._in_channels // g, self._out_channels // g
         parts = [F.conv2d(x[:, k * ci:(k + 1) * ci], w[k * co:(k + 1) * co], None,
                           self._stride, self._padding, self._dilation) for k in range(g)]
@@ -343,7 +338,7 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
         mean = x.mean(axis=axes, keepdim=True)
         centred = x - mean
         var = centred.square().mean(axis=axes, keepdim=True)
-        with _no_grad():
+        with no_grad():
             running_mean.scale_(momentum).add_(mean.detach().reshape([c]) * (1.0 - momentum))
             running_var.scale_(momentum).add_(var.detach().reshape([c]) * (1.0 - momentum))
     else:
@@ -459,7 +454,6 @@ def _attention_mask(mask, dtype):
     """Paddle's _convert_attention_mask: a bool or int mask keeps where True / nonzero, by
     adding (mask - 1) * 1e9 (a fully masked row stays finite); a float mask is added."""
     if not isinstance(mask, Tensor):
-        from ..tensor import to_tensor
         mask = to_tensor(np.asarray(mask))
     if mask.dtype.kind in "biu":
         return (mask.cast(dtype) - 1.0) * 1e9
