@@ -12,9 +12,11 @@
 """
 from . import functional  # noqa: F401
 from . import initializer  # noqa: F401
-from .layer import Layer, Parameter, ParamAttr, unique_name_guard  # noqa: F401
+from .layer import (Layer, Parameter, ParamAttr, get_default_dtype,  # noqa: F401
+                    set_default_dtype, unique_name_guard)
 from .layers import *  # noqa: F401,F403
 from .layers import __all__ as _layers
 
-__all__ = ["Layer", "Parameter", "ParamAttr", "unique_name_guard", "functional",
+__all__ = ["Layer", "Parameter", "ParamAttr", "get_default_dtype", "set_default_dtype",
+           "unique_name_guard", "functional",
            "initializer", *_layers]

@@ -26,7 +26,23 @@ from ..errors import ShapeError, TraceError
 from ..tensor import state_tensor
 from . import initializer as _init
 
-__all__ = ["Layer", "Parameter", "ParamAttr", "unique_name_guard"]
+__all__ = ["Layer", "ParamAttr", "Parameter", "get_default_dtype", "set_default_dtype",
+           "unique_name_guard"]
+
+_DEFAULT_DTYPE = [np.dtype(np.float32)]
+
+
+def set_default_dtype(dtype) -> None:
+    """The dtype of the parameters of layers built from now on (Paddle's
+    `paddle.set_default_dtype`): float32 unless changed."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise TraceError(f"set_default_dtype: {dtype} is not a float dtype", _tr.user_loc())
+    _DEFAULT_DTYPE[0] = dtype
+
+
+def get_default_dtype() -> np.dtype:
+    return _DEFAULT_DTYPE[0]
 
 
 # -- unique names, as Paddle's unique_name.generate: "linear" -> linear_0, linear_1, ... --------
@@ -182,7 +198,7 @@ class Layer:
     `forward`, and call the layer. See the module docstring for what a parameter is inside and
     outside a trace."""
 
-    def __init__(self, name_scope: str | None = None, dtype="float32"):
+    def __init__(self, name_scope: str | None = None, dtype=None):
         d = self.__dict__
         d["_parameters"] = OrderedDict()
         d["_sub_layers"] = OrderedDict()
@@ -191,7 +207,7 @@ class Layer:
         d["_non_persistable"] = set()
         d["_version"] = 0
         d["_full_name"] = _unique(name_scope or _snake(type(self).__name__))
-        d["_dtype"] = np.dtype(dtype)
+        d["_dtype"] = np.dtype(dtype) if dtype is not None else _DEFAULT_DTYPE[0]
         d["_eager"] = None
         d["training"] = True
 

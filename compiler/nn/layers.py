@@ -371,19 +371,18 @@ class BatchNorm2D(Layer):
         self._num_features, self._momentum, self._epsilon = num_features, momentum, epsilon
         self._use_global_stats = use_global_stats
         c = [num_features]
-        self.weight = self.create_parameter(
-            c, attr=None if weight_attr is False else weight_attr,
-            default_initializer=I.Constant(1.0))
-        self.bias = self.create_parameter(
-            c, attr=None if bias_attr is False else bias_attr, is_bias=True)
-        if weight_attr is False:
-            self.weight.stop_gradient = True
-        if bias_attr is False:
-            self.bias.stop_gradient = True
-        self._mean = self.create_parameter(c, default_initializer=I.Constant(0.0))
-        self._mean.stop_gradient = True
-        self._variance = self.create_parameter(c, default_initializer=I.Constant(1.0))
-        self._variance.stop_gradient = True
+        # (locals, not self.weight: a layer built inside a trace reads its parameters as
+        # Tensors)
+        weight = self.create_parameter(c, attr=None if weight_attr is False else weight_attr,
+                                       default_initializer=I.Constant(1.0))
+        bias = self.create_parameter(c, attr=None if bias_attr is False else bias_attr,
+                                     is_bias=True)
+        weight.stop_gradient = weight_attr is False or weight.stop_gradient
+        bias.stop_gradient = bias_attr is False or bias.stop_gradient
+        mean = self.create_parameter(c, default_initializer=I.Constant(0.0))
+        variance = self.create_parameter(c, default_initializer=I.Constant(1.0))
+        mean.stop_gradient = variance.stop_gradient = True
+        self.weight, self.bias, self._mean, self._variance = weight, bias, mean, variance
 
     def forward(self, x):
         if x.ndim != 4:
@@ -438,9 +437,10 @@ class Embedding(Layer):
                              f"{padding_idx}", _tr.user_loc())
         self._num_embeddings, self._embedding_dim = n, int(embedding_dim)
         self._padding_idx = None if padding_idx is None else int(padding_idx) % n
-        self.weight = self.create_parameter([n, embedding_dim], attr=weight_attr)
+        weight = self.create_parameter([n, embedding_dim], attr=weight_attr)
         if self._padding_idx is not None:
-            self.weight[self._padding_idx] = 0.0
+            weight[self._padding_idx] = 0.0
+        self.weight = weight
 
     def forward(self, x):
         return F.embedding(x, self.weight, self._padding_idx)
