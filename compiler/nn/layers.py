@@ -401,9 +401,9 @@ class BatchNorm2D(Layer):
 
 
 class LayerNorm(Layer):
-    """Normalises the trailing `normalized_shape` dimensions (F.layer_norm). `weight` ones,
-    `bias` zeros, both of shape `normalized_shape`; `weight_attr=False` / `bias_attr=False`:
-    none."""
+    """Normalises the trailing `normalized_shape` dimensions (F.layer_norm). `weight` ones and
+    `bias` zeros, as Paddle's both FLAT: [prod(normalized_shape)] (PyTorch's have the shape
+    `normalized_shape`); `weight_attr=False` / `bias_attr=False`: none."""
 
     def __init__(self, normalized_shape, epsilon=1e-5, weight_attr=None, bias_attr=None,
                  name=None):
@@ -412,12 +412,18 @@ class LayerNorm(Layer):
             normalized_shape = [normalized_shape]
         self._normalized_shape = [int(d) for d in normalized_shape]
         self._epsilon = epsilon
-        self.weight = self.create_parameter(self._normalized_shape, attr=weight_attr,
+        size = [int(np.prod(self._normalized_shape))]
+        self.weight = self.create_parameter(size, attr=weight_attr,
                                             default_initializer=I.Constant(1.0))
-        self.bias = self.create_parameter(self._normalized_shape, attr=bias_attr, is_bias=True)
+        self.bias = self.create_parameter(size, attr=bias_attr, is_bias=True)
 
     def forward(self, x):
-        return F.layer_norm(x, self._normalized_shape, self.weight, self.bias, self._epsilon)
+        shape = self._normalized_shape
+        w, b = self.weight, self.bias
+        if len(shape) > 1:
+            w = None if w is None else w.reshape(shape)
+            b = None if b is None else b.reshape(shape)
+        return F.layer_norm(x, shape, w, b, self._epsilon)
 
     def extra_repr(self):
         return f"normalized_shape={self._normalized_shape}, epsilon={self._epsilon}"

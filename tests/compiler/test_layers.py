@@ -269,3 +269,247 @@ def test_a_layer_call_costs_nothing_beyond_its_ops():
     assert a.plan.arena_bytes == b.plan.arena_bytes
     assert a.plan.peak_bytes == b.plan.peak_bytes
     assert set(a.graph.mutations) == set(b.graph.mutations) == {2, 3, 4, 5}
+
+
+# -- every layer against PaddlePaddle's, same weights -----------------------------------------
+def _perturb(layer, seed):
+    """Non-trivial values for every parameter (biases and norms start at 0 and 1)."""
+    r = rng(seed)
+    for p in layer.parameters():
+        if not p.stop_gradient:
+            p += r.normal(0, 0.3, p.shape).astype(p.dtype)
+
+
+LAYERS = {
+    "Conv2D": (lambda m: m.Conv2D(3, 4, 3, stride=2, padding=1), (2, 3, 7, 6)),
+    "Conv2D-dilation-groups": (lambda m: m.Conv2D(4, 6, (3, 2), padding=2, dilation=2,
+                                                   groups=2), (2, 4, 7, 6)),
+    "Conv2D-no-bias": (lambda m: m.Conv2D(3, 2, 1, bias_attr=False), (1, 3, 4, 4)),
+    "BatchNorm2D": (lambda m: m.BatchNorm2D(3, momentum=0.8, epsilon=1e-3), (4, 3, 5, 5)),
+    "LayerNorm": (lambda m: m.LayerNorm([3, 4]), (2, 3, 4)),
+    "Embedding": (lambda m: m.Embedding(10, 4, padding_idx=-2), "ids"),
+    "MultiHeadAttention": (lambda m: m.MultiHeadAttention(8, 2), (2, 5, 8)),
+    "MultiHeadAttention-kv": (lambda m: m.MultiHeadAttention(8, 4, kdim=6, vdim=6), "kv"),
+    "TransformerEncoderLayer": (lambda m: m.TransformerEncoderLayer(8, 2, 16), (2, 5, 8)),
+    "TransformerEncoderLayer-pre-gelu": (lambda m: m.TransformerEncoderLayer(
+        8, 2, 16, activation="gelu", normalize_before=True), (2, 5, 8)),
+    "TransformerEncoder": (lambda m: m.TransformerEncoder(m.TransformerEncoderLayer(8, 2, 16),
+                                                          2, m.LayerNorm(8)), (2, 5, 8)),
+    "Sequential": (lambda m: m.Sequential(m.Conv2D(2, 3, 3), m.ReLU(), m.MaxPool2D(2),
+                                          m.Flatten(), m.Linear(12, 2), m.Tanh()),
+                   (2, 2, 6, 6)),
+    "activations": (lambda m: m.Sequential(m.GELU(), m.Sigmoid(), m.ELU(0.5), m.LeakyReLU(0.2),
+                                           m.Hardtanh(-0.3, 0.4), m.Silu(), m.Softmax(1),
+                                           m.LogSoftmax(0), m.Identity()), (3, 4)),
+    "GELU-tanh": (lambda m: m.GELU(approximate=True), (3, 4)),
+}
+
+
+def _inputs(spec, r):
+    if spec == "ids":
+        return (np.array([[1, 8, 0], [9, 3, 8]], np.int64),)
+    if spec == "kv":
+        return (r.normal(size=(2, 3, 8)).astype(np.float32),
+                r.normal(size=(2, 4, 6)).astype(np.float32),
+                r.normal(size=(2, 4, 6)).astype(np.float32))
+    return (r.normal(size=spec).astype(np.float32),)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layer_matches_paddle_in_eval_mode(name):
+    paddle = _paddle()
+    make, spec = LAYERS[name]
+    ours, theirs = make(nn), make(paddle.nn)
+    _perturb(ours, 1)
+    if name == "BatchNorm2D":
+        ours._mean[...] = rng(2).normal(size=3)
+        ours._variance[...] = rng(3).uniform(0.5, 2, size=3)
+    _set_paddle_weights(theirs, ours)
+    ours.eval()
+    theirs.eval()
+    xs = _inputs(spec, rng(4))
+    got = ours(*xs)
+    want = theirs(*[paddle.to_tensor(x) for x in xs]).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    assert [p.shape for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]
+
+
+def test_default_initialisers_have_paddles_distributions():
+    nn.initializer.seed(0)
+    conv = nn.Conv2D(16, 8, 3)
+    std = np.sqrt(2 / (16 * 9))  # Normal(0, sqrt(2 / fan_in))
+    assert abs(conv.weight.std() - std) < 0.05 * std and abs(conv.weight.mean()) < 0.1 * std
+    emb = nn.Embedding(400, 100, padding_idx=3)
+    limit = np.sqrt(6 / 500)  # XavierUniform over [num_embeddings, dim]
+    assert np.abs(emb.weight).max() <= limit and (emb.weight[3] == 0).all()
+    bn, ln = nn.BatchNorm2D(4), nn.LayerNorm(4)
+    for p, v in ((bn.weight, 1), (bn.bias, 0), (bn._mean, 0), (bn._variance, 1),
+                 (ln.weight, 1), (ln.bias, 0)):
+        np.testing.assert_array_equal(p, np.full(4, v, np.float32))
+    assert [p.stop_gradient for p in bn.parameters()] == [False, False, True, True]
+    assert list(bn.state_dict()) == ["weight", "bias", "_mean", "_variance"]
+
+
+# -- gradients through several layers, against PaddlePaddle --------------------------------
+def ConvNet(m=nn):  # noqa: N802 - the same source builds ours (m=nn) and Paddle's
+    class Net(m.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv = m.Conv2D(2, 4, 3, padding=1)
+            self.bn = m.BatchNorm2D(4)
+            self.pool = m.MaxPool2D(2)
+            self.flat = m.Flatten()
+            self.norm = m.LayerNorm(16)
+            self.fc = m.Linear(16, 3)
+            self.act = m.ReLU()
+
+        def forward(self, x):
+            return self.fc(self.norm(self.flat(self.pool(self.act(self.bn(self.conv(x)))))))
+    return Net()
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_gradients_of_a_layer_model_match_paddle(backend):
+    paddle = _paddle()
+
+    ours = ConvNet()
+    theirs = ConvNet(paddle.nn)
+    _perturb(ours, 5)
+    _set_paddle_weights(theirs, ours)
+    x = rng(6).normal(size=(3, 2, 4, 4)).astype(np.float32)
+
+    @cc.compile(backend=backend)
+    def grads(x):
+        loss = ours(x).square().sum()
+        loss.backward()
+        return [loss] + [getattr(layer, n).grad for layer in ours.sublayers()
+                         for n in layer._parameters
+                         if not getattr(layer, n).stop_gradient]
+
+    got = grads(x)
+    loss = theirs(paddle.to_tensor(x)).square().sum()
+    loss.backward()
+    want = [loss.numpy()] + [p.grad.numpy() for p in theirs.parameters() if not p.stop_gradient]
+    assert len(got) == len(want) == 9
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    # training mode: both updated their running statistics the same way
+    np.testing.assert_allclose(ours.bn._mean, theirs.bn._mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.bn._variance, theirs.bn._variance.numpy(), rtol=1e-5)
+
+
+# -- BatchNorm2D's running statistics ------------------------------------------------------
+@pytest.mark.parametrize("backend", NATIVE)
+def test_batchnorm2d_updates_its_running_statistics_in_place(backend):
+    bn = nn.BatchNorm2D(3)
+    mean, var = bn._mean, bn._variance
+    step = cc.compile(lambda x: bn(x).sum(), backend=backend)
+    want_mean, want_var = np.zeros(3), np.ones(3)
+    for k in range(3):
+        x = rng(k).normal(k, 1 + k, size=(4, 3, 5, 5)).astype(np.float32)
+        step(x)
+        x64 = x.astype(np.float64)
+        want_mean = 0.9 * want_mean + 0.1 * x64.mean((0, 2, 3))
+        want_var = 0.9 * want_var + 0.1 * x64.var((0, 2, 3))  # biased, as Paddle
+    assert bn._mean is mean and bn._variance is var
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-5)
+    np.testing.assert_allclose(var, want_var, rtol=1e-5)
+    assert step.traces == 1
+    bn.eval()  # normalises with the running statistics, leaves them alone
+    x = rng(9).normal(size=(2, 3, 2, 2)).astype(np.float32)
+    y = cc.compile(lambda x: bn(x), backend=backend)(x)
+    np.testing.assert_allclose(y, (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-5)
+
+
+@pytest.mark.backends("numpy")
+def test_batchnorm2d_plan_updates_the_running_statistics_where_they_lie():
+    bn = nn.BatchNorm2D(3)
+    x = rng(0).normal(size=(4, 3, 5, 5)).astype(np.float32)
+    prog = cc.compile(lambda x: bn(x).sum(), backend="numpy").lower(x)
+    names = [v.name for v in prog.graph.inputs]
+    k_mean, k_var = names.index(bn._mean.name), names.index(bn._variance.name)
+    assert set(prog.graph.mutations) == {k_mean, k_var}
+    # the in-place updates run in place, in the layer's arrays: no copy of either in the arena
+    requested = [d for d in prog.plan.decisions if d.requested]
+    assert [d.op for d in requested] == ["scale_", "add_", "scale_", "add_"]
+    assert all(d.inplace for d in requested), [(d.op, d.reason) for d in requested]
+    finals = set(map(id, prog.graph.mutations.values()))
+    holders = [b for b in prog.plan.buffers if any(id(v) in finals for v in b.values)]
+    assert [b.kind for b in holders] == ["input", "input"]
+
+
+# -- Dropout --------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", NATIVE)
+def test_dropout_draws_a_new_mask_each_step_without_retracing(backend):
+    nn.initializer.seed(7)
+    drop = nn.Dropout(0.25)
+    f = cc.compile(lambda x: drop(x), backend=backend)
+    x = np.ones((64, 64), np.float32)
+    a, b = f(x), f(x)
+    for y in (a, b):
+        assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.75)}
+        assert 0.15 < (y == 0).mean() < 0.35
+    assert (a != b).any() and f.traces == 1
+    nn.initializer.seed(7)
+    again = nn.Dropout(0.25)
+    np.testing.assert_array_equal(cc.compile(lambda x: again(x), backend=backend)(x), a)
+    drop.eval()
+    np.testing.assert_array_equal(f(x), x)
+    assert f.traces == 2
+
+
+# -- cc.save / cc.load ----------------------------------------------------------------------
+def test_state_dicts_round_trip_through_save_and_load(tmp_path):
+    net = ConvNet()
+    _perturb(net, 3)
+    net.bn._mean[...] = rng(4).normal(size=4)
+    emb = nn.Embedding(5, 2)
+    state = {"model": net.state_dict(), "emb": emb.state_dict(),
+             "opt": {"step": 3, "lr": 0.1, "beta": (0.9, 0.999), "moments": [np.arange(3.0)],
+                     "name": "adamw", "none": None, "ids": np.array([1, 2], np.int64)}}
+    path = tmp_path / "ckpt.npz"
+    cc.save(state, path)
+    back = cc.load(path)
+    assert list(back["model"]) == list(net.state_dict())  # "conv.weight", dots kept
+    for k, v in net.state_dict().items():
+        assert type(back["model"][k]) is np.ndarray and back["model"][k].dtype == v.dtype
+        assert back["model"][k].tobytes() == v.tobytes()
+    assert back["opt"]["step"] == 3 and back["opt"]["lr"] == 0.1
+    assert back["opt"]["beta"] == (0.9, 0.999) and back["opt"]["name"] == "adamw"
+    assert back["opt"]["none"] is None and back["opt"]["ids"].dtype == np.int64
+    np.testing.assert_array_equal(back["opt"]["moments"][0], np.arange(3.0))
+
+    fresh = ConvNet()
+    arrays = fresh.state_dict()
+    x = rng(0).normal(size=(2, 2, 4, 4)).astype(np.float32)
+    f = cc.compile(lambda x: fresh(x))
+    fresh.eval()
+    f(x)
+    fresh.set_state_dict(back["model"])
+    assert all(a is b for a, b in zip(arrays.values(), fresh.state_dict().values()))
+    net.eval()
+    np.testing.assert_array_equal(f(x), cc.compile(lambda x: net(x))(x))
+    assert f.traces == 1  # new values in the same arrays: no retrace
+
+
+def test_save_refuses_what_it_cannot_store(tmp_path):
+    with pytest.raises(cc.TraceError, match=r"the object\['f'\] is a function") as e:
+        cc.save({"f": lambda: 0}, tmp_path / "x.npz")
+    assert "test_layers.py" in str(e.value)
+    np.savez(tmp_path / "plain.npz", a=np.ones(2))
+    with pytest.raises(cc.DataError, match="not written by cc.save"):
+        cc.load(tmp_path / "plain.npz")
+
+
+def test_layer_errors_name_the_users_line():
+    class Forgot(nn.Layer):
+        def __init__(self):
+            self.fc = nn.Linear(2, 2)
+    with pytest.raises(cc.TraceError, match="must call super\\(\\).__init__\\(\\)") as e:
+        Forgot()
+    assert "test_layers.py" in str(e.value)
+    with pytest.raises(cc.ShapeError, match="BatchNorm2D\\(3\\): input has 2 channels") as e:
+        nn.BatchNorm2D(3)(np.ones((1, 2, 2, 2), np.float32))
+    assert "test_layers.py" in str(e.value)
