@@ -498,6 +498,15 @@ class Layer:
             fn = self.__dict__["_eager"] = driver.compile(self.forward)
         return fn(*args, **kwargs)
 
+    def __getstate__(self):
+        # (copy.deepcopy, pickle: the compiled eager forward is rebuilt on the copy's first call)
+        state = dict(self.__dict__)
+        state["_eager"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
     def extra_repr(self) -> str:
         return ""
 
