@@ -389,18 +389,22 @@ class Layer:
         layers = self.named_sublayers(prefix, include_self=True) if include_sublayers \
             else [(prefix, self)]
         seen = set()
+        tracing = bool(_tr._STACK)
         for p, layer in layers:
             for key, value in layer.__dict__[table].items():
                 if value is None or id(value) in seen:
                     continue
                 seen.add(id(value))
-                yield p + ("." if p else "") + key, value
+                # inside a trace, as attribute reads: the Tensors the program computes with
+                yield p + ("." if p else "") + key, \
+                    layer._state(table, key, value) if tracing else value
 
     def named_parameters(self, prefix: str = "", include_sublayers: bool = True):
         yield from self._named("_parameters", prefix, include_sublayers)
 
     def parameters(self, include_sublayers: bool = True) -> list:
-        """The layer's Parameters (its sublayers' too), each once, in registration order."""
+        """The layer's Parameters (its sublayers' too), each once, in registration order:
+        the arrays, or inside a trace the Tensors reading them (as `layer.weight` is)."""
         return [p for _, p in self.named_parameters(include_sublayers=include_sublayers)]
 
     def named_buffers(self, prefix: str = "", include_sublayers: bool = True):

@@ -179,21 +179,11 @@ def _sgd_step(net, lr=0.1):
         loss = (net(x) - t).square().mean()
         loss.backward()
         with cc.no_grad():
-            for p in _trainable(net):
-                p.subtract_(lr * p.grad)
+            for p in net.parameters():  # (inside a trace: the Tensors)
+                if not p.stop_gradient:
+                    p.subtract_(lr * p.grad)
         return loss
     return step
-
-
-def _trainable(net):
-    # inside a trace: the parameters as Tensors (read through the layers' attributes)
-    out = []
-    for layer in net.sublayers(include_self=True):
-        for name in list(layer._parameters):
-            t = getattr(layer, name)
-            if not t.stop_gradient:
-                out.append(t)
-    return out
 
 
 @pytest.mark.parametrize("backend", NATIVE)
@@ -382,9 +372,7 @@ def test_gradients_of_a_layer_model_match_paddle(backend):
     def grads(x):
         loss = ours(x).square().sum()
         loss.backward()
-        return [loss] + [getattr(layer, n).grad for layer in ours.sublayers()
-                         for n in layer._parameters
-                         if not getattr(layer, n).stop_gradient]
+        return [loss] + [p.grad for p in ours.parameters() if not p.stop_gradient]
 
     got = grads(x)
     loss = theirs(paddle.to_tensor(x)).square().sum()
