@@ -501,3 +501,21 @@ def test_layer_errors_name_the_users_line():
     with pytest.raises(cc.ShapeError, match="BatchNorm2D\\(3\\): input has 2 channels") as e:
         nn.BatchNorm2D(3)(np.ones((1, 2, 2, 2), np.float32))
     assert "test_layers.py" in str(e.value)
+
+
+def test_readme_layers_example_trains_the_nets_own_arrays():
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Layers"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    net, step = scope["net"], scope["step"]
+    w = net.fc1.weight
+    before = w.copy()
+    x = rng(0).normal(size=(8, 4)).astype(np.float32)
+    t = np.arange(8) % 3
+    losses = [float(step(x, t)) for _ in range(4)]
+    assert losses == sorted(losses, reverse=True) and step.traces == 1
+    assert net.fc1.weight is w and not np.array_equal(w, before)
