@@ -161,22 +161,27 @@ class ParamAttr:
 
 # -- guards: is a program traced against this layer still valid? -----------------------------
 class _Guard:
-    """True while the layer's structure is the one traced: its version (attribute sets,
-    train()/eval()) and whether each of its parameters is frozen."""
-    __slots__ = ("layer", "version", "frozen")
+    """True while the layer is as traced: its structure version (attributes set), its mode
+    (train/eval) and whether each of its parameters is frozen. Mode and freezing are compared,
+    not versioned: a step traced in training mode is valid again after eval() ... train()."""
+    __slots__ = ("frozen", "layer", "training", "version")
 
     def __init__(self, layer):
+        d = layer.__dict__
         self.layer = layer
-        self.version = layer._version
-        self.frozen = tuple((p, p._stop_gradient) for p in layer._parameters.values()
+        self.version = d["_version"]
+        self.training = d["training"]
+        self.frozen = tuple((p, p._stop_gradient) for p in d["_parameters"].values()
                             if p is not None)
 
     def __call__(self) -> bool:
-        return self.layer._version == self.version and all(
+        d = self.layer.__dict__
+        return d["_version"] == self.version and d["training"] == self.training and all(
             p._stop_gradient == f for p, f in self.frozen)
 
     def _key(self):
-        return (id(self.layer), self.version, tuple(f for _, f in self.frozen))
+        return (id(self.layer), self.version, self.training,
+                tuple(f for _, f in self.frozen))
 
     def __eq__(self, other):
         return isinstance(other, _Guard) and other.layer is self.layer and \
@@ -186,8 +191,8 @@ class _Guard:
         return hash(self._key())
 
     def __str__(self):
-        return (f"the structure of layer '{self.layer._full_name}' "
-                f"({type(self.layer).__name__}) changed since tracing")
+        return (f"layer '{self.layer._full_name}' ({type(self.layer).__name__}) changed since "
+                "tracing (an attribute set, train()/eval(), a parameter frozen)")
 
 
 # -- Layer ------------------------------------------------------------------------------------
@@ -248,6 +253,10 @@ class Layer:
                     raise TraceError(f"assignment to buffer '{name}' should be a numpy array "
                                      f"or None, not {type(value).__name__}", _tr.user_loc())
                 bufs[name] = value
+        elif name == "training":
+            self.__dict__["training"] = bool(value)
+            _tr.state_changed()
+            return
         else:
             object.__setattr__(self, name, value)
         self._changed()
@@ -471,19 +480,24 @@ class Layer:
     # -- modes ----------------------------------------------------------------------------
     def train(self):
         """Training mode for this layer and its sublayers (dropout drops, BatchNorm updates
-        its running statistics): programs traced in the other mode retrace."""
-        for layer in self.sublayers(include_self=True):
-            if not layer.training:
-                layer.__dict__["training"] = True
-                layer._changed()
+        its running statistics). A program traced in the other mode retraces at its next call;
+        one traced in this mode is valid again (train/eval switches per epoch don't retrace)."""
+        self._set_mode(True)
         return self
 
     def eval(self):
-        for layer in self.sublayers(include_self=True):
-            if layer.training:
-                layer.__dict__["training"] = False
-                layer._changed()
+        """Evaluation mode for this layer and its sublayers (see `train`)."""
+        self._set_mode(False)
         return self
+
+    def _set_mode(self, training: bool):
+        changed = False
+        for layer in self.sublayers(include_self=True):
+            if layer.__dict__["training"] != training:
+                layer.__dict__["training"] = training
+                changed = True
+        if changed:
+            _tr.state_changed()  # (programs check their guards: the mode is in them)
 
     # -- calling --------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

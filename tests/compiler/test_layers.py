@@ -231,6 +231,25 @@ def test_a_compiled_training_step_updates_the_layers_arrays_in_place(backend):
     assert step.traces == 4
 
 
+@pytest.mark.parametrize("backend", NATIVE)
+def test_switching_between_train_and_eval_each_epoch_never_retraces(backend):
+    net = ConvNet()
+    x = rng(0).normal(size=(4, 2, 4, 4)).astype(np.float32)
+    t = rng(1).normal(size=(4, 3)).astype(np.float32)
+    step = cc.compile(_sgd_step(net), backend=backend)
+    evaluate = cc.compile(lambda x: net(x), backend=backend)
+    mean = net.bn._mean.copy()
+    for epoch in range(3):
+        net.train()
+        step(x, t)
+        assert not np.array_equal(net.bn._mean, mean)  # training mode: running stats move
+        mean = net.bn._mean.copy()
+        net.eval()
+        evaluate(x)
+        np.testing.assert_array_equal(net.bn._mean, mean)  # eval mode: they don't
+    assert step.traces == 1 and evaluate.traces == 1
+
+
 @pytest.mark.backends("numpy")
 def test_a_layer_call_costs_nothing_beyond_its_ops():
     """A step through layers plans exactly as the same step with the weights as arguments."""
