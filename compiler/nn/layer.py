@@ -477,6 +477,14 @@ class Layer:
             layer = layer._sub_layers[k]
         return layer._buffer_names[key]
 
+    def apply(self, fn):
+        """`fn(layer)` for every sublayer, then this layer (Paddle's `apply`: custom
+        initialisation, `net.apply(init_weights)`); returns self."""
+        for layer in self.children():
+            layer.apply(fn)
+        fn(self)
+        return self
+
     # -- modes ----------------------------------------------------------------------------
     def train(self):
         """Training mode for this layer and its sublayers (dropout drops, BatchNorm updates

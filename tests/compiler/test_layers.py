@@ -538,3 +538,41 @@ def test_readme_layers_example_trains_the_nets_own_arrays():
     losses = [float(step(x, t)) for _ in range(4)]
     assert losses == sorted(losses, reverse=True) and step.traces == 1
     assert net.fc1.weight is w and not np.array_equal(w, before)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_a_tied_weight_is_one_input_and_gets_both_gradients(backend):
+    emb = nn.Embedding(5, 4)
+    head = nn.Linear(4, 5, bias_attr=False)
+    head.weight = nn.Parameter(np.zeros((4, 5), np.float32), name="tied_head")
+    seen = []
+    nn.Sequential(emb, head).apply(lambda layer: seen.append(type(layer).__name__))
+    assert seen == ["Embedding", "Linear", "Sequential"]
+    tied = emb.weight  # [5, 4]: the head uses it transposed, as a language model ties them
+
+    class LM(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.emb = emb
+
+        def forward(self, ids):
+            h = self.emb(ids)
+            return h.matmul(self.emb.weight, transpose_y=True)
+
+    lm = LM()
+    ids = np.array([1, 3, 3], np.int64)
+
+    @cc.compile(backend=backend)
+    def grad(ids):
+        lm(ids).sum().backward()
+        return lm.emb.weight.grad
+
+    g = grad(ids)
+    w = tied.astype(np.float64)
+    want = np.zeros_like(w)
+    for i in ids:            # d/dW of sum_j <W[i], W[j]> over the looked-up rows i
+        want[i] += w.sum(0)  # through the lookup
+        want += w[i]         # through the transposed head
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+    assert len(lm.parameters()) == 1
+    assert [v.name for v in grad.lower(ids).graph.inputs] == ["ids", tied.name]
