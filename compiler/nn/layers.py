@@ -19,7 +19,8 @@ from . import functional as F
 from . import initializer as I
 from .layer import Layer
 
-__all__ = ["Linear", "Sequential", "LayerList", "Conv2D", "BatchNorm2D", "LayerNorm",
+__all__ = ["Linear", "Sequential", "LayerList", "Conv2D", "BatchNorm1D", "BatchNorm2D",
+           "LayerNorm",
            "Embedding", "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
            "ELU", "LeakyReLU", "Hardtanh", "Silu", "Identity", "Flatten", "MaxPool2D",
            "MultiHeadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
@@ -352,22 +353,15 @@ def _batch_norm(x, running_mean, running_var, weight, bias, training, momentum, 
     return out
 
 
-class BatchNorm2D(Layer):
-    """Batch normalisation of NCHW input over (N, H, W). Parameters as Paddle's: `weight`
-    (ones) and `bias` (zeros), and `_mean` (zeros) and `_variance` (ones), the running
-    statistics: parameters with `stop_gradient=True` (no optimizer updates them), in
-    `state_dict()` under those names. In training mode a call normalises with the batch's
-    statistics and updates `_mean` and `_variance` IN PLACE: running = momentum * running +
-    (1 - momentum) * batch (momentum 0.9, the biased batch variance, as Paddle); in eval mode
-    (or `use_global_stats=True`) it normalises with them. `weight_attr=False` / `bias_attr=
-    False`: fixed at 1 / 0, not trained."""
+class _BatchNormBase(Layer):
+    _ranks, _formats, _layout = (4,), ("NCHW",), "NCHW"
 
     def __init__(self, num_features, momentum=0.9, epsilon=1e-5, weight_attr=None,
-                 bias_attr=None, data_format="NCHW", use_global_stats=None, name=None):
+                 bias_attr=None, data_format=None, use_global_stats=None, name=None):
         super().__init__()
-        if data_format != "NCHW":
-            raise TraceError("BatchNorm2D: only data_format='NCHW' is supported",
-                             _tr.user_loc())
+        if data_format is not None and data_format not in self._formats:
+            raise TraceError(f"{type(self).__name__}: only data_format={self._formats[0]!r} "
+                             "is supported", _tr.user_loc())
         self._num_features, self._momentum, self._epsilon = num_features, momentum, epsilon
         self._use_global_stats = use_global_stats
         c = [num_features]
@@ -385,11 +379,12 @@ class BatchNorm2D(Layer):
         self.weight, self.bias, self._mean, self._variance = weight, bias, mean, variance
 
     def forward(self, x):
-        if x.ndim != 4:
-            raise ShapeError(f"BatchNorm2D expects NCHW input, got shape {x.shape}",
+        name = type(self).__name__
+        if x.ndim not in self._ranks:
+            raise ShapeError(f"{name} expects {self._layout} input, got shape {x.shape}",
                              _tr.user_loc())
         if x.shape[1] != self._num_features:
-            raise ShapeError(f"BatchNorm2D({self._num_features}): input has {x.shape[1]} "
+            raise ShapeError(f"{name}({self._num_features}): input has {x.shape[1]} "
                              "channels", _tr.user_loc())
         training = self.training and not self._use_global_stats
         return _batch_norm(x, self._mean, self._variance, self.weight, self.bias, training,
@@ -398,6 +393,23 @@ class BatchNorm2D(Layer):
     def extra_repr(self):
         return f"num_features={self._num_features}, momentum={self._momentum}, " \
                f"epsilon={self._epsilon}"
+
+
+class BatchNorm1D(_BatchNormBase):
+    """BatchNorm2D's rules (parameters, running statistics updated in place, modes) over
+    [N, C] or [N, C, L] input, normalising over N (and L)."""
+    _ranks, _formats, _layout = (2, 3), ("NCL", "NC"), "[N, C] or [N, C, L]"
+
+
+class BatchNorm2D(_BatchNormBase):
+    """Batch normalisation of NCHW input over (N, H, W). Parameters as Paddle's: `weight`
+    (ones) and `bias` (zeros), and `_mean` (zeros) and `_variance` (ones), the running
+    statistics: parameters with `stop_gradient=True` (no optimizer updates them), in
+    `state_dict()` under those names. In training mode a call normalises with the batch's
+    statistics and updates `_mean` and `_variance` IN PLACE: running = momentum * running +
+    (1 - momentum) * batch (momentum 0.9, the biased batch variance, as Paddle); in eval mode
+    (or `use_global_stats=True`) it normalises with them. `weight_attr=False` / `bias_attr=
+    False`: fixed at 1 / 0, not trained."""
 
 
 class LayerNorm(Layer):

@@ -239,7 +239,7 @@ def test_switching_between_train_and_eval_each_epoch_never_retraces(backend):
     step = cc.compile(_sgd_step(net), backend=backend)
     evaluate = cc.compile(lambda x: net(x), backend=backend)
     mean = net.bn._mean.copy()
-    for epoch in range(3):
+    for _ in range(3):
         net.train()
         step(x, t)
         assert not np.array_equal(net.bn._mean, mean)  # training mode: running stats move
@@ -295,6 +295,8 @@ LAYERS = {
                                                    groups=2), (2, 4, 7, 6)),
     "Conv2D-no-bias": (lambda m: m.Conv2D(3, 2, 1, bias_attr=False), (1, 3, 4, 4)),
     "BatchNorm2D": (lambda m: m.BatchNorm2D(3, momentum=0.8, epsilon=1e-3), (4, 3, 5, 5)),
+    "BatchNorm1D": (lambda m: m.BatchNorm1D(3), (4, 3, 5)),
+    "BatchNorm1D-NC": (lambda m: m.BatchNorm1D(3, momentum=0.5), (6, 3)),
     "LayerNorm": (lambda m: m.LayerNorm([3, 4]), (2, 3, 4)),
     "Embedding": (lambda m: m.Embedding(10, 4, padding_idx=-2), "ids"),
     "MultiHeadAttention": (lambda m: m.MultiHeadAttention(8, 2), (2, 5, 8)),
@@ -326,11 +328,12 @@ def _inputs(spec, r):
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_layer_matches_paddle_in_eval_mode(name):
+    """... and in training mode, with the running statistics the call leaves."""
     paddle = _paddle()
     make, spec = LAYERS[name]
     ours, theirs = make(nn), make(paddle.nn)
     _perturb(ours, 1)
-    if name == "BatchNorm2D":
+    if name.startswith("BatchNorm"):
         ours._mean[...] = rng(2).normal(size=3)
         ours._variance[...] = rng(3).uniform(0.5, 2, size=3)
     _set_paddle_weights(theirs, ours)
@@ -341,6 +344,14 @@ def test_layer_matches_paddle_in_eval_mode(name):
     want = theirs(*[paddle.to_tensor(x) for x in xs]).numpy()
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
     assert [p.shape for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]
+    if name.startswith("BatchNorm"):
+        ours.train()
+        theirs.train()
+        got = ours(*xs)
+        want = theirs(*[paddle.to_tensor(x) for x in xs]).numpy()
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+        for k, v in theirs.state_dict().items():
+            np.testing.assert_allclose(ours.state_dict()[k], v.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_default_initialisers_have_paddles_distributions():

@@ -2901,6 +2901,28 @@ def build_nn_layers():
                                                                         np.float32)],
             cc.ShapeError)
 
+    # BatchNorm1D: [N, C] and [N, C, L]
+    def bn1d(v, ww, bb):
+        v = f64(v)
+        axes = (0,) if v.ndim == 2 else (0, 2)
+        shape = (1, -1) if v.ndim == 2 else (1, -1, 1)
+        mu = v.mean(axis=axes, keepdims=True)
+        var = ((v - mu) ** 2).mean(axis=axes, keepdims=True)
+        return (v - mu) / np.sqrt(var + 1e-5) * f64(ww).reshape(shape) + \
+            f64(bb).reshape(shape)
+    for dtype in FLOATS:
+        for xs in [(5, 2), (3, 2, 4)]:
+            add(Sample("nn.BatchNorm1D", _layer_fn(lambda: nn.BatchNorm1D(2), train=True),
+                       (rand(xs, dtype, seed=1), rand((2,), dtype, seed=2),
+                        rand((2,), dtype, seed=3)),
+                       lambda v, ww, bb: bn1d(v, ww, bb).astype(v.dtype), CLOSE, always=True))
+    add(Sample("nn.BatchNorm1D", _layer_fn(lambda: nn.BatchNorm1D(2), train=True),
+               (rand((4, 2, 3), F64, seed=1), rand((2,), F64, seed=2), rand((2,), F64, seed=3)),
+               bn1d, CLOSE, grad=True))
+    invalid("nn.BatchNorm1D", lambda x: nn.BatchNorm1D(2)(x), [np.ones((2, 2, 3, 3),
+                                                                        np.float32)],
+            cc.ShapeError)
+
     # LayerNorm
     for dtype in FLOATS:
         for xs in [(2, 3, 4), (0, 4), (4,)]:
