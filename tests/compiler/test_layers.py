@@ -97,12 +97,18 @@ def test_registration_walks_and_state_dict_as_paddle():
 def test_paddle_state_dict_keys_and_parameter_names_match():
     paddle = _paddle()
     from paddle.utils import unique_name
+    def build(m):
+        return m.Sequential(m.Linear(4, 8), m.BatchNorm1D(8), m.Conv2D(1, 2, 3),
+                            m.TransformerEncoder(m.TransformerEncoderLayer(8, 2, 16), 2),
+                            m.LayerNorm(8), m.Embedding(5, 8))
     with unique_name.guard():
-        theirs = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.Linear(8, 3))
+        theirs = build(paddle.nn)
     with nn.unique_name_guard():
-        ours = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
+        ours = build(nn)
     assert list(ours.state_dict()) == list(theirs.state_dict())
     assert [p.name for p in ours.parameters()] == [p.name for p in theirs.parameters()]
+    assert [p.stop_gradient for p in ours.parameters()] == \
+        [p.stop_gradient for p in theirs.parameters()]
 
 
 def test_set_state_dict_copies_into_the_layers_arrays():
