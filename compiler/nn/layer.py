@@ -231,6 +231,11 @@ class Layer:
             old = params.get(name, subs.get(name, bufs.get(name)))
             if old is value and old is not None:
                 return  # (`layer.w -= g` assigns the same array back: nothing changed)
+            if _tr._STACK and old is not None and not isinstance(value, (Parameter, Layer)) \
+                    and value is not None and not isinstance(value, np.ndarray):
+                raise TraceError(f"'{name}' is the layer's array, read in this trace: write "
+                                 f"its new value in place (`self.{name}[...] = value`), not "
+                                 "by assignment", _tr.user_loc())
             if isinstance(value, Parameter):
                 self._forget(name)
                 params[name] = value

@@ -593,3 +593,33 @@ def test_a_tied_weight_is_one_input_and_gets_both_gradients(backend):
     np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
     assert len(lm.parameters()) == 1
     assert [v.name for v in grad.lower(ids).graph.inputs] == ["ids", tied.name]
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_a_buffer_written_in_place_by_a_step_and_assignment_refused(backend):
+    class Counter(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", np.zeros(3, np.float32))
+
+        def forward(self, x):
+            self.total[...] = self.total + x.sum(0)
+            return x * 2
+
+    layer = Counter()
+    total = layer.total
+    f = cc.compile(lambda x: layer(x), backend=backend)
+    x = np.ones((2, 3), np.float32)
+    f(x)
+    f(x)
+    assert layer.total is total and (total == 4).all() and f.traces == 1
+    assert list(layer.state_dict()) == ["total"]
+
+    class Assigns(Counter):
+        def forward(self, x):
+            self.total = self.total + x.sum(0)
+            return x
+    bad = Assigns()
+    with pytest.raises(cc.TraceError, match="write its new value in place") as e:
+        cc.compile(lambda x: bad(x), backend=backend)(x)
+    assert "self.total = self.total + x.sum(0)" in str(e.value)
