@@ -77,7 +77,9 @@ def _snake(name: str) -> str:
 # -- Parameter --------------------------------------------------------------------------------
 class Parameter(np.ndarray):
     """A layer's trainable array: an ndarray with `.name` (Paddle's unique name, e.g.
-    `linear_0.w_0`) and `.stop_gradient` (False: the optimizer updates it; True freezes it).
+    `linear_0.w_0`) and `.stop_gradient` (False: the optimizer updates it; True freezes it),
+    and from its ParamAttr Paddle's `optimize_attr` ({"learning_rate": ...}), `regularizer`
+    and `need_clip`.
     Arithmetic, NumPy functions and indexing on it give plain ndarrays; in-place operations
     (`p -= g`, `p[...] = v`, `np.copyto(p, v)`) write into it."""
 
@@ -90,6 +92,9 @@ class Parameter(np.ndarray):
     def __array_finalize__(self, obj):
         self.name = getattr(obj, "name", None)
         self._stop_gradient = getattr(obj, "_stop_gradient", False)
+        self.optimize_attr = getattr(obj, "optimize_attr", {"learning_rate": 1.0})
+        self.regularizer = getattr(obj, "regularizer", None)
+        self.need_clip = getattr(obj, "need_clip", True)
 
     @property
     def stop_gradient(self) -> bool:
@@ -138,10 +143,12 @@ class Parameter(np.ndarray):
 
     def __reduce__(self):
         rebuild, args, state = super().__reduce__()
-        return rebuild, args, (state, self.name, self._stop_gradient)
+        return rebuild, args, (state, self.name, self._stop_gradient, self.optimize_attr,
+                               self.regularizer, self.need_clip)
 
     def __setstate__(self, state):
-        base, self.name, self._stop_gradient = state
+        base, self.name, self._stop_gradient, self.optimize_attr, self.regularizer, \
+            self.need_clip = state
         super().__setstate__(base)
 
     def __repr__(self):
@@ -331,7 +338,11 @@ class Layer:
         shape = [int(s) for s in shape]
         if any(s < 0 for s in shape):
             raise ShapeError(f"create_parameter: negative dimension in {shape}", _tr.user_loc())
-        return Parameter(init(shape, dtype), name=name, stop_gradient=not attr.trainable)
+        p = Parameter(init(shape, dtype), name=name, stop_gradient=not attr.trainable)
+        # (what Paddle's optimizers and clipping read from a parameter)
+        p.optimize_attr = {"learning_rate": attr.learning_rate}
+        p.regularizer, p.need_clip = attr.regularizer, attr.need_clip
+        return p
 
     def add_parameter(self, name: str, parameter):
         if parameter is not None and not isinstance(parameter, Parameter):

@@ -623,3 +623,16 @@ def test_a_buffer_written_in_place_by_a_step_and_assignment_refused(backend):
     with pytest.raises(cc.TraceError, match="write its new value in place") as e:
         cc.compile(lambda x: bad(x), backend=backend)(x)
     assert "self.total = self.total + x.sum(0)" in str(e.value)
+
+
+def test_param_attr_sets_name_initialiser_trainable_and_optimizer_fields_as_paddle():
+    paddle = _paddle()
+    for m, attr in ((nn, nn.ParamAttr), (paddle.nn, paddle.ParamAttr)):
+        init = (nn.initializer if m is nn else paddle.nn.initializer).Constant(0.5)
+        layer = m.Linear(3, 2, weight_attr=attr(name="w_custom", initializer=init,
+                                                learning_rate=0.1, need_clip=False,
+                                                trainable=False), bias_attr=False)
+        w = layer.weight
+        assert w.name == "w_custom" and w.stop_gradient is True and layer.bias is None
+        assert w.optimize_attr["learning_rate"] == 0.1 and w.need_clip is False
+        np.testing.assert_array_equal(np.asarray(w), np.full((3, 2), 0.5, np.float32))
