@@ -18,7 +18,7 @@ _HOMES = {
     "api": ("CompiledFunction", "Program", "compile", "trace"),
     "creation": ("arange", "concat", "full", "full_like", "ones", "ones_like", "rand", "randn",
                  "stack", "where", "where_", "zeros", "zeros_like", "eye", "linspace"),
-    "einsum": ("einsum",),
+    "einsum_lowering": ("einsum",),
     "errors": ("CompilerError", "DataError", "DeviceError", "InplaceError",
                "InsufficientMemoryError", "RetraceWarning", "ShapeError", "TraceError"),
     "ir": ("Graph", "Loc", "Node", "Value"),

@@ -1,5 +1,8 @@
 """`cc.einsum(equation, *operands)`: Einstein summation lowered to the registry's ops.
 
+(Not `compiler/einsum.py`: importing a submodule binds its name on the package, and a module
+named `einsum` would then hide the function `cc.einsum`.)
+
 Each operand first loses the labels nobody else needs (a `sum` over them), then operands are
 contracted left to right, two at a time: both are transposed to [batch, free, contracted] /
 [batch, contracted, free], reshaped to 3-D (2-D without batch labels) and multiplied with ONE
