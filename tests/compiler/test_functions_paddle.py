@@ -47,7 +47,7 @@ def test_linspace_with_tensor_ends_does_not_retrace():
     fn = cc.compile(lambda a, b: cc.linspace(a, b, 5), backend="numpy")
     np.testing.assert_array_equal(fn(np.array(0.0), np.array(1.0)), [0, .25, .5, .75, 1])
     np.testing.assert_array_equal(fn(np.array(-4.0), np.array(4.0)), [-4, -2, 0, 2, 4])
-    assert len(fn._cache) == 1 if hasattr(fn, "_cache") else True
+    assert fn.cache_info().misses == 1
 
 
 # -- einsum ----------------------------------------------------------------------------------------
@@ -123,7 +123,8 @@ def test_one_hot_of_a_computed_bad_label_fails_before_any_write(backend):
 
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_nll_loss_ignores_minus_inf_at_other_classes_and_ignored_rows(backend):
-    x = np.log(np.array([[0.5, 0.5, 0.0], [0.0, 0.25, 0.75], [1.0, 0.0, 0.0]], np.float32))
+    with np.errstate(divide="ignore"):
+        x = np.log(np.array([[0.5, 0.5, 0], [0, 0.25, 0.75], [1, 0, 0]], np.float32))
     w = np.array([1.0, 2.0, 4.0], np.float32)
 
     def step(inp, lab, wt):
@@ -249,8 +250,8 @@ def test_reflect_pad_gradient_adds_back_into_the_source(backend):
         t.stop_gradient = False
         F.pad(t, [2, 1], mode="reflect").sum().backward()
         return t.grad
-    # [2 1 | 0 1 2 3 | 2]: x1 appears twice more, x2 once more
-    np.testing.assert_array_equal(cc.compile(step, backend=backend)(x), [[[1, 3, 3, 1]]])
+    # [x2 x1 | x0 x1 x2 x3 | x2]: the edge isn't repeated; x1 is read twice, x2 three times
+    np.testing.assert_array_equal(cc.compile(step, backend=backend)(x), [[[1, 2, 3, 1]]])
 
 
 @pytest.mark.parametrize("backend", AVAILABLE)
@@ -299,13 +300,19 @@ def _gpu_programs():
     return opdb, out
 
 
+def _flat(tree):
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in _flat(item)]
+    return [tree]
+
+
 def test_the_gpu_code_of_the_new_functions_matches_the_numpy_backend():
     pytest.importorskip("runtime.gpu.executable")
     from tests.gpu import harness
     if not harness.available():
         pytest.skip("needs g++ on a POSIX host")
     opdb, cases = _gpu_programs()
-    assert len(cases) >= 18
+    assert len(cases) == 17   # each API once, and the 7 differentiable ones backward too
     progs = [cc.compile(body, backend="gpu").lower(*opdb._copies(args))
              for _, _, body, args in cases]
     harness.prebuild([p._exec.module for p in progs])
@@ -314,11 +321,10 @@ def test_the_gpu_code_of_the_new_functions_matches_the_numpy_backend():
         want = cc.compile(body, backend="numpy")(*opdb._copies(args))
         got = harness.on_host(prog, "forward")(*opdb._copies(args))
         try:
-            for g, w in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
-                g = g if isinstance(g, tuple) else (g,)
-                w = w if isinstance(w, tuple) else (w,)
-                for gg, ww in zip(g, w):
-                    np.testing.assert_allclose(gg, ww, rtol=2e-5, atol=1e-6, equal_nan=True)
+            got, want = _flat(got), _flat(want)
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6, equal_nan=True)
         except AssertionError as e:
             failures.append(f"{sample.id} (grad={is_grad}): {str(e)[:300]}")
     assert not failures, "\n".join(failures)
