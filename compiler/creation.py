@@ -125,8 +125,8 @@ def stack(xs, axis=0) -> Tensor:
 
 # -- issue 24: eye, linspace (Paddle's signatures) ------------------------------------------------
 def _count(value, what, name):
-    if isinstance(value, Tensor) or isinstance(value, bool) \
-            or not isinstance(value, numbers.Integral) or int(value) < 0:
+    if isinstance(value, (Tensor, bool)) or not isinstance(value, numbers.Integral) \
+            or int(value) < 0:
         raise TraceError(f"{name}: {what} must be a non-negative Python int, got {value!r}",
                          _tr.user_loc())
     return int(value)

@@ -28,8 +28,8 @@ __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_
            "leaky_relu", "leaky_relu_", "hardtanh", "hardtanh_", "softmax_", "silu",
            "embedding", "scaled_dot_product_attention"]
 # issue 24 (Paddle's functions users reach for): defined in the marked section below
-__all__ += ["one_hot", "pad", "avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits",
-            "nll_loss", "softplus"]
+__all__ += ["avg_pool2d", "batch_norm", "binary_cross_entropy_with_logits", "nll_loss",
+            "one_hot", "pad", "softplus"]
 
 
 def relu(x: Tensor) -> Tensor:
@@ -607,6 +607,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                          f"{', '.join(formats)})", loc)
     if x.ndim < 2:
         raise ShapeError(f"batch_norm expects an input of rank >= 2, got shape {x.shape}", loc)
+    if x.dtype.kind != "f":
+        raise TraceError(f"batch_norm needs a float input, not {x.dtype}", loc)
     axis = 1 if data_format[1] == "C" else x.ndim - 1
     channels = x.shape[axis]
     stats = {}

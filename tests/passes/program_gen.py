@@ -752,8 +752,8 @@ class _Gen:
                 options.append((f"cc.einsum('ij,kj->ik', {{x}}, {y})",
                                 f"np.einsum('ij,kj->ik', {{x}}, {y})"))
         if a.size and m <= 10:
-            options.append(("F.binary_cross_entropy_with_logits({x}, F.sigmoid({x} * 0.5), "
-                            "reduction='none')",
+            options.append((("F.binary_cross_entropy_with_logits({x}, F.sigmoid({x} * 0.5), "
+                             "reduction='none')"),
                             "np.logaddexp(0, {x}) - {x} * sigmoid({x} * 0.5)"))
         pd, npx = self.choice(options)
         out = self.fresh()
