@@ -727,10 +727,10 @@ def nll_loss(input, label, weight=None, ignore_index=-100, reduction="mean",
             raise ShapeError(f"nll_loss: weight of shape {w.shape} doesn't match {classes} "
                              "classes", loc)
         row_weight = cc_where(hot, w, 0.0).sum(axis=-1)
-        loss = -(picked * row_weight)
+        picked = picked * row_weight
     else:
         row_weight = hot.cast(x.dtype).sum(axis=-1)
-        loss = -picked
+    loss = 0.0 - picked     # (an ignored row's loss is +0.0, as Paddle's, not -0.0)
     if reduction == "none":
         return loss
     if reduction == "sum":

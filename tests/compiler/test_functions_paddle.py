@@ -138,6 +138,9 @@ def test_nll_loss_ignores_minus_inf_at_other_classes_and_ignored_rows(backend):
     assert loss.dtype == np.float32
     np.testing.assert_allclose(loss, want / np.float32(5), rtol=1e-6)
     assert np.isfinite(grad).all()
+    none = cc.compile(lambda a, b: F.nll_loss(a, b, ignore_index=1, reduction="none"),
+                      backend=backend)(x, np.array([0, 2, 1]))
+    assert none[2] == 0 and not np.signbit(none[2])   # an ignored row: +0.0
     np.testing.assert_array_equal(grad, np.array([[-0.2, 0, 0], [0, 0, -0.8], [0, 0, 0]],
                                                  np.float32))
 
