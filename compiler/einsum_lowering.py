@@ -14,9 +14,12 @@ The equation follows NumPy and Paddle: letters label axes, `...` stands for the 
 names (aligned from the right and broadcast across operands, as NumPy broadcasts), spaces are
 ignored, and without `->` the output is the ellipsis axes, then the letters used exactly once,
 in alphabetical order. A label of size 1 broadcasts against the same label of another size.
-Refused with a `TraceError` naming the caller's line: a label repeated within one operand (a
-diagonal, such as the trace `ii->`), output labels that repeat or appear in no operand, an
-equation whose operand count or ranks don't match the operands.
+A label repeated within one operand takes that operand's diagonal first (`ii->i`, the trace
+`ii`, `iij->ij`): the repeated axes are moved last, flattened, and the diagonal gathered with
+one `index_select` (its gradient scatters back onto the diagonal; values are copied exactly,
+-0.0 included). Refused with a `TraceError` naming the caller's line: output labels that
+repeat or appear in no operand, an equation whose operand count or ranks don't match the
+operands.
 """
 from __future__ import annotations
 
@@ -87,16 +90,13 @@ def einsum(equation, *operands) -> Tensor:
     if len(terms) != len(ops):
         raise TraceError(f"einsum: {equation!r} has {len(terms)} operand terms but "
                          f"{len(ops)} operands were given", loc)
-    labels = []
+    labels, letters_used = [], []
     for k, (term, x) in enumerate(zip(terms, ops)):
         parsed = _parse_term(term, f"operand {k}'s term", loc)
-        seen = [lab for lab in parsed if lab is not None]
-        twice = sorted({lab for lab in seen if seen.count(lab) > 1})
-        if twice:
-            raise TraceError(f"einsum: label {twice[0]!r} repeats in operand {k}'s term "
-                             f"{term!r}: diagonals (such as a trace 'ii->') are not supported",
-                             loc)
-        labels.append(_expand_ellipsis(parsed, x.ndim, k, term, loc))
+        letters_used += [lab for lab in parsed if lab is not None]
+        ls = _expand_ellipsis(parsed, x.ndim, k, term, loc)
+        ops[k], ls = _diagonals(x, ls, k, term, loc)
+        labels.append(ls)
     ell = sorted({lab for ls in labels for lab in ls if isinstance(lab, tuple)},
                  key=lambda lab: -lab[1])   # the ellipsis axes, leftmost first
     if arrow:
@@ -116,8 +116,8 @@ def einsum(equation, *operands) -> Tensor:
         for lab in out_parsed:
             out.extend(ell if lab is None else [lab])
     else:
-        every = [lab for ls in labels for lab in ls if isinstance(lab, str)]
-        out = ell + sorted(lab for lab in set(every) if every.count(lab) == 1)
+        # (counted in the terms as written: the trace 'ii' sums i)
+        out = ell + sorted(lab for lab in set(letters_used) if letters_used.count(lab) == 1)
     # sizes: equal, or 1 (broadcast)
     size: dict = {}
     for k, (ls, x) in enumerate(zip(labels, ops)):
@@ -129,6 +129,28 @@ def einsum(equation, *operands) -> Tensor:
                                  f"{d} in operand {k} ({equation!r})", loc)
             size[lab] = d if have == 1 else have
     return _contract(ops, labels, out, size)
+
+
+def _diagonals(x: Tensor, ls: list, k: int, term: str, loc):
+    """`x` with each label that repeats in `ls` reduced to its diagonal: the label's axes are
+    moved last, flattened to n**r, and positions i * (1 + n + ... + n**(r-1)) gathered."""
+    for lab in dict.fromkeys(ls):
+        at = [i for i, other in enumerate(ls) if other == lab]
+        if len(at) < 2:
+            continue
+        sizes = {x.shape[i] for i in at}
+        if len(sizes) > 1:
+            raise ShapeError(f"einsum: label {lab!r} repeats in operand {k}'s term {term!r} "
+                             f"over axes of sizes {[x.shape[i] for i in at]}", loc)
+        (n,) = sizes
+        rest = [i for i in range(len(ls)) if i not in at]
+        moved = x.transpose(rest + at) if rest + at != list(range(len(ls))) else x
+        flat = moved.reshape_to([x.shape[i] for i in rest] + [n ** len(at)])
+        stride = sum(n ** j for j in range(len(at)))
+        index = to_tensor(np.arange(n, dtype=np.int64) * stride)
+        x = flat.index_select(index, axis=len(rest))
+        ls = [ls[i] for i in rest] + [lab]
+    return x, ls
 
 
 def _reduce_unneeded(x: Tensor, ls: list, needed: set):

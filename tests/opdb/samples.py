@@ -2736,6 +2736,10 @@ EINSUM_CASES = [
     ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]), ("i,i", [(0,), (0,)]),
     ("ij,jk", [(0, 3), (3, 2)]), ("ij,jk->ik", [(2, 0), (0, 3)]), ("ij,j->i", [(1, 1), (1,)]),
     ("Ab,bA->A", [(3, 2), (2, 3)]),
+    # repeated labels: diagonals, traces
+    ("ii->i", [(3, 3)]), ("ii", [(4, 4)]), ("iij->ij", [(2, 2, 3)]), ("iii", [(2, 2, 2)]),
+    ("ij,ii->j", [(3, 4), (3, 3)]), ("jii,ki->jk", [(2, 3, 3), (4, 3)]), ("ii", [(0, 0)]),
+    ("i...i", [(3, 2, 3)]), ("ijij->", [(2, 3, 2, 3)]),
 ]
 
 
@@ -2790,8 +2794,8 @@ def build_issue24():
                .astype(F32), SUM, terms=lambda a, b: np.abs(a) @ np.abs(b), label="|list"))
     add(Sample("cc.einsum", lambda a, b: cc.einsum(" i j , j ", a, b),
                (rand((2, 3), I64), rand((3,), I64)), lambda a, b: a @ b, label="|int"))
-    invalid("cc.einsum", lambda a: cc.einsum("ii->i", a), [np.ones((3, 3))], cc.TraceError)
-    invalid("cc.einsum", lambda a: cc.einsum("ii", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("ii->i", a), [np.ones((3, 2))], cc.ShapeError)
+    invalid("cc.einsum", lambda a: cc.einsum("i.j->i", a), [np.ones((3, 3))], cc.TraceError)
     invalid("cc.einsum", lambda a: cc.einsum("ij,jk->ik", a), [np.ones((3, 3))], cc.TraceError)
     invalid("cc.einsum", lambda a: cc.einsum("ij->ii", a), [np.ones((3, 3))], cc.TraceError)
     invalid("cc.einsum", lambda a: cc.einsum("ij->k", a), [np.ones((3, 3))], cc.TraceError)
