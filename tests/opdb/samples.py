@@ -3053,6 +3053,12 @@ def build_issue24_losses():
                lambda a, b: F.binary_cross_entropy_with_logits(a, b), (rand((0, 3), F32),
                                                                        rand((0, 3), F32)),
                lambda a, b: bce(a, b), CLOSE, label="|empty"))
+    for dtype in FLOATS:   # 0-d and size-1
+        for shape in [(), (1,)]:
+            args = (rand(shape, dtype, seed=5), rand(shape, dtype, 0, 1, seed=6))
+            add(Sample("F.binary_cross_entropy_with_logits",
+                       lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="none"),
+                       args, lambda a, b: bce(a, b, reduction="none"), CLOSE))
     invalid("F.binary_cross_entropy_with_logits",
             lambda a, b: F.binary_cross_entropy_with_logits(a, b), [np.ones(3), np.ones(2)],
             cc.ShapeError)
@@ -3095,6 +3101,12 @@ def build_issue24_losses():
                    (x, lab, rand((3,), F64, 0.5, 2, seed=3)),
                    lambda a, b, ww, r=reduction: nll(a, b, ww, 1, r), CLOSE, grad=True,
                    wrt=(0,)))
+    for reduction in ("mean", "sum", "none"):   # no rows; one row of one class
+        for shape in [(0, 3), (1, 1)]:
+            add(Sample("F.nll_loss", lambda a, b, r=reduction: F.nll_loss(a, b, reduction=r),
+                       (rand(shape, F32), np.zeros(shape[0], I64)),
+                       lambda a, b, r=reduction: nll(a, b, reduction=r), CLOSE,
+                       label="|edge"))
     add(Sample("F.nll_loss", lambda a, b: F.nll_loss(a, b, ignore_index=0),
                (rand((3, 2), F32), np.zeros(3, I64)), lambda a, b: np.zeros((), F32),
                label="|all-ignored"))
