@@ -329,6 +329,9 @@ def _flat(tree):
 
 
 def test_the_gpu_code_of_the_new_functions_matches_the_numpy_backend():
+    """One program per function (its first sample) and, for the differentiable ones, its
+    gradient program: CUDA C compiled by NVRTC where it is installed, then run on the host by
+    the fiber harness, against the numpy backend."""
     pytest.importorskip("runtime.gpu.executable")
     from tests.gpu import harness
     if not harness.available():
@@ -337,6 +340,10 @@ def test_the_gpu_code_of_the_new_functions_matches_the_numpy_backend():
     assert len(cases) == 17   # each API once, and the 7 differentiable ones backward too
     progs = [cc.compile(body, backend="gpu").lower(*opdb._copies(args))
              for _, _, body, args in cases]
+    from runtime.gpu import nvrtc
+    if nvrtc.available():   # the CUDA C compiles for the device, as the emitter wrote it
+        for prog in progs:   # (raises with NVRTC's log on an error)
+            nvrtc.compile_ptx(prog.source, "issue24.cu")
     harness.prebuild([p._exec.module for p in progs])
     failures = []
     for (sample, is_grad, body, args), prog in zip(cases, progs):
