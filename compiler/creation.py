@@ -132,7 +132,7 @@ def _count(value, what, name):
     return int(value)
 
 
-def eye(num_rows, num_columns=None, dtype=None) -> Tensor:
+def eye(num_rows, num_columns=None, dtype=None, name=None) -> Tensor:
     """Paddle's `eye`: a [num_rows, num_columns] matrix (square without num_columns), ones on
     the diagonal; float32 by default. Composed of arange and a comparison, so every backend
     runs it as an elementwise loop."""
@@ -142,7 +142,7 @@ def eye(num_rows, num_columns=None, dtype=None) -> Tensor:
     return (arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).cast(d)
 
 
-def linspace(start, stop, num, dtype=None) -> Tensor:
+def linspace(start, stop, num, dtype=None, name=None) -> Tensor:
     """Paddle's `linspace`: `num` values from `start` to `stop`, both included (`num == 1`:
     `[start]`); float32 by default. `start` and `stop` may be Python numbers or 0-d tensors
     (a new value then doesn't retrace). As Paddle's kernel, in float64 with
