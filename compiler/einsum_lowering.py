@@ -5,8 +5,7 @@ named `einsum` would then hide the function `cc.einsum`.)
 
 Each operand first loses the labels nobody else needs (a `sum` over them), then operands are
 contracted left to right, two at a time: both are transposed to [batch, free, contracted] /
-[batch, contracted, free] (or taken as they lie when they are the other way round: matmul's
-transpose flags), reshaped to 3-D (2-D without batch labels) and multiplied with ONE
+[batch, contracted, free], reshaped to 3-D (2-D without batch labels) and multiplied with ONE
 `matmul`; the result is reshaped back to its labels and finally transposed to the output's
 order. So there is no einsum op: the gradients are those of transpose, reshape, sum and matmul,
 and every backend runs what it already runs.
@@ -191,26 +190,19 @@ def _contract(ops, labels, out, size) -> Tensor:
 
 def _pair(x: Tensor, lx: list, y: Tensor, ly: list, keep: set, size: dict):
     """x (labels lx) times y (labels ly), summed over the shared labels not in `keep`: one
-    matmul over [batch, free_x, contracted] x [batch, contracted, free_y]. An operand already
-    laid out the other way round ([batch, contracted, free_x], [batch, free_y, contracted])
-    goes in as it lies, through matmul's transpose flag: `bhqd,bhkd->bhqk` copies nothing."""
+    matmul over [batch, free_x, contracted] x [batch, contracted, free_y]."""
     batch = [lab for lab in lx if lab in ly and lab in keep]
     summed = [lab for lab in lx if lab in ly and lab not in keep]
     free_x = [lab for lab in lx if lab not in ly]
     free_y = [lab for lab in ly if lab not in lx]
     nb, m, n, kk = (math.prod(size[lab] for lab in group)
                     for group in (batch, free_x, free_y, summed))
-
-    def orient(t, lt, normal, flipped):
-        if lt == flipped and lt != normal:
-            return _to(t, lt, flipped, size), True
-        return _to(t, lt, normal, size), False
-    a, flip_a = orient(x, lx, batch + free_x + summed, batch + summed + free_x)
-    b, flip_b = orient(y, ly, batch + summed + free_y, batch + free_y + summed)
-    lead = [nb] if batch else []
-    a = a.reshape_to(lead + ([kk, m] if flip_a else [m, kk]))
-    b = b.reshape_to(lead + ([n, kk] if flip_b else [kk, n]))
-    prod = a.matmul(b, transpose_x=flip_a, transpose_y=flip_b)
+    a = _to(x, lx, batch + free_x + summed, size)
+    b = _to(y, ly, batch + summed + free_y, size)
+    if batch:
+        prod = a.reshape_to([nb, m, kk]).matmul(b.reshape_to([nb, kk, n]))
+    else:
+        prod = a.reshape_to([m, kk]).matmul(b.reshape_to([kk, n]))
     labels = batch + free_x + free_y
     return prod.reshape_to([size[lab] for lab in labels]), labels
 
