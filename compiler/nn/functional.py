@@ -535,7 +535,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusiv
                divisor_override=None, data_format="NCHW", name=None) -> Tensor:
     """Paddle's `avg_pool2d`: NCHW (or NHWC) windows averaged. `exclusive=True` (Paddle's
     default) divides by the number of input elements the window covers, padding not counted;
-    `exclusive=False` by kh*kw always; `divisor_override` by that number. `ceil_mode` sizes
+    `exclusive=False` by kh*kw (by less for a `ceil_mode` window that reaches past the input
+    and its top / left padding, as Paddle's kernel); `divisor_override` by that number. `ceil_mode` sizes
     the output with ceil((size + pads - k) / stride) + 1, as Paddle. The window sums are one
     conv2d of each (batch, channel) plane with a ones kernel, so the backward is conv2d's;
     the divisors depend only on shapes and are a constant."""
@@ -580,7 +581,14 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusiv
             counts.append(np.minimum(start + k, size) - np.maximum(start, 0))
         divisor = np.multiply.outer(counts[0], counts[1]).astype(np.float64)
     else:
-        divisor = np.full((ho, wo), float(kernel[0] * kernel[1]))
+        # Paddle's kernel: a window's end is clipped at size + the FIRST padding (top / left,
+        # also for asymmetric paddings), its start is not: kh*kw except for a ceil_mode window
+        # past that end (0 when wholly past it: 0/0)
+        counts = []
+        for size, k, s, lo, out in zip((h, w), kernel, stride, pads[0::2], sizes):
+            start = np.arange(out) * s - lo
+            counts.append(np.minimum(start + k, size + lo) - start)
+        divisor = np.multiply.outer(counts[0], counts[1]).astype(np.float64)
     out = (sums / to_tensor(divisor.astype(x.dtype))).reshape_to([n, c, ho, wo])
     return out.transpose([0, 2, 3, 1]) if data_format == "NHWC" else out
 

@@ -2879,7 +2879,9 @@ def build_issue24_pad():
 
 def _avg_pool_ref(x, kernel, stride, pads, ceil_mode, exclusive, divisor, nhwc):
     """Direct loops over Paddle's windows: a window's part outside the input adds nothing; its
-    divisor is the covered input count (exclusive), kh*kw, or the override."""
+    divisor is the covered input count (exclusive), kh*kw clipped at the input plus its top /
+    left padding (not exclusive: Paddle's kernel, checked against Paddle 3.3), or the
+    override."""
     v = f64(x).transpose(0, 3, 1, 2) if nhwc else f64(x)
     n, c, h, w = v.shape
     (kh, kw), (sh, sw), (t, b, l, r) = kernel, stride, pads
@@ -2893,7 +2895,9 @@ def _avg_pool_ref(x, kernel, stride, pads, ceil_mode, exclusive, divisor, nhwc):
         for j in range(wo):
             hs, ws = i * sh - t, j * sw - l
             h0, h1, w0, w1 = max(hs, 0), min(hs + kh, h), max(ws, 0), min(ws + kw, w)
-            cnt = divisor or ((h1 - h0) * (w1 - w0) if exclusive else kh * kw)
+            # (Paddle clips a non-exclusive window's end at the input + its FIRST padding)
+            cnt = divisor or ((h1 - h0) * (w1 - w0) if exclusive else
+                              (min(hs + kh, h + t) - hs) * (min(ws + kw, w + l) - ws))
             out[:, :, i, j] = v[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / cnt
     return out.transpose(0, 2, 3, 1) if nhwc else out
 
