@@ -357,3 +357,118 @@ def test_the_gpu_code_of_the_new_functions_matches_the_numpy_backend():
         except AssertionError as e:
             failures.append(f"{sample.id} (grad={is_grad}): {str(e)[:300]}")
     assert not failures, "\n".join(failures)
+
+
+# -- against PaddlePaddle itself (an optional dependency: skipped without it) ---------------------
+@pytest.fixture(scope="module")
+def paddle():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = pytest.importorskip("paddle")
+    module.set_device("cpu")
+    return module
+
+
+def _np(f, *args):
+    return cc.compile(f, backend="numpy")(*args)
+
+
+def test_creation_and_pad_equal_paddles_bit_for_bit(paddle):
+    PF = paddle.nn.functional
+    for args in [(0.1, 0.7, 7, "float64"), (0, 1, 5, "float32"), (3, -3, 8, "int64"),
+                 (-5, 5, 11, "float32"), (1e-3, 1e3, 6, "float64"), (0, 10, 4, "int32")]:
+        want = paddle.linspace(*args).numpy()
+        np.testing.assert_array_equal(_np(lambda a=args: cc.linspace(*a)), want, strict=True)
+    for dtype in (None, "float64", "int32", "int64"):
+        np.testing.assert_array_equal(_np(lambda d=dtype: cc.eye(3, 2, dtype=d)),
+                                      paddle.eye(3, 2, dtype=dtype).numpy(), strict=True)
+    labels = np.array([[0, 3], [2, 1]])
+    np.testing.assert_array_equal(_np(lambda t: F.one_hot(t, 4), labels),
+                                  PF.one_hot(paddle.to_tensor(labels), 4).numpy(), strict=True)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    for pad, mode, kw in [([1, 2, 0, 1], "constant", {}), ([1, 2, 0, 1, 1, 0, 2, 2], "constant", {}),
+                          ([1, 2, 0, 1, 1, 0, 2, 2], "constant", {"pad_from_left_axis": False}),
+                          ([1, 2], "constant", {"value": 3.0}), ([1], "constant", {}),
+                          ([2, 1, 1, 2], "reflect", {}), ([2, 1, 1, 2], "replicate", {}),
+                          ([2, 1, 1, 2], "circular", {}),
+                          ([2, 1, 1, 2], "replicate", {"data_format": "NHWC"})]:
+        want = PF.pad(paddle.to_tensor(x), pad, mode=mode, **kw).numpy()
+        got = _np(lambda t, p=pad, m=mode, k=kw: F.pad(t, p, mode=m, **k), x)
+        np.testing.assert_array_equal(got, want, strict=True, err_msg=f"{pad} {mode} {kw}")
+
+
+def test_avg_pool2d_equals_paddles_over_its_options(paddle):
+    rng = np.random.default_rng(0)
+    PF = paddle.nn.functional
+    for h, w in [(4, 5), (7, 6)]:
+        x = rng.standard_normal((1, 2, h, w)).astype(np.float32)
+        for k, s, p, ceil, excl in [(2, 1, 0, False, True), (3, 2, 1, False, False),
+                                    (3, 2, 1, True, False), ((2, 3), 2, [0, 1, 1, 0], True, False),
+                                    ((2, 3), 2, [0, 1, 1, 0], True, True), (3, 3, [1, 0], True, True),
+                                    (2, 3, [1, 0, 0, 1], True, False), (3, 2, 0, True, False)]:
+            want = PF.avg_pool2d(paddle.to_tensor(x), k, s, p, ceil_mode=ceil,
+                                 exclusive=excl).numpy()
+            got = _np(lambda t, a=(k, s, p, ceil, excl): F.avg_pool2d(
+                t, a[0], a[1], a[2], ceil_mode=a[3], exclusive=a[4]), x)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, equal_nan=True,
+                                       err_msg=f"{(h, w)} {k} {s} {p} ceil={ceil} excl={excl}")
+
+
+def test_losses_and_batch_norm_equal_paddles(paddle):
+    rng = np.random.default_rng(1)
+    PF, T = paddle.nn.functional, paddle.to_tensor
+    x = (rng.standard_normal((4, 3, 5, 2)) * 2 + 1).astype(np.float32)
+    rm, rv = rng.standard_normal(3).astype(np.float32), rng.uniform(.5, 2, 3).astype(np.float32)
+    w, b = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    for training, use_global in [(True, None), (False, None), (True, True), (False, False)]:
+        p_rm, p_rv = T(rm.copy()), T(rv.copy())
+        want = PF.batch_norm(T(x), p_rm, p_rv, T(w), T(b), training=training, momentum=0.8,
+                             use_global_stats=use_global).numpy()
+        m_rm, m_rv = rm.copy(), rv.copy()
+        got = _np(lambda t, a, c, ww, bb, tr=training, g=use_global: F.batch_norm(
+            t, a, c, ww, bb, training=tr, momentum=0.8, use_global_stats=g), x, m_rm, m_rv, w, b)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(m_rm, p_rm.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(m_rv, p_rv.numpy(), rtol=1e-6)
+    logit = np.concatenate([rng.uniform(-5, 5, 10), [0, 40, -40, 200, -200, 1e4]]).astype(
+        np.float32).reshape(4, 4)
+    label = rng.uniform(0, 1, (4, 4)).astype(np.float32)
+    weight, pos = rng.uniform(0, 2, 4).astype(np.float32), rng.uniform(.5, 3, 4).astype(np.float32)
+    logp = np.log(rng.dirichlet(np.ones(4), 5)).astype(np.float32)
+    x3 = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    l3 = np.array([[0, 2, 0, 1], [1, 1, 0, 2]])
+    w3 = rng.uniform(.5, 2, 3).astype(np.float32)
+    for red in ("mean", "sum", "none"):
+        pairs = [
+            (PF.binary_cross_entropy_with_logits(T(logit), T(label), T(weight), red, T(pos)),
+             _np(lambda a, c, d, e, r=red: F.binary_cross_entropy_with_logits(a, c, d, r, e),
+                 logit, label, weight, pos)),
+            (PF.nll_loss(T(logp), T(np.array([0, 3, 1, 1, 2])), ignore_index=1, reduction=red),
+             _np(lambda a, c, r=red: F.nll_loss(a, c, ignore_index=1, reduction=r), logp,
+                 np.array([0, 3, 1, 1, 2]))),
+            (PF.nll_loss(T(x3), T(l3), T(w3), ignore_index=2, reduction=red),
+             _np(lambda a, c, d, r=red: F.nll_loss(a, c, d, 2, r), x3, l3, w3)),
+        ]
+        for want, got in pairs:
+            np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-7)
+    # an all-ignored batch: Paddle's mean is 0, as here
+    assert PF.nll_loss(T(logp), T(np.zeros(5, np.int64)), ignore_index=0).numpy() == 0
+    z = np.array([-30, -1, 0, 1, 9.5, 10.5, 19, 21, 1000, -1000], np.float32)
+    for beta, th in [(1, 20), (2, 20)]:
+        got = _np(lambda t, bt=beta, tt=th: F.softplus(t, bt, tt), z)
+        np.testing.assert_allclose(got, PF.softplus(T(z), beta, th).numpy(), rtol=2e-6, atol=1e-6)
+        # Paddle's kernel takes log(1 + exp(x)): 0 at x = -30; log1p keeps the 9.4e-14
+        assert got[0] == np.float32(np.log1p(np.exp(-30.0 * beta)) / beta) > 0
+    for eq, shapes in [("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ii", [(3, 3)]),
+                       ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("ij,kj", [(3, 4), (5, 4)])]:
+        xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        want = paddle.einsum(eq, *[T(a) for a in xs]).numpy()
+        got = cc.compile(_einsum_fn(eq, len(xs)), backend="numpy")(*xs)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=eq)
+
+
+def _einsum_fn(eq, n):
+    if n == 1:
+        return lambda a: cc.einsum(eq, a)
+    return lambda a, b: cc.einsum(eq, a, b)
