@@ -472,3 +472,46 @@ def _einsum_fn(eq, n):
     if n == 1:
         return lambda a: cc.einsum(eq, a)
     return lambda a, b: cc.einsum(eq, a, b)
+
+
+def test_gradients_equal_paddles(paddle):
+    """d(sum(out^2))/dx in float64, Paddle's autograd against ours (Paddle's pooling backward
+    differs from exact arithmetic by ~1e-8, hence the tolerance)."""
+    PF, T = paddle.nn.functional, paddle.to_tensor
+    rng = np.random.default_rng(2)
+    cases = [
+        (lambda t: PF.avg_pool2d(t, 3, 2, 1, ceil_mode=True),
+         lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True), rng.standard_normal((1, 2, 5, 6))),
+        (lambda t: PF.avg_pool2d(t, 3, 2, 1, exclusive=False),
+         lambda t: F.avg_pool2d(t, 3, 2, 1, exclusive=False), rng.standard_normal((1, 2, 5, 6))),
+        (lambda t: PF.pad(t, [2, 1, 1, 0], mode="circular"),
+         lambda t: F.pad(t, [2, 1, 1, 0], mode="circular"), rng.standard_normal((1, 2, 3, 4))),
+        (lambda t: PF.pad(t, [2, 1], mode="reflect"),
+         lambda t: F.pad(t, [2, 1], mode="reflect"), rng.standard_normal((1, 2, 4))),
+        (lambda t: PF.softplus(t, 2, 5), lambda t: F.softplus(t, 2, 5),
+         np.array([-3.0, 0, 1, 2.4, 2.6, 10])),
+        (lambda t: PF.binary_cross_entropy_with_logits(t, T(np.array([1, .3, 0, .5])),
+                                                       pos_weight=T(np.array([2., .5, 1, 3]))),
+         lambda t: F.binary_cross_entropy_with_logits(t, np.array([1, .3, 0, .5]),
+                                                      pos_weight=np.array([2., .5, 1, 3])),
+         np.array([0.0, 1.5, -2, 30])),
+        (lambda t: PF.nll_loss(t, T(np.array([0, 2, 1])), T(np.array([1., 2, 3])),
+                               ignore_index=1),
+         lambda t: F.nll_loss(t, np.array([0, 2, 1]), np.array([1., 2, 3]), ignore_index=1),
+         rng.standard_normal((3, 3))),
+        (lambda t: paddle.einsum("bij,jk->bki", t, T(np.arange(10.0).reshape(2, 5))),
+         lambda t: cc.einsum("bij,jk->bki", t, np.arange(10.0).reshape(2, 5)),
+         rng.standard_normal((3, 4, 2))),
+    ]
+    for k, (theirs, ours, x) in enumerate(cases):
+        t = T(x, stop_gradient=False)
+        out = theirs(t)
+        (out * out).sum().backward()
+
+        def step(a, f=ours):
+            a.stop_gradient = False
+            o = f(a)
+            (o * o).sum().backward()
+            return a.grad
+        np.testing.assert_allclose(_np(step, x), t.grad.numpy(), rtol=1e-6, atol=1e-9,
+                                   err_msg=f"case {k}")
