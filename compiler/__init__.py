@@ -17,7 +17,8 @@ import importlib.util
 _HOMES = {
     "api": ("CompiledFunction", "Program", "compile", "trace"),
     "creation": ("arange", "concat", "full", "full_like", "ones", "ones_like", "rand", "randn",
-                 "stack", "where", "where_", "zeros", "zeros_like"),
+                 "stack", "where", "where_", "zeros", "zeros_like", "eye", "linspace"),
+    "einsum_lowering": ("einsum",),
     "errors": ("CompilerError", "DataError", "DeviceError", "InplaceError",
                "InsufficientMemoryError", "RetraceWarning", "ShapeError", "TraceError"),
     "ir": ("Graph", "Loc", "Node", "Value"),
@@ -31,7 +32,8 @@ _HOME = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = [
     "compile", "trace", "pipeline", "Program", "CompiledFunction", "Tensor", "Graph", "Node",
     "Value", "Loc", "no_grad", "to_tensor", "zeros", "ones", "full", "full_like", "arange",
-    "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
+    "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn", "eye",
+    "linspace", "einsum",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
     "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
     "save", "load",

@@ -11,7 +11,7 @@ from .ops.registry import DEFAULT_FLOAT
 from .tensor import Tensor, _is_scalar, check_dtype, random_tensor, to_tensor, user_errors
 
 __all__ = ["to_tensor", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
-           "full_like", "concat", "where", "where_", "stack", "rand", "randn"]
+           "full_like", "concat", "where", "where_", "stack", "rand", "randn", "eye", "linspace"]
 
 
 def _dtype(dtype, default=DEFAULT_FLOAT):
@@ -121,6 +121,56 @@ def stack(xs, axis=0) -> Tensor:
                          _tr.user_loc())
     ax = int(axis) % rank
     return concat([x.unsqueeze(ax) for x in xs], axis=ax)
+
+
+# -- issue 24: eye, linspace (Paddle's signatures) ------------------------------------------------
+def _count(value, what, name):
+    if isinstance(value, (Tensor, bool)) or not isinstance(value, numbers.Integral) \
+            or int(value) < 0:
+        raise TraceError(f"{name}: {what} must be a non-negative Python int, got {value!r}",
+                         _tr.user_loc())
+    return int(value)
+
+
+def eye(num_rows, num_columns=None, dtype=None, name=None) -> Tensor:
+    """Paddle's `eye`: a [num_rows, num_columns] matrix (square without num_columns), ones on
+    the diagonal; float32 by default. Composed of arange and a comparison, so every backend
+    runs it as an elementwise loop."""
+    n = _count(num_rows, "num_rows", "eye")
+    m = n if num_columns is None else _count(num_columns, "num_columns", "eye")
+    d = _dtype(dtype)
+    return (arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).cast(d)
+
+
+def linspace(start, stop, num, dtype=None, name=None) -> Tensor:
+    """Paddle's `linspace`: `num` values from `start` to `stop`, both included (`num == 1`:
+    `[start]`); float32 by default. `start` and `stop` may be Python numbers or 0-d tensors
+    (a new value then doesn't retrace). As Paddle's kernel, in float64 with
+    `step = (stop - start) / (num - 1)`: the first half counts up from `start`
+    (`start + step * i`), the second down from `stop` (`stop - step * (num - 1 - i)`), so both
+    ends are exact; then cast to the dtype (truncation for integers)."""
+    count = _count(num, "num", "linspace")
+    d = _dtype(dtype)
+    f64 = np.dtype(np.float64)
+
+    def end(v, what):
+        if isinstance(v, Tensor):
+            if v.size != 1:
+                raise ShapeError(f"linspace: {what} must hold one value, got shape {v.shape}",
+                                 _tr.user_loc())
+            return v.reshape([]).cast(f64)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TraceError(f"linspace: {what} must be a number or a Tensor, got {v!r}",
+                             _tr.user_loc())
+        return full([], float(v), f64)
+    lo, hi = end(start, "start"), end(stop, "stop")
+    if count == 1:
+        return lo.reshape([1]).cast(d)
+    i = arange(count, dtype=f64)
+    step = (hi - lo) / float(max(count - 1, 1))
+    up = lo + step * i
+    down = hi - step * (float(count - 1) - i)
+    return where(i < float(count // 2), up, down).cast(d)
 
 
 # Paddle's functional spellings of Tensor methods: cc.add(x, y), cc.sin(x), cc.reshape(x, s)...

@@ -3384,3 +3384,451 @@ def build_nn_layers():
 
 
 build_nn_layers()
+
+
+# -- issue 24: cc.eye, cc.linspace, cc.einsum, F.one_hot, F.pad, F.avg_pool2d, F.batch_norm,
+#    F.binary_cross_entropy_with_logits, F.nll_loss, F.softplus -----------------------------------
+def _linspace_ref(start, stop, num, dtype):
+    """Paddle's kernel: float64 step, the first half from start, the second from stop."""
+    if num == 1:
+        return np.array([start], np.float64).astype(dtype)
+    step = (float(stop) - float(start)) / (num - 1)
+    out = [start + step * i if i < num // 2 else stop - step * (num - 1 - i)
+           for i in range(num)]
+    return np.array(out, np.float64).astype(dtype)
+
+
+def _einsum_src(eq, n):
+    names = [f"x{i}" for i in range(n)]
+    ns = {"cc": cc}
+    src = f"def einsum_{n}({', '.join(names)}):\n    return cc.einsum({eq!r}, {', '.join(names)})"
+    exec(src, ns)  # noqa: S102  (a named signature per operand count: the traced arguments)
+    return ns[f"einsum_{n}"]
+
+
+# (equation, operand shapes): every two-operand kind (batch, contracted, free labels on either
+# side, outer products, broadcasting of size 1 and of '...'), one-operand forms, implicit outputs,
+# three operands, zero-size labels
+EINSUM_CASES = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("ij,kj->ik", [(3, 4), (5, 4)]),
+    ("ji,jk->ki", [(4, 3), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ijk,jil->kl", [(2, 3, 4), (3, 2, 5)]),
+    ("i,j->ij", [(3,), (4,)]), ("i,i->", [(5,), (5,)]), ("i,i", [(5,), (5,)]),
+    ("ij,ij->ij", [(3, 4), (1, 4)]), ("ab,b->a", [(3, 4), (4,)]), ("ab,cd->", [(2, 3), (4, 5)]),
+    ("ab,cd->da", [(2, 3), (4, 5)]), ("bij,jk->bki", [(2, 3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("...i,i", [(2, 3, 4), (4,)]),
+    ("i...,i...->...", [(3, 2), (3, 2)]),
+    ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]), ("ij->j", [(3, 4)]), ("ba", [(2, 3)]),
+    ("...", [(2, 3)]), ("i", [(0,)]), ("", [()]), (",->", [(), ()]), ("i,->i", [(3,), ()]),
+    ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]), ("i,i", [(0,), (0,)]),
+    ("ij,jk", [(0, 3), (3, 2)]), ("ij,jk->ik", [(2, 0), (0, 3)]), ("ij,j->i", [(1, 1), (1,)]),
+    ("Ab,bA->A", [(3, 2), (2, 3)]),
+    # repeated labels: diagonals, traces
+    ("ii->i", [(3, 3)]), ("ii", [(4, 4)]), ("iij->ij", [(2, 2, 3)]), ("iii", [(2, 2, 2)]),
+    ("ij,ii->j", [(3, 4), (3, 3)]), ("jii,ki->jk", [(2, 3, 3), (4, 3)]), ("ii", [(0, 0)]),
+    ("i...i", [(3, 2, 3)]), ("ijij->", [(2, 3, 2, 3)]),
+]
+
+
+def build_issue24():
+    # cc.eye
+    for dtype in [None, "float32", "float64", "int32", "int64", "bool"]:
+        d = F32 if dtype is None else np.dtype(dtype)
+        for shape in [(3,), (2, 4), (4, 2), (0,), (1,), (0, 3), (2, 0)]:
+            add(Sample("cc.eye", lambda s=shape, dt=dtype: cc.eye(*s, dtype=dt), (),
+                       lambda s=shape, d=d: np.eye(*s, dtype=d)))
+    invalid("cc.eye", lambda: cc.eye(-1), [], cc.TraceError)
+    invalid("cc.eye", lambda: cc.eye(2, 2.5), [], cc.TraceError)
+    # cc.linspace (Paddle's kernel rule, both ends exact)
+    for args, dtype in [((0, 1, 5), None), ((0, 10, 4), "int32"), ((1, 0, 0), None),
+                        ((-1, 1, 1), None), ((0, 1, 2), "float64"), ((0.1, 0.7, 7), "float64"),
+                        ((0.1, 0.7, 7), None), ((3, -3, 8), "int64"), ((-5, 5, 11), "float32"),
+                        ((1e-3, 1e3, 6), "float64"), ((2, 2, 3), None)]:
+        d = F32 if dtype is None else np.dtype(dtype)
+        add(Sample("cc.linspace", lambda a=args, dt=dtype: cc.linspace(*a, dtype=dt), (),
+                   lambda a=args, d=d: _linspace_ref(*a, d)))
+    for dtype in FLOATS:   # 0-d tensor ends: a new value doesn't retrace
+        add(Sample("cc.linspace", lambda a, b: cc.linspace(a, b, 6), (np.array(-2.5, dtype),
+                                                                      np.array(4.0, dtype)),
+                   lambda a, b: _linspace_ref(float(a), float(b), 6, F32), label="|tensor"))
+    invalid("cc.linspace", lambda: cc.linspace(0, 1, -1), [], cc.TraceError)
+    invalid("cc.linspace", lambda: cc.linspace(0, 1, 2.5), [], cc.TraceError)
+    invalid("cc.linspace", lambda a: cc.linspace(a, 1, 3), [np.ones(2)], cc.ShapeError)
+
+    # cc.einsum against np.einsum (SUM: one matmul's accumulation)
+    for k, (eq, shapes) in enumerate(EINSUM_CASES):
+        fn = _einsum_src(eq, len(shapes))
+
+        def want(*xs, eq=eq):
+            return np.asarray(np.einsum(eq, *[f64(x) for x in xs])).astype(xs[0].dtype)
+
+        def terms(*xs, eq=eq):
+            return np.abs(np.einsum(eq, *[np.abs(f64(x)) for x in xs]))
+        for dtype in FLOATS:
+            args = tuple(rand(s, dtype, seed=k + j) for j, s in enumerate(shapes))
+            add(Sample("cc.einsum", fn, args, want, SUM, terms=terms))
+        if shapes[0] and len(shapes[0]) >= 2:   # a transposed / stepped caller array
+            for label, x in layouts(shapes[0], F32, seed=k)[1:3]:
+                args = (x,) + tuple(rand(s, F32, seed=k + j + 1) for j, s in
+                                    enumerate(shapes[1:]))
+                add(Sample("cc.einsum", fn, args, want, SUM, terms=terms, label=label))
+        if all(int(np.prod(s)) > 0 for s in shapes) and any(len(s) for s in shapes):
+            add(Sample("cc.einsum", fn, tuple(rand(s, F64, seed=k + j) for j, s in
+                                              enumerate(shapes)), want, SUM, terms=terms,
+                       grad=True))
+    add(Sample("cc.einsum", lambda a, b: cc.einsum("ij,jk", [a, b]),
+               (rand((2, 3), F32), rand((3, 2), F32, seed=1)), lambda a, b: (f64(a) @ b)
+               .astype(F32), SUM, terms=lambda a, b: np.abs(a) @ np.abs(b), label="|list"))
+    add(Sample("cc.einsum", lambda a, b: cc.einsum(" i j , j ", a, b),
+               (rand((2, 3), I64), rand((3,), I64)), lambda a, b: a @ b, label="|int"))
+    invalid("cc.einsum", lambda a: cc.einsum("ii->i", a), [np.ones((3, 2))], cc.ShapeError)
+    invalid("cc.einsum", lambda a: cc.einsum("i.j->i", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("ij,jk->ik", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("ij->ii", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("ij->k", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("i1->i", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("i...->i", a), [np.ones((3, 3))], cc.TraceError)
+    invalid("cc.einsum", lambda a: cc.einsum("ijk->i", a), [np.ones((3, 3))], cc.ShapeError)
+    invalid("cc.einsum", lambda a, b: cc.einsum("ij,jk", a, b), [np.ones((2, 3)),
+                                                                 np.ones((4, 2))], cc.ShapeError)
+
+    # F.one_hot: float32 [..., C]
+    for lab_dtype in INTS:
+        for shape in [(5,), (2, 3), (), (0,), (1, 1)]:
+            labels = rand(shape, lab_dtype, 0, 3, seed=len(shape))
+            add(Sample("F.one_hot", lambda t: F.one_hot(t, 4), (labels,),
+                       lambda v: (v[..., None] == np.arange(4)).astype(F32)))
+    add(Sample("F.one_hot", lambda t: F.one_hot(t.t(), num_classes=5),
+               (np.array([[0, 4, 2], [3, 1, 1]], I64),),
+               lambda v: (v.T[..., None] == np.arange(5)).astype(F32), label="|view"))
+    invalid("F.one_hot", lambda t: F.one_hot(t, 3), [np.array([0, 3, 1])], cc.DataError)
+    invalid("F.one_hot", lambda t: F.one_hot(t, 3), [np.array([0, -1, 1])], cc.DataError)
+    invalid("F.one_hot", lambda t: F.one_hot(t, 3), [np.array([0.0, 1.0])], cc.TraceError)
+    invalid("F.one_hot", lambda t: F.one_hot(t, 0), [np.array([0])], cc.TraceError)
+
+    build_issue24_pad()
+    build_issue24_pool()
+    build_issue24_losses()
+
+
+def build_issue24_pad():
+    np_modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+                "circular": "wrap"}
+    # (x shape, Paddle pad list, mode, extra kwargs, NumPy pad_width per axis)
+    cases = [
+        ((2, 3), [1, 2, 0, 1], "constant", {}, [(1, 2), (0, 1)]),            # 2N: from axis 0
+        ((2, 3), [1, 2, 0, 1], "constant", {"pad_from_left_axis": False},
+         [(0, 1), (1, 2)]),                                                    # 2N: from the last
+        ((2, 3, 4), [1, 2], "constant", {}, [(0, 0), (0, 0), (1, 2)]),        # NCL: [left, right]
+        ((2, 3, 4), [1, 2, 0, 1], "constant", {}, [(0, 0), (0, 1), (1, 2)]),  # from the last axis
+        ((2, 3), [1], "constant", {"value": 2.5}, [(0, 0), (1, 0)]),            # odd: a trailing 0
+        ((1, 2, 3, 4), [1, 0, 2, 1], "constant", {"value": -1.0},
+         [(0, 0), (0, 0), (2, 1), (1, 0)]),                                    # NCHW
+        ((1, 3, 4, 2), [1, 0, 2, 1], "constant", {"data_format": "NHWC"},
+         [(0, 0), (2, 1), (1, 0), (0, 0)]),
+        ((4,), [0, 3], "constant", {}, [(0, 3)]), ((), [], "constant", {}, []),
+        ((0, 3), [1, 1, 0, 2], "constant", {}, [(1, 1), (0, 2)]),
+        ((1, 2, 3, 4), [2, 3, 1, 2], "reflect", {}, [(0, 0), (0, 0), (1, 2), (2, 3)]),
+        ((1, 2, 5), [4, 1], "reflect", {}, [(0, 0), (0, 0), (4, 1)]),
+        ((1, 2, 3, 4), [2, 3, 1, 2], "replicate", {}, [(0, 0), (0, 0), (1, 2), (2, 3)]),
+        ((1, 3, 4, 2), [2, 3, 1, 2], "replicate", {"data_format": "NHWC"},
+         [(0, 0), (1, 2), (2, 3), (0, 0)]),
+        ((1, 2, 3, 4), [4, 1, 3, 0], "circular", {}, [(0, 0), (0, 0), (3, 0), (4, 1)]),
+        ((1, 1, 2, 2, 3), [1, 1, 0, 1, 1, 0], "replicate", {},
+         [(0, 0), (0, 0), (1, 0), (0, 1), (1, 1)]),
+    ]
+    for k, (shape, pads, mode, kw, width) in enumerate(cases):
+        def want(x, width=width, mode=mode, kw=kw):
+            extra = {"constant_values": kw.get("value", 0.0)} if mode == "constant" else {}
+            return np.pad(x, width or 0, mode=np_modes[mode], **extra).astype(x.dtype)
+
+        def fn(t, p=pads, m=mode, kw=kw):
+            return F.pad(t, p, mode=m, **kw)
+        dtypes = ALL if mode == "constant" and "value" not in kw else NUMERIC
+        for dtype in dtypes:
+            add(Sample("F.pad", fn, (rand(shape, dtype, seed=k),), want))
+        for label, x in layouts(shape, F32, seed=k)[1:3]:
+            add(Sample("F.pad", fn, (x,), want, label=label))
+        if int(np.prod(shape)) > 0:
+            add(Sample("F.pad", fn, (rand(shape, F64, seed=k),), want, grad=True))
+    invalid("F.pad", lambda t: F.pad(t, [3, 0], mode="reflect"), [np.ones((1, 1, 3))],
+            cc.ShapeError)
+    invalid("F.pad", lambda t: F.pad(t, [1, 1], mode="wrap"), [np.ones((1, 1, 3))],
+            cc.TraceError)
+    invalid("F.pad", lambda t: F.pad(t, [1, 1, 1, 1], mode="reflect"), [np.ones((1, 1, 3))],
+            cc.TraceError)
+    invalid("F.pad", lambda t: F.pad(t, [1, 1, 1, 1, 1, 1], mode="constant"), [np.ones((2, 3))],
+            cc.TraceError)
+    invalid("F.pad", lambda t: F.pad(t, [-1, 1]), [np.ones((2, 3))], cc.TraceError)
+    invalid("F.pad", lambda t: F.pad(t, [1, 1], data_format="NHWC"), [np.ones((1, 2, 3))],
+            cc.TraceError)
+
+
+def _avg_pool_ref(x, kernel, stride, pads, ceil_mode, exclusive, divisor, nhwc):
+    """Direct loops over Paddle's windows: a window's part outside the input adds nothing; its
+    divisor is the covered input count (exclusive), kh*kw clipped at the input plus its top /
+    left padding (not exclusive: Paddle's kernel, checked against Paddle 3.3), or the
+    override."""
+    v = f64(x).transpose(0, 3, 1, 2) if nhwc else f64(x)
+    n, c, h, w = v.shape
+    (kh, kw), (sh, sw), (t, b, l, r) = kernel, stride, pads
+
+    def size(n_in, k, s, lo, hi):
+        span = n_in + lo + hi - k
+        return -(-span // s) + 1 if ceil_mode else span // s + 1
+    ho, wo = size(h, kh, sh, t, b), size(w, kw, sw, l, r)
+    out = np.zeros((n, c, ho, wo))
+    for i in range(ho):
+        for j in range(wo):
+            hs, ws = i * sh - t, j * sw - l
+            h0, h1, w0, w1 = max(hs, 0), min(hs + kh, h), max(ws, 0), min(ws + kw, w)
+            # (Paddle clips a non-exclusive window's end at the input + its FIRST padding)
+            cnt = divisor or ((h1 - h0) * (w1 - w0) if exclusive else
+                              (min(hs + kh, h + t) - hs) * (min(ws + kw, w + l) - ws))
+            out[:, :, i, j] = v[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / cnt
+    return out.transpose(0, 2, 3, 1) if nhwc else out
+
+
+def build_issue24_pool():
+    # (x shape, kernel, stride, padding (the call's), pads (t, b, l, r), ceil, exclusive, divisor)
+    cases = [
+        ((2, 3, 6, 6), 2, None, 0, (0, 0, 0, 0), False, True, None),
+        ((1, 2, 5, 7), 3, 2, 1, (1, 1, 1, 1), False, True, None),
+        ((1, 2, 5, 7), 3, 2, 1, (1, 1, 1, 1), False, False, None),
+        ((1, 2, 6, 7), (2, 3), (2, 1), [1, 0], (1, 1, 0, 0), True, True, None),
+        ((1, 2, 5, 7), (2, 3), (2, 2), [0, 1, 1, 0], (0, 1, 1, 0), True, False, None),
+        ((1, 1, 4, 4), 2, 1, 1, (1, 1, 1, 1), False, True, 3.0),
+        ((1, 1, 1, 1), 1, 1, 0, (0, 0, 0, 0), False, True, None),
+        ((0, 2, 4, 4), 2, 2, 0, (0, 0, 0, 0), False, True, None),
+    ]
+    for k, (shape, kernel, stride, padding, pads, ceil, excl, div) in enumerate(cases):
+        kk = (kernel, kernel) if isinstance(kernel, int) else kernel
+        st = kk if stride is None else (stride, stride) if isinstance(stride, int) else stride
+        for nhwc in (False, True):
+            def want(x, kk=kk, st=st, pads=pads, ceil=ceil, excl=excl, div=div, nhwc=nhwc):
+                return _avg_pool_ref(x, kk, st, pads, ceil, excl, div, nhwc).astype(x.dtype)
+
+            def terms(x, want=want):
+                return want(np.abs(f64(x)))
+
+            def fn(t, kernel=kernel, stride=stride, padding=padding, ceil=ceil, excl=excl,
+                   div=div, nhwc=nhwc):
+                return F.avg_pool2d(t, kernel, stride, padding, ceil_mode=ceil, exclusive=excl,
+                                    divisor_override=div,
+                                    data_format="NHWC" if nhwc else "NCHW")
+            xshape = (shape[0], shape[2], shape[3], shape[1]) if nhwc else shape
+            for dtype in FLOATS:
+                add(Sample("F.avg_pool2d", fn, (rand(xshape, dtype, seed=k),), want, SUM,
+                           terms=terms))
+            if not nhwc:
+                for label, x in layouts(xshape, F32, seed=k)[1:3]:
+                    add(Sample("F.avg_pool2d", fn, (x,), want, SUM, terms=terms, label=label))
+            if shape[0] and not nhwc or k == 3:
+                add(Sample("F.avg_pool2d", fn, (rand(xshape, F64, seed=k),), want, SUM,
+                           terms=terms, grad=True))
+    invalid("F.avg_pool2d", lambda t: F.avg_pool2d(t, 5), [np.ones((1, 1, 3, 3))], cc.ShapeError)
+    invalid("F.avg_pool2d", lambda t: F.avg_pool2d(t, 2), [np.ones((1, 3, 3))], cc.ShapeError)
+    invalid("F.avg_pool2d", lambda t: F.avg_pool2d(t, 2), [np.ones((1, 1, 3, 3), I32)],
+            cc.TraceError)
+    invalid("F.avg_pool2d", lambda t: F.avg_pool2d(t, 2, data_format="NCL"),
+            [np.ones((1, 1, 3, 3))], cc.TraceError)
+
+
+def _bn_ref(x, rm, rv, w, b, batch, momentum, eps, axis):
+    """(y, running mean afterwards, running var afterwards), Paddle's rule, float64."""
+    v = f64(x)
+    axes = tuple(i for i in range(v.ndim) if i != axis)
+    shape = [1] * v.ndim
+    shape[axis] = -1
+    if batch:
+        mean, var = v.mean(axis=axes), v.var(axis=axes)
+        rm = (f64(rm) * momentum + mean * (1 - momentum)).astype(rm.dtype)
+        rv = (f64(rv) * momentum + var * (1 - momentum)).astype(rv.dtype)
+    else:
+        mean, var = f64(rm), f64(rv)
+    y = (v - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
+    if w is not None:
+        y = y * f64(w).reshape(shape)
+    if b is not None:
+        y = y + f64(b).reshape(shape)
+    return y.astype(x.dtype), rm, rv
+
+
+def build_issue24_losses():
+    # F.batch_norm: eval (running statistics) and training (batch statistics, the running
+    # arrays updated in place: here copies made in the trace, returned to be checked; the
+    # caller's arrays are checked in tests/compiler/test_functions_paddle.py)
+    for shape, fmt in [((4, 3), "NC"), ((2, 3, 5), "NCL"), ((2, 3, 4, 5), "NCHW"),
+                       ((2, 4, 5, 3), "NHWC"), ((2, 5, 3), "NLC"), ((1, 3, 1, 1), "NCHW")]:
+        axis = 1 if fmt[1] == "C" else len(shape) - 1
+        c = shape[axis]
+        for dtype in FLOATS:
+            x = rand(shape, dtype, seed=1) * 2 + 1
+            rm, rv = rand((c,), dtype, seed=2), rand((c,), dtype, 0.5, 2, seed=3)
+            w, b = rand((c,), dtype, seed=4), rand((c,), dtype, seed=5)
+            add(Sample("F.batch_norm", lambda t, m, v, ww, bb, f=fmt:
+                       F.batch_norm(t, m, v, ww, bb, data_format=f), (x, rm, rv, w, b),
+                       lambda *a, ax=axis: _bn_ref(*a, False, 0.9, 1e-5, ax)[0], CLOSE))
+
+            def train(t, m, v, ww, f=fmt):
+                m, v = m * 1.0, v * 1.0
+                return F.batch_norm(t, m, v, ww, training=True, momentum=0.8, data_format=f), m, v
+            add(Sample("F.batch_norm", train, (x, rm, rv, w),
+                       lambda t, m, v, ww, ax=axis: _bn_ref(t, m, v, ww, None, True, 0.8, 1e-5,
+                                                            ax), CLOSE, label="|train"))
+        x = rand(shape, F64, seed=1) * 2 + 1
+        rm, rv = rand((c,), F64, seed=2), rand((c,), F64, 0.5, 2, seed=3)
+        w, b = rand((c,), F64, seed=4), rand((c,), F64, seed=5)
+        if int(np.prod(shape)) > c:
+            add(Sample("F.batch_norm", lambda t, m, v, ww, bb, f=fmt:
+                       F.batch_norm(t, m * 1.0, v * 1.0, ww, bb, training=True, data_format=f),
+                       (x, rm, rv, w, b),
+                       lambda *a, ax=axis: _bn_ref(*a, True, 0.9, 1e-5, ax)[0], CLOSE,
+                       grad=True, wrt=(0, 3, 4), label="|train"))
+        add(Sample("F.batch_norm", lambda t, m, v, ww, bb, f=fmt:
+                   F.batch_norm(t, m, v, ww, bb, data_format=f), (x, rm, rv, w, b),
+                   lambda *a, ax=axis: _bn_ref(*a, False, 0.9, 1e-5, ax)[0], CLOSE, grad=True))
+    # use_global_stats overrides `training` (Paddle)
+    x, rm, rv = rand((3, 2), F32, seed=1), rand((2,), F32, seed=2), rand((2,), F32, 1, 2, seed=3)
+    add(Sample("F.batch_norm", lambda t, m, v: F.batch_norm(t, m, v, training=True,
+                                                            use_global_stats=True),
+               (x, rm, rv), lambda t, m, v: _bn_ref(t, m, v, None, None, False, .9, 1e-5, 1)[0],
+               CLOSE, label="|global"))
+
+    def batch_stats_in_eval(t, m, v):
+        m, v = m * 1.0, v * 1.0
+        return F.batch_norm(t, m, v, use_global_stats=False), m, v
+    add(Sample("F.batch_norm", batch_stats_in_eval, (x, rm, rv),
+               lambda t, m, v: _bn_ref(t, m, v, None, None, True, .9, 1e-5, 1), CLOSE,
+               label="|batch-stats"))
+    invalid("F.batch_norm", lambda t, m, v: F.batch_norm(t, m, v),
+            [np.ones((2, 3)), np.ones(2), np.ones(3)], cc.ShapeError)
+    invalid("F.batch_norm", lambda t, m, v: F.batch_norm(t, m, v, data_format="CHW"),
+            [np.ones((2, 3)), np.ones(3), np.ones(3)], cc.TraceError)
+    invalid("F.batch_norm", lambda t, m, v: F.batch_norm(t, m, v),
+            [np.ones((2, 3), I32), np.ones(3), np.ones(3)], cc.TraceError)
+
+    # F.binary_cross_entropy_with_logits: stable at any logit; the gradient at 0 is
+    # sigmoid(0) - label
+    def bce(x, y, w=None, pw=None, reduction="mean"):
+        v, t = f64(x), f64(y)
+        pos = 1.0 if pw is None else 1 + (f64(pw) - 1) * t
+        loss = (1 - t) * v + pos * np.logaddexp(0.0, -v)
+        if w is not None:
+            loss = loss * f64(w)
+        out = {"mean": loss.mean() if loss.size else np.nan, "sum": loss.sum(),
+               "none": loss}[reduction]
+        return np.asarray(out).astype(x.dtype)
+    for reduction in ("mean", "sum", "none"):
+        for dtype in FLOATS:
+            x = np.concatenate([rand((10,), dtype, -5, 5),
+                                np.array([0, -0.0, 40, -40, 200, -200], dtype)]).reshape(4, 4)
+            y = rand((4, 4), dtype, 0, 1, seed=2)
+            w, pw = rand((4,), dtype, 0, 2, seed=3), rand((4,), dtype, 0.5, 3, seed=4)
+            add(Sample("F.binary_cross_entropy_with_logits",
+                       lambda a, b, r=reduction: F.binary_cross_entropy_with_logits(
+                           a, b, reduction=r), (x, y),
+                       lambda a, b, r=reduction: bce(a, b, reduction=r), CLOSE))
+            add(Sample("F.binary_cross_entropy_with_logits",
+                       lambda a, b, ww, p, r=reduction: F.binary_cross_entropy_with_logits(
+                           a, b, ww, r, p), (x, y, w, pw),
+                       lambda a, b, ww, p, r=reduction: bce(a, b, ww, p, r), CLOSE,
+                       label="|weights"))
+        x = np.array([[0.0, 1.5, -2.0], [3.0, -0.5, 0.0]])
+        y = np.array([[1.0, 0.0, 0.3], [0.5, 1.0, 0.0]])
+        add(Sample("F.binary_cross_entropy_with_logits",
+                   lambda a, b, p, r=reduction: F.binary_cross_entropy_with_logits(
+                       a, b, reduction=r, pos_weight=p), (x, y, np.array([2.0, 0.5, 1.0])),
+                   lambda a, b, p, r=reduction: bce(a, b, pw=p, reduction=r), CLOSE, grad=True))
+    add(Sample("F.binary_cross_entropy_with_logits",
+               lambda a, b: F.binary_cross_entropy_with_logits(a, b), (rand((0, 3), F32),
+                                                                       rand((0, 3), F32)),
+               lambda a, b: bce(a, b), CLOSE, label="|empty"))
+    for dtype in FLOATS:   # 0-d and size-1
+        for shape in [(), (1,)]:
+            args = (rand(shape, dtype, seed=5), rand(shape, dtype, 0, 1, seed=6))
+            add(Sample("F.binary_cross_entropy_with_logits",
+                       lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="none"),
+                       args, lambda a, b: bce(a, b, reduction="none"), CLOSE))
+    invalid("F.binary_cross_entropy_with_logits",
+            lambda a, b: F.binary_cross_entropy_with_logits(a, b), [np.ones(3), np.ones(2)],
+            cc.ShapeError)
+    invalid("F.binary_cross_entropy_with_logits",
+            lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="avg"),
+            [np.ones(3), np.ones(3)], cc.TraceError)
+
+    # F.nll_loss
+    def nll(x, lab, w=None, ignore_index=-100, reduction="mean"):
+        v = np.moveaxis(f64(x), 1, -1)
+        lab = np.asarray(lab)
+        keep = lab != ignore_index
+        safe = np.where(keep, lab, 0)
+        picked = np.take_along_axis(v, safe[..., None], -1)[..., 0]
+        rw = (np.ones(v.shape[-1]) if w is None else f64(w))[safe] * keep
+        loss = -np.where(keep, picked, 0.0) * rw
+        if reduction == "none":
+            return loss.astype(x.dtype)
+        if reduction == "sum":
+            return np.asarray(loss.sum()).astype(x.dtype)
+        total = rw.sum()
+        return np.asarray(loss.sum() / (total if total != 0 else 1.0)).astype(x.dtype)
+    for reduction in ("mean", "sum", "none"):
+        for dtype in FLOATS:
+            for lab_dtype in INTS:
+                x = _log_softmax(rand((5, 4), dtype), 1)
+                lab = np.array([0, 3, 1, 1, 2], lab_dtype)
+                add(Sample("F.nll_loss", lambda a, b, r=reduction: F.nll_loss(a, b, reduction=r),
+                           (x, lab), lambda a, b, r=reduction: nll(a, b, reduction=r), CLOSE))
+            x = rand((2, 3, 4), dtype)
+            x[0, 1, 2] = -np.inf     # log(0) at a class no label picks: no NaN
+            lab = np.array([[0, 2, 0, -1], [1, 1, -1, 2]], I64)
+            w = rand((3,), dtype, 0.5, 2, seed=2)
+            add(Sample("F.nll_loss", lambda a, b, ww, r=reduction: F.nll_loss(
+                a, b, ww, ignore_index=-1, reduction=r), (x, lab, w),
+                lambda a, b, ww, r=reduction: nll(a, b, ww, -1, r), CLOSE, label="|K-dim"))
+        x = rand((4, 3), F64)
+        lab = np.array([2, 0, 1, 0])
+        add(Sample("F.nll_loss", lambda a, b, ww, r=reduction: F.nll_loss(a, b, ww, 1, r),
+                   (x, lab, rand((3,), F64, 0.5, 2, seed=3)),
+                   lambda a, b, ww, r=reduction: nll(a, b, ww, 1, r), CLOSE, grad=True,
+                   wrt=(0,)))
+    for reduction in ("mean", "sum", "none"):   # no rows; one row of one class
+        for shape in [(0, 3), (1, 1)]:
+            add(Sample("F.nll_loss", lambda a, b, r=reduction: F.nll_loss(a, b, reduction=r),
+                       (rand(shape, F32), np.zeros(shape[0], I64)),
+                       lambda a, b, r=reduction: nll(a, b, reduction=r), CLOSE,
+                       label="|edge"))
+    add(Sample("F.nll_loss", lambda a, b: F.nll_loss(a, b, ignore_index=0),
+               (rand((3, 2), F32), np.zeros(3, I64)), lambda a, b: np.zeros((), F32),
+               label="|all-ignored"))
+    invalid("F.nll_loss", lambda a, b: F.nll_loss(a, b), [np.ones((2, 3)), np.array([0, 3])],
+            cc.DataError)
+    invalid("F.nll_loss", lambda a, b: F.nll_loss(a, b), [np.ones((2, 3)), np.array([0])],
+            cc.ShapeError)
+    invalid("F.nll_loss", lambda a, b: F.nll_loss(a, b), [np.ones(3), np.array(0)],
+            cc.ShapeError)
+
+    # F.softplus: linear above the threshold, never an overflowing exp
+    def softplus(x, beta=1.0, threshold=20.0):
+        v = f64(x)
+        xb = (x * np.asarray(beta, x.dtype)).astype(x.dtype) if beta != 1 else x
+        soft = np.log1p(np.exp(np.where(xb > threshold, 0.0, f64(xb)))) / beta
+        return np.where(xb > threshold, v, soft).astype(x.dtype)
+    for beta, threshold in [(1, 20), (2, 20), (0.5, 3), (1, 1)]:
+        for dtype in FLOATS:
+            for shape in [(3, 4), (), (0, 2)]:
+                add(Sample("F.softplus", lambda t, b=beta, th=threshold: F.softplus(t, b, th),
+                           (rand(shape, dtype, -30, 30, seed=len(shape)),),
+                           lambda v, b=beta, th=threshold: softplus(v, b, th), CLOSE))
+            x = np.array([0.0, -0.0, 1e4, -1e4, 88.0, -88.0, 19.5, 21.0, np.inf, -np.inf, np.nan],
+                         dtype)
+            add(Sample("F.softplus", lambda t, b=beta, th=threshold: F.softplus(
+                t, beta=b, threshold=th), (x,), lambda v, b=beta, th=threshold:
+                softplus(v, b, th), CLOSE, label="|extreme"))
+        add(Sample("F.softplus", lambda t, b=beta, th=threshold: F.softplus(t, b, th),
+                   (rand((3, 4), F64, -4, 4),), lambda v, b=beta, th=threshold:
+                   softplus(v, b, th), CLOSE, grad=True))
+    invalid("F.softplus", lambda t: F.softplus(t), [np.ones(3, I32)], cc.TraceError)
+
+
+build_issue24()

@@ -446,7 +446,7 @@ class _Gen:
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
-                            "xent"] + ISSUE24_STEPS)
+                            "xent", "paddle_fn"] + ISSUE24_STEPS)  # paddle_fn: issue 24's functions
         getattr(self, "step_" + kind)(grad_enabled)
 
     # -- issue 24: Paddle's Tensor methods and integer-tensor indexing ---------------------------
@@ -768,6 +768,41 @@ class _Gen:
         out = self.fresh()
         self.emit(f"{out} = cc.concat([{x}, {y}], axis={ax})",
                   f"{out} = np.concatenate([{x}, {y}], axis={ax})", define=out)
+
+    # -- issue 24: cc.einsum, cc.eye, F.pad, F.softplus, F.binary_cross_entropy_with_logits --------
+    def step_paddle_fn(self, grad_enabled):
+        """One of issue 24's functions, each a composition of registry ops, against NumPy."""
+        x = self.pick(self.vars)
+        a = self.arr(x)
+        m = _mag(a)
+        options = [("F.softplus({x})",
+                    "np.where({x} > 20, {x}, np.log1p(np.exp(np.minimum({x}, 20))))")]
+        if a.ndim >= 1:
+            # (at least one element: a pad of nothing returns x itself, a view the twin lacks)
+            before, after = self.draw(st.integers(0, 2)), self.draw(st.integers(1, 2))
+            width = [(0, 0)] * (a.ndim - 1) + [(before, after)]
+            options.append((f"F.pad({{x}}, [{before}, {after}], value=0.5)",
+                            f"np.pad({{x}}, {width}, constant_values=0.5)"))
+        if a.ndim == 2:
+            r, c = a.shape
+            options += [(f"{{x}} + cc.eye({r}, {c}, dtype='float64')",
+                         f"{{x}} + np.eye({r}, {c})"),
+                        ("cc.einsum('ij->j', {x})", "np.einsum('ij->j', {x})")]
+            partners = [v for v in self.vars if self.arr(v).ndim == 2 and
+                        self.arr(v).shape[1] == c and m * _mag(self.arr(v)) * c <= 100]
+            if partners:
+                y = self.pick(partners)
+                options.append((f"cc.einsum('ij,kj->ik', {{x}}, {y})",
+                                f"np.einsum('ij,kj->ik', {{x}}, {y})"))
+        if a.size and m <= 10:
+            options.append((("F.binary_cross_entropy_with_logits({x}, F.sigmoid({x} * 0.5), "
+                             "reduction='none')"),
+                            "np.logaddexp(0, {x}) - {x} * sigmoid({x} * 0.5)"))
+        pd, npx = self.choice(options)
+        out = self.fresh()
+        self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")",
+                  define=out)
+    # -- end of issue 24's steps --------------------------------------------------------------
 
     # -- refused steps ----------------------------------------------------------------------------
     def error_step(self) -> bool:
