@@ -579,7 +579,7 @@ class ModuleEmitter:
             before = ("(a > b) || (a != a && b == b)" if node.attrs["descending"]
                       else "(a < b) || (a == a && b != b)")
         else:
-            before = "a > b" if node.attrs["descending"] else "a < b"
+            before = "(a > b)" if node.attrs["descending"] else "(a < b)"
         body = [f"  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
                 f"o < {nrows}LL; o += (long long)blockDim.x * gridDim.x) {{"]
         idx = _unravel(body, "o", oshape, "k")
