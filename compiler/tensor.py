@@ -739,9 +739,9 @@ class Tensor:
             raise TraceError(f"topk: k must be an int, not {type(k).__name__}", _tr.user_loc())
         x, ax = self._sort_axis(-1 if axis is None else axis, "topk")
         n = x.shape[ax]
-        if not 0 <= int(k) <= n:
+        if not 1 <= int(k) <= n:   # (Paddle refuses k = 0 too)
             raise ShapeError(f"topk: k={int(k)} is out of range for an axis of size {n} "
-                             "(0 <= k <= size)", _tr.user_loc())
+                             "(1 <= k <= size)", _tr.user_loc())
         idx = x.argsort(ax, bool(largest))
         if int(k) != n:
             idx = idx[(slice(None),) * ax + (slice(0, int(k)),)]

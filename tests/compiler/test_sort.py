@@ -109,19 +109,20 @@ def test_sorting_leaves_the_callers_array_alone(backend):
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_edge_shapes(backend):
     f = cc.compile(lambda s, e, one: (s.sort(), s.argsort(), s.topk(1), e.argsort(axis=0),
-                                      e.topk(0, axis=1), one.topk(1, largest=False)),
+                                      e.topk(2, axis=1), one.topk(1, largest=False)),
                    backend=backend)
     s, si, (tv, ti), ea, (ev, ei), (ov, oi) = f(np.array(2.5, np.float32),
                                                 np.zeros((0, 3)), np.array([[4]]))
     assert s.shape == () and s == 2.5 and si.shape == () and si == 0
     assert tv.shape == () and ti.shape == () and ti.dtype == np.int64
-    assert ea.shape == (0, 3) and ea.dtype == np.int64 and ev.shape == (0, 0)
+    assert ea.shape == (0, 3) and ea.dtype == np.int64 and ev.shape == (0, 2)
     assert ov.tolist() == [[4]] and oi.tolist() == [[0]]
 
 
 @pytest.mark.parametrize("call, error, words", [
     (lambda t: t.topk(4), cc.ShapeError, "k=4 is out of range for an axis of size 3"),
     (lambda t: t.topk(t.shape[0] - 5), cc.ShapeError, "k=-2 is out of range"),
+    (lambda t: t.topk(0), cc.ShapeError, "k=0 is out of range for an axis of size 3 (1 <= k"),
     (lambda t: t.sort(axis=1), cc.ShapeError, "axis 1 is out of range"),
     (lambda t: (t > 0).argsort(), cc.TraceError, "bool tensors can't be sorted"),
     (lambda t: t.topk(cc.to_tensor(np.array(1))), cc.TraceError, "k must be a Python int"),
@@ -144,3 +145,28 @@ def test_cpu_sorts_natively_in_the_planned_workspace():
     assert 'void @"k0_argsort"(' in prog._exec.source    # a generated kernel, not a callback
     # the sanitizer poisons the arena (workspace included) before the call
     np.testing.assert_array_equal(fn(x), np.argsort(-x, axis=0, kind="stable"))
+
+
+def test_paddle_itself_agrees_where_it_documents_or_pins_the_order():
+    """PaddlePaddle, when installed: sort/argsort (stable=True: ties in order, NaN last
+    ascending, first descending) and topk's values; topk's indices on distinct values (Paddle
+    leaves its tie order unspecified: 3.3.1 returned [1, 3] for the top 2 of [1, 3, 3, 3, 0],
+    this project [1, 2], as CONVENTIONS.md says)."""
+    paddle = pytest.importorskip("paddle")
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3, 4, size=(4, 9)).astype(np.float32)
+    x[rng.random(x.shape) < 0.2] = np.nan
+    d = rng.permutation(36).reshape(4, 9).astype(np.float64)
+    f = cc.compile(lambda t, u: (t.argsort(axis=1, stable=True),
+                                 t.argsort(axis=0, descending=True, stable=True),
+                                 t.sort(axis=1, descending=True), u.topk(3, axis=0),
+                                 u.topk(2, largest=False)), backend="numpy")
+    mine = f(x, d)
+    px, pd = paddle.to_tensor(x), paddle.to_tensor(d)
+    theirs = (paddle.argsort(px, axis=1, stable=True),
+              paddle.argsort(px, axis=0, descending=True, stable=True),
+              paddle.sort(px, axis=1, descending=True), paddle.topk(pd, 3, axis=0),
+              paddle.topk(pd, 2, largest=False))
+    for m, t in zip(mine, theirs):
+        for a, b in zip(m if isinstance(m, tuple) else (m,), t if isinstance(t, tuple) else (t,)):
+            np.testing.assert_array_equal(a, b.numpy(), strict=True)

@@ -2742,8 +2742,7 @@ def build_sorting():
         add(Sample("cc.argsort", lambda t: cc.argsort(t, axis=0, stable=True), (x,),
                    lambda v: _order(v, 0, False)))
         add(Sample("cc.sort", lambda t: cc.sort(t), (x,), lambda v: _sorted(v, -1, False)))
-        for k, axis, largest in [(3, None, True), (2, 0, False), (6, 1, True), (0, -1, True),
-                                 (1, -1, False)]:
+        for k, axis, largest in [(3, None, True), (2, 0, False), (6, 1, True), (1, -1, False)]:
             add(Sample("Tensor.topk", lambda t, k=k, a=axis, g=largest: t.topk(k, a, g),
                        (x,), lambda v, k=k, a=axis, g=largest: _topk(v, k, -1 if a is None
                                                                     else a, g)))
@@ -2788,6 +2787,8 @@ def build_sorting():
     invalid("Tensor.sort", lambda t: t.sort(axis=1.0), [np.ones((2, 3))], cc.TraceError)
     invalid("Tensor.topk", lambda t: t.topk(4), [np.ones((2, 3))], cc.ShapeError)
     invalid("Tensor.topk", lambda t: t.topk(-1), [np.ones((2, 3))], cc.ShapeError)
+    invalid("cc.topk", lambda t: cc.topk(t, 0), [np.ones((2, 3))], cc.ShapeError)  # (Paddle)
+    invalid("Tensor.topk", lambda t: t.topk(1, axis=0), [np.ones((0, 3))], cc.ShapeError)
     invalid("cc.topk", lambda t, k: cc.topk(t, k), [np.ones(3), np.array(1)], cc.TraceError)
     invalid("cc.argsort", lambda t: cc.argsort(t, axis=-3), [np.ones((2, 3))], cc.ShapeError)
 
