@@ -27,7 +27,8 @@ Kernels by family (`LOWERING`, from the table in `runtime/lowering/families.py`;
 its kernel work on cpu, visibly, instead of failing). The kernels live in mixins of
 `ModuleEmitter`, one module per group: issue 10's scans, gathers, scatters and
 min/prod/argmax/argmin in `index_kernels.py`, matmul and gemm in `gemm_kernels.py`, softmax,
-conv and pooling in `window_kernels.py`; elementwise, reductions, copies and regions here:
+conv and pooling in `window_kernels.py`, argsort (a stable merge sort) in `sort_kernels.py`;
+elementwise, reductions, copies and regions here:
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
     (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions

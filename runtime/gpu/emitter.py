@@ -31,7 +31,8 @@ Kernels by family (one or a few per node; `LOWERING` names the families, from th
     scatter-adds (index_add, put_along_axis) one thread per output element that visits the
     indices in order, so repeated indices add (or, for assign, the last wins) exactly as
     numpy's sequential `np.add.at` does, deterministically and without atomics;
-  - cumsum: one thread per row; conv2d and its gradients, max_pool2d and its gradient: direct
+  - cumsum, argsort (a stable merge sort over the output and workspace rows): one thread per
+    row; conv2d and its gradients, max_pool2d and its gradient: direct
     kernels, one thread per output element (the pooling gradient recomputes each window's
     first maximum, so no two threads write one element).
 
