@@ -10,8 +10,8 @@ The order is a total one, pinned on every backend (CONVENTIONS.md):
     descending sort puts NaNs first, in their original order.
 
 The native kernels (runtime/cpu/sort_kernels.py, runtime/gpu/emitter.py) are a bottom-up merge
-sort of the row's indices, ping-ponging between the output row and the row of `scratch` (an
-int64 array of the output's shape, placed by the memory planner as the node's workspace).
+sort of the row's indices in the node's workspace (the registry's `scratch`, placed by the
+memory planner): int64 words, as many as the output has elements and at least 3 rows' worth.
 """
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def _argsort_into(out, x, axis, descending, scratch):
     out[...] = _argsort_ref(x, axis, descending)
 
 
+def _argsort_scratch(types, out, axis, descending):
+    """int64 words: the gpu's second index buffer for every row (one thread per row), and at
+    least 3 rows' worth, which the cpu (one row at a time) uses for a contiguous copy of the
+    row's keys and two contiguous index rows."""
+    (shape, _), size = types[0], int(np.prod(out[0], dtype=np.int64))
+    n = shape[normalize_axes(axis, len(shape))[0]] if shape else 1
+    return [((max(size, 3 * n),), np.int64)]
+
+
 defop("argsort", OTHER, _argsort_infer, _argsort_ref, into=_argsort_into,
-      scratch=lambda types, out, axis, descending: [(out[0], np.int64)],
+      scratch=_argsort_scratch,
       doc="indices that sort x along `axis` (stable; NaN greater than every number)")

@@ -3,23 +3,25 @@
 A mixin of `emitter.ModuleEmitter`, like `index_kernels.py`. One row at a time (the ROW
 family): a bottom-up merge sort of the row's indices, O(n log n) comparisons, stable by
 construction (an element of the right run is taken only when it comes strictly before the
-head of the left run). The passes ping-pong between the output row and the node's workspace
-row (the registry's `scratch`: an int64 array of the output's shape, placed by the planner),
-starting in whichever makes the last pass end in the output. The merge is branch-free: both
-run heads are loaded (an exhausted run reads a safe position), one compare decides, selects
-advance the heads.
+head of the left run). The row lives in the node's workspace (the registry's `scratch`, placed
+by the planner; at least 3 rows of int64 words): a contiguous copy of its keys, then two
+contiguous index rows the passes ping-pong between; the last pass's row is copied to the
+output (whatever its strides). A sort along a strided axis thus reads each key from memory
+once, not once per pass (measured under load: [1000, 1000] float32 along axis 0, 1.3 s
+reading the keys in place, 0.3 s so). Rows share the one workspace, so they run one after
+another (running rows in parallel would need a workspace per thread). The merge is
+branch-free: both run heads are loaded (an exhausted run reads a safe position), one compare
+decides, selects advance the heads.
 
 Order (CONVENTIONS.md): NaN comes after every number; descending reverses the comparison but
 not the stability (equal elements keep their order), so NaNs come first, in order. Keys are
-compared in their own dtype (uint64 unsigned), read from `x` through the index.
+compared in their own dtype (uint64 unsigned), read from the row's copy through the index.
 """
 from __future__ import annotations
 
-from llvmlite import ir
-
 from compiler.ops.registry import normalize_axes
 from runtime.lowering.layout import collapse
-from runtime.lowering.places import Place, contiguous_strides
+from runtime.lowering.places import Place
 
 from . import loops as L
 from .scalar import I64, load, store
@@ -31,7 +33,7 @@ class SortKernels:
     def _lower_argsort(self, t, node, out: Place, ins):
         x = ins[0]
         ws = self.plan.workspace[node]  # (out is not empty here: the workspace exists)
-        tmp = Place(("arena", ws.id), 0, out.shape, contiguous_strides(out.shape), out.dtype)
+        tmp = Place(("arena", ws.id), 0, (ws.size // 8,), (1,), out.dtype)
         self._kernel(t, node, [out, x, tmp], lambda b, p: self._k_argsort(b, p, node, out, x,
                                                                             tmp))
 
@@ -51,69 +53,70 @@ class SortKernels:
         if not x.shape:  # a 0-d tensor is a row of one
             x = Place(x.slot, x.offset, (1,), (1,), x.dtype)
             out = Place(out.slot, out.offset, (1,), (1,), out.dtype)
-            tmp = Place(tmp.slot, 0, (1,), (1,), tmp.dtype)
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         descending = bool(node.attrs["descending"])
         n = x.shape[ax]
         others = [d for d in range(len(x.shape)) if d != ax]
-        oshape, (sx, so, sw) = collapse([x.shape[d] for d in others],
-                                        [[x.strides[d] for d in others],
-                                         [out.strides[d] for d in others],
-                                         [tmp.strides[d] for d in others]])
-        ax_x, ax_o, ax_w = x.strides[ax], out.strides[ax], tmp.strides[ax]
+        oshape, (sx, so) = collapse([x.shape[d] for d in others],
+                                    [[x.strides[d] for d in others],
+                                     [out.strides[d] for d in others]])
+        ax_x, ax_o = x.strides[ax], out.strides[ax]
         passes = (n - 1).bit_length()       # ceil(log2 n) merge passes
-        p_out, p_tmp = ptrs[out.slot], ptrs[tmp.slot]
+        ws, xp = ptrs[tmp.slot], ptrs[x.slot]
+        # the workspace, one row at a time: the row's keys, then two index rows (int64 words)
+        key_words = -(-n * x.dtype.itemsize // 8)
+        rows = (L.i64(key_words), L.i64(key_words + n))
+        assert key_words + 2 * n <= tmp.shape[0], (n, tmp.shape)
         # allocas first, in the entry block (promoted to registers)
         head_i = b.alloca(I64, name="i")
         head_j = b.alloca(I64, name="j")
-        z = L.i64(0)
 
-        def at(ptr, base, stride, k):
-            return L.elem_ptr(b, ptr, out.dtype, b.add(base, b.mul(k, stride)))
+        def idx(off, k):
+            return L.elem_ptr(b, ws, out.dtype, b.add(off, k))
+
+        def key(k):
+            return load(b, L.elem_ptr(b, ws, x.dtype, k), x.dtype)
 
         def row(idxs):
             xo = L.index(b, x.offset, sx, idxs)
-            bufs = [(p_out, L.index(b, out.offset, so, idxs), L.i64(ax_o)),
-                    (p_tmp, L.index(b, tmp.offset, sw, idxs), L.i64(ax_w))]
-            if passes % 2:   # an odd number of passes: start in the workspace, end in out
-                bufs.reverse()
-            (p0, o0, s0), (p1, o1, s1) = bufs
+            oo = L.index(b, out.offset, so, idxs)
             with L.for_range(b, n, "init") as k:
-                store(b, k, at(p0, o0, s0, k), out.dtype)
-            if not passes:
-                return
-            with L.for_range(b, passes, "pass") as p:
-                even = b.icmp_signed("==", b.and_(p, L.i64(1)), z)
-                sp, so_, ss = b.select(even, p0, p1), b.select(even, o0, o1), \
-                    b.select(even, s0, s1)
-                dp, do, ds = b.select(even, p1, p0), b.select(even, o1, o0), \
-                    b.select(even, s1, s0)
-                w = b.shl(L.i64(1), p)
-                w2 = b.shl(w, L.i64(1))
-                nblk = b.udiv(b.add(L.i64(n - 1), w2), w2)
-                with L.for_range(b, nblk, "blk") as blk:
-                    lo = b.mul(blk, w2)
-                    mid = _min(b, b.add(lo, w), L.i64(n))
-                    hi = _min(b, b.add(lo, w2), L.i64(n))
-                    b.store(lo, head_i)
-                    b.store(mid, head_j)
-                    with L.for_range(b, b.sub(hi, lo), "m") as c:
-                        i, j = b.load(head_i, typ=I64), b.load(head_j, typ=I64)
-                        i_ok = b.icmp_signed("<", i, mid)
-                        j_ok = b.icmp_signed("<", j, hi)
-                        ia = load(b, at(sp, so_, ss, b.select(i_ok, i, lo)), out.dtype)
-                        ja = load(b, at(sp, so_, ss, b.select(j_ok, j, lo)), out.dtype)
-                        ki = load(b, L.elem_ptr(b, ptrs[x.slot], x.dtype,
-                                                b.add(xo, b.mul(ia, L.i64(ax_x)))), x.dtype)
-                        kj = load(b, L.elem_ptr(b, ptrs[x.slot], x.dtype,
-                                                b.add(xo, b.mul(ja, L.i64(ax_x)))), x.dtype)
-                        right = b.and_(j_ok, b.or_(b.not_(i_ok),
-                                                   self._before(b, kj, ki, x.dtype, descending)))
-                        store(b, b.select(right, ja, ia), at(dp, do, ds, b.add(lo, c)),
-                              out.dtype)
-                        step = b.zext(right, I64)
-                        b.store(b.add(j, step), head_j)
-                        b.store(b.add(i, b.sub(L.i64(1), step)), head_i)
+                v = load(b, L.elem_ptr(b, xp, x.dtype, b.add(xo, b.mul(k, L.i64(ax_x)))),
+                         x.dtype)
+                store(b, v, L.elem_ptr(b, ws, x.dtype, k), x.dtype)
+                store(b, k, idx(rows[0], k), out.dtype)
+            if passes:
+                with L.for_range(b, passes, "pass") as p:
+                    even = b.icmp_signed("==", b.and_(p, L.i64(1)), L.i64(0))
+                    src = b.select(even, rows[0], rows[1])
+                    dst = b.select(even, rows[1], rows[0])
+                    w = b.shl(L.i64(1), p)
+                    w2 = b.shl(w, L.i64(1))
+                    nblk = b.udiv(b.add(L.i64(n - 1), w2), w2)
+                    with L.for_range(b, nblk, "blk") as blk:
+                        lo = b.mul(blk, w2)
+                        mid = _min(b, b.add(lo, w), L.i64(n))
+                        hi = _min(b, b.add(lo, w2), L.i64(n))
+                        b.store(lo, head_i)
+                        b.store(mid, head_j)
+                        with L.for_range(b, b.sub(hi, lo), "m") as c:
+                            i, j = b.load(head_i, typ=I64), b.load(head_j, typ=I64)
+                            i_ok = b.icmp_signed("<", i, mid)
+                            j_ok = b.icmp_signed("<", j, hi)
+                            ia = load(b, idx(src, b.select(i_ok, i, lo)), out.dtype)
+                            ja = load(b, idx(src, b.select(j_ok, j, lo)), out.dtype)
+                            before = self._before(b, key(ja), key(ia), x.dtype, descending)
+                            right = b.and_(j_ok, b.or_(b.not_(i_ok), before))
+                            store(b, b.select(right, ja, ia), idx(dst, b.add(lo, c)),
+                                  out.dtype)
+                            step = b.zext(right, I64)
+                            b.store(b.add(j, step), head_j)
+                            b.store(b.add(i, b.sub(L.i64(1), step)), head_i)
+            done = rows[passes % 2]
+            with L.for_range(b, n, "copy") as k:
+                store(b, load(b, idx(done, k), out.dtype),
+                      L.elem_ptr(b, ptrs[out.slot], out.dtype,
+                                 b.add(oo, b.mul(k, L.i64(ax_o)))), out.dtype)
         L.loop_nest(b, oshape, row, "r")
 
 

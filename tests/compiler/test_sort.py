@@ -111,7 +111,7 @@ def test_edge_shapes(backend):
     f = cc.compile(lambda s, e, one: (s.sort(), s.argsort(), s.topk(1), e.argsort(axis=0),
                                       e.topk(2, axis=1), one.topk(1, largest=False)),
                    backend=backend)
-    s, si, (tv, ti), ea, (ev, ei), (ov, oi) = f(np.array(2.5, np.float32),
+    s, si, (tv, ti), ea, (ev, _), (ov, oi) = f(np.array(2.5, np.float32),
                                                 np.zeros((0, 3)), np.array([[4]]))
     assert s.shape == () and s == 2.5 and si.shape == () and si == 0
     assert tv.shape == () and ti.shape == () and ti.dtype == np.int64

@@ -77,7 +77,7 @@ def test_argsort_compiles_to_ptx_for_every_dtype_and_direction():
     for k, (dtype, shape, axis, desc) in enumerate(
             [(d, s, a, desc) for d in (np.float32, np.float64, np.int32, np.int64, np.uint64)
              for s, a in (((5, 300), 1), ((8, 3), 0), ((), -1), ((1,), 0)) for desc in (0, 1)]):
-        prog = cc.compile(lambda t: t.argsort(axis=axis, descending=bool(desc)),
+        prog = cc.compile(lambda t, a=axis, d=desc: t.argsort(axis=a, descending=bool(d)),
                           backend="gpu").lower(np.zeros(shape, dtype))
         body = prog._exec.module.source.split(BLOCK_PRELUDE, 1)[1]
         assert "_argsort(" in body
