@@ -43,7 +43,7 @@ def _argsort_ref(x, axis, descending):
 
 
 def _argsort_into(out, x, axis, descending, scratch):
-    # (the scratch row is the merge sort's second buffer on cpu and gpu; NumPy needs none)
+    # (the scratch is the native kernels' workspace; NumPy needs none)
     out[...] = _argsort_ref(x, axis, descending)
 
 
