@@ -702,7 +702,8 @@ class Tensor:
 
     # -- sorting: sort, argsort, topk (issue 24; the `argsort` primitive, sort_ops.py) --------
     def _sort_axis(self, axis, what):
-        """The axis (Paddle: [-R, R)) of a 0-d tensor made a row of one element."""
+        """The tensor to sort and its axis (Paddle's range, [-R, R)); a 0-d tensor is sorted
+        as a row of one element."""
         if self.dtype.kind not in "fiu":
             raise TraceError(f"{what}: {self.dtype} tensors can't be sorted (Paddle sorts "
                              "floats and integers)", _tr.user_loc())
