@@ -210,6 +210,8 @@ def _inplace_function(name):
 
 def module_functions() -> dict:
     funcs = {name: _method_function(name) for name in METHOD_FUNCTIONS}
+    for name in ("sort", "argsort", "topk"):  # issue 24: sorting
+        funcs[name] = _method_function(name)
     for name in dir(Tensor):
         if name.endswith("_") and not name.startswith("_"):
             funcs[name] = _inplace_function(name)

@@ -701,6 +701,57 @@ class Tensor:
         out = fn("put_along_axis", indices, values, axis=ax, reduce=reduce)
         return self._checked(out, "put_along_axis", self.shape[ax])
 
+    # -- sorting: sort, argsort, topk (issue 24; the `argsort` primitive, sort_ops.py) --------
+    def _sort_axis(self, axis, what):
+        """The tensor to sort and its axis (Paddle's range, [-R, R)); a 0-d tensor is sorted
+        as a row of one element."""
+        if self.dtype.kind not in "fiu":
+            raise TraceError(f"{what}: {self.dtype} tensors can't be sorted (Paddle sorts "
+                             "floats and integers)", _tr.user_loc())
+        if isinstance(axis, bool) or not isinstance(axis, (numbers.Integral, np.integer)):
+            raise TraceError(f"{what}: axis must be an int, not {type(axis).__name__}",
+                             _tr.user_loc())
+        if self.ndim == 0:
+            _user_axes(int(axis), 0)
+            return self.reshape([1]), 0
+        return self, _user_axes(int(axis), self.ndim)[0]
+
+    def argsort(self, axis=-1, descending=False, stable=False):
+        """Paddle's argsort: int64 indices that sort along `axis`. Always stable (a stable
+        order is also a valid unstable one); NaN counts as greater than every number."""
+        x, ax = self._sort_axis(axis, "argsort")
+        out = x._op("argsort", axis=ax, descending=bool(descending))
+        return out.reshape([]) if self.ndim == 0 else out
+
+    def sort(self, axis=-1, descending=False, stable=False):
+        """Paddle's sort: the values along `axis` in order, a gather by `argsort` (so the
+        gradient flows back to the positions the values came from)."""
+        x, ax = self._sort_axis(axis, "sort")
+        out = x.take_along_axis(x.argsort(ax, descending), ax)
+        return out.reshape([]) if self.ndim == 0 else out
+
+    def topk(self, k, axis=None, largest=True, sorted=True):
+        """Paddle's topk: (values, int64 indices) of the k largest (smallest) along `axis`
+        (default the last), in order; ties: the earlier position first. `sorted=False` returns
+        them sorted too (Paddle leaves that order unspecified)."""
+        if isinstance(k, Tensor):
+            raise TraceError("topk: k must be a Python int here (it fixes the result's shape, "
+                             "which a compiled program knows at trace time)", _tr.user_loc())
+        if isinstance(k, bool) or not isinstance(k, (numbers.Integral, np.integer)):
+            raise TraceError(f"topk: k must be an int, not {type(k).__name__}", _tr.user_loc())
+        x, ax = self._sort_axis(-1 if axis is None else axis, "topk")
+        n = x.shape[ax]
+        if not 1 <= int(k) <= n:   # (Paddle refuses k = 0 too)
+            raise ShapeError(f"topk: k={int(k)} is out of range for an axis of size {n} "
+                             "(1 <= k <= size)", _tr.user_loc())
+        idx = x.argsort(ax, bool(largest))
+        if int(k) != n:
+            idx = idx[(slice(None),) * ax + (slice(0, int(k)),)]
+        values = x.take_along_axis(idx, ax)
+        if self.ndim == 0:
+            return values.reshape([]), idx.reshape([])
+        return values, idx
+
     # -- masks: where() written back into the target (issue 10) -------------------------------
     def masked_fill(self, mask, value):
         mask = mask if isinstance(mask, Tensor) else to_tensor(mask)

@@ -27,7 +27,8 @@ Kernels by family (`LOWERING`, from the table in `runtime/lowering/families.py`;
 its kernel work on cpu, visibly, instead of failing). The kernels live in mixins of
 `ModuleEmitter`, one module per group: issue 10's scans, gathers, scatters and
 min/prod/argmax/argmin in `index_kernels.py`, matmul and gemm in `gemm_kernels.py`, softmax,
-conv and pooling in `window_kernels.py`; elementwise, reductions, copies and regions here:
+conv and pooling in `window_kernels.py`, argsort (a stable merge sort) in `sort_kernels.py`;
+elementwise, reductions, copies and regions here:
 
   - elementwise: the registry's scalar expression (`expr_for`) rendered per element
     (`scalar.Renderer`), over the output shape with broadcast operands (stride 0); dimensions
@@ -68,6 +69,7 @@ from runtime.lowering.places import Place, buffer_slots, compute_places, contigu
 from . import jit
 from .gemm_kernels import GemmKernels
 from .index_kernels import IndexKernels
+from .sort_kernels import SortKernels
 from .window_kernels import WindowKernels
 from .loops import elem_ptr, i64, index, interleave_hint, loop_nest
 from .scalar import (I1, I8, I64, Renderer, constant, convert, ll_type, load, select_max, store)
@@ -88,7 +90,7 @@ FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
 
 
 # -- the module ---------------------------------------------------------------------------
-class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
+class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
     """Builds the module for one planned graph. `ir_text` is the result."""
 
     def __init__(self, graph, plan, sanitize: bool = False, name: str = "program",
@@ -199,6 +201,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
 
     def _lower_row(self, t, node, out, ins):
         # (cumsum is an index kernel)
+        if node.op == "argsort":  # sort_kernels.py (its workspace is a third pointer)
+            return self._lower_argsort(t, node, out, ins)
         self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]))
 
     def _lower_gather_scatter(self, t, node, out, ins):

@@ -31,7 +31,8 @@ Kernels by family (one or a few per node; `LOWERING` names the families, from th
     scatter-adds (index_add, put_along_axis) one thread per output element that visits the
     indices in order, so repeated indices add (or, for assign, the last wins) exactly as
     numpy's sequential `np.add.at` does, deterministically and without atomics;
-  - cumsum: one thread per row; conv2d and its gradients, max_pool2d and its gradient: direct
+  - cumsum, argsort (a stable merge sort over the output and workspace rows): one thread per
+    row; conv2d and its gradients, max_pool2d and its gradient: direct
     kernels, one thread per output element (the pooling gradient recomputes each window's
     first maximum, so no two threads write one element).
 
@@ -309,6 +310,8 @@ class ModuleEmitter:
     def _lower_row(self, t, node, out, ins):
         if node.op == "cumsum":
             self._cumsum(t, node, out, ins[0])
+        elif node.op == "argsort":
+            self._argsort(t, node, out, ins[0])
         else:
             self._softmax(t, node, out, ins[0])
 
@@ -553,6 +556,69 @@ class ModuleEmitter:
         body.append("      " + self._store(out, f"oo + j * {out.strides[ax]}LL", "acc"))
         body += ["    }", "  }"]
         self._kernel(t, node, "", [out, x], body, _grid(nrows), (BLOCK, 1, 1))
+
+    # -- argsort (issue 24; compiler/ops/sort_ops.py, the cpu kernel runtime/cpu/sort_kernels.py)
+    def _argsort(self, t, node, out: Place, x: Place):
+        """One thread per row: the cpu's bottom-up stable merge sort of the row's indices,
+        ping-ponging between the output row and the node's workspace row (so that the last
+        pass ends in the output); branch-free merge, NaN after every number, descending
+        reverses the comparison but keeps equal elements in order."""
+        ws = self.plan.workspace[node]
+        tmp = Place(("arena", ws.id), 0, out.shape, contiguous_strides(out.shape), out.dtype)
+        if not x.shape:  # a 0-d tensor is a row of one
+            x = Place(x.slot, x.offset, (1,), (1,), x.dtype)
+            out = Place(out.slot, out.offset, (1,), (1,), out.dtype)
+            tmp = Place(tmp.slot, 0, (1,), (1,), tmp.dtype)
+        ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
+        n = x.shape[ax]
+        others = [d for d in range(len(x.shape)) if d != ax]
+        oshape = [x.shape[d] for d in others]
+        nrows = int(np.prod(oshape, dtype=np.int64)) if oshape else 1
+        passes = (n - 1).bit_length()      # ceil(log2 n) merge passes
+        c = ctype(x.dtype)
+        if x.dtype.kind == "f":
+            before = ("(a > b) || (a != a && b == b)" if node.attrs["descending"]
+                      else "(a < b) || (a == a && b != b)")
+        else:
+            before = "(a > b)" if node.attrs["descending"] else "(a < b)"
+        body = [f"  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
+                f"o < {nrows}LL; o += (long long)blockDim.x * gridDim.x) {{"]
+        idx = _unravel(body, "o", oshape, "k")
+        bufs = [(out, _offset(out.offset, [out.strides[d] for d in others], idx)),
+                (tmp, _offset(tmp.offset, [tmp.strides[d] for d in others], idx))]
+        if passes % 2:   # an odd number of passes: start in the workspace, end in the output
+            bufs.reverse()
+        for k, (p, off) in enumerate(bufs):
+            body.append(f"    long long* const b{k} = ((long long*){self._pname(p.slot)}) + "
+                        f"({off});")
+        (p0, _), (p1, _) = bufs
+        s0, s1 = p0.strides[ax], p1.strides[ax]
+        xo = _offset(x.offset, [x.strides[d] for d in others], idx)
+        key = self._load(x, f"xo + {{}} * {x.strides[ax]}LL")
+        body += [f"    const long long xo = {xo};",
+                 f"    for (long long k = 0; k < {n}LL; ++k) b0[k * {s0}LL] = k;",
+                 f"    for (int p = 0; p < {passes}; ++p) {{",
+                 "      const long long* src = (p & 1) ? b1 : b0;",
+                 "      long long* dst = (p & 1) ? b0 : b1;",
+                 f"      const long long ss = (p & 1) ? {s1}LL : {s0}LL;",
+                 f"      const long long ds = (p & 1) ? {s0}LL : {s1}LL;",
+                 "      const long long w = 1LL << p;",
+                 f"      for (long long lo = 0; lo < {n}LL; lo += 2 * w) {{",
+                 f"        const long long mid = lo + w < {n}LL ? lo + w : {n}LL;",
+                 f"        const long long hi = lo + 2 * w < {n}LL ? lo + 2 * w : {n}LL;",
+                 "        long long i = lo, j = mid;",
+                 "        for (long long k = lo; k < hi; ++k) {",
+                 "          const bool iok = i < mid, jok = j < hi;",
+                 "          const long long ia = src[(iok ? i : lo) * ss];",
+                 "          const long long ja = src[(jok ? j : lo) * ss];",
+                 f"          const {c} b = {key.format('ia')};",
+                 f"          const {c} a = {key.format('ja')};",
+                 f"          const bool right = jok && (!iok || ({before}));",
+                 "          dst[k * ds] = right ? ja : ia;",
+                 "          j += right;",
+                 "          i += !right;",
+                 "        }", "      }", "    }", "  }"]
+        self._kernel(t, node, "", [out, x, tmp], body, _grid(nrows), (BLOCK, 1, 1))
 
     # -- matmul -----------------------------------------------------------------------------------
     def _cublas(self, t, node, dt, m, n, k, a: Place, a_strides, a_off, b: Place, b_strides,

@@ -39,6 +39,7 @@ BY_KIND = {ELEMENTWISE: ELEMENTWISE_FAMILY, REDUCTION: REDUCTION_FAMILY, VIEW: V
 EXPLICIT = {
     "full": ELEMENTWISE_FAMILY,          # a fill: an elementwise loop with no operand
     "softmax": ROW, "log_softmax": ROW, "cumsum": ROW,
+    "argsort": ROW,                      # one row at a time (a merge sort over its workspace)
     "one_hot": GATHER_SCATTER, "index_select": GATHER_SCATTER, "index_add": GATHER_SCATTER,
     "take_along_axis": GATHER_SCATTER, "put_along_axis": GATHER_SCATTER,
     "conv2d": CONV_POOL, "conv2d_grad_input": CONV_POOL, "conv2d_grad_weight": CONV_POOL,

@@ -3832,3 +3832,100 @@ def build_issue24_losses():
 
 
 build_issue24()
+
+
+# == issue 24: sort, argsort, topk (the argsort primitive; CONVENTIONS.md "sort order") =========
+def _order(x, axis, descending):
+    """The pinned order, written independently of the registry: Python's stable `sorted` of
+    each row by (is NaN, value) (its `reverse=True` keeps equal elements in order too), so
+    NaN sorts after every number and descending puts NaNs first."""
+    x = np.asarray(x)
+    if x.ndim == 0 or x.size == 0:
+        return np.zeros(x.shape, I64)
+
+    def row(r):
+        key = [(bool(v != v), 0 if v != v else v) for v in r.tolist()]
+        return np.array(sorted(range(len(r)), key=key.__getitem__, reverse=descending), I64)
+    moved = np.moveaxis(x, axis, -1)
+    out = np.array([row(r) for r in moved.reshape(-1, moved.shape[-1])], I64)
+    return np.moveaxis(out.reshape(moved.shape), -1, axis)
+
+
+def _sorted(x, axis, descending):
+    return np.take_along_axis(x, _order(x, axis, descending), axis) if np.ndim(x) else x.copy()
+
+
+def _topk(x, k, axis, largest):
+    if np.ndim(x) == 0:
+        return x.copy(), np.zeros((), I64)
+    idx = np.take(_order(x, axis, largest), np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis), idx
+
+
+def build_sorting():
+    for dtype in NUMERIC:
+        # a small range: ties everywhere, which the stable order pins
+        for shape, axis in [((3, 7), -1), ((3, 7), 0), ((2, 3, 5), 1), ((5,), 0), ((1,), 0),
+                            ((), -1), ((0, 3), 1), ((3, 0), -1), ((2, 1, 3), 1)]:
+            for label, x in layouts(shape, dtype, -2, 2, seed=24)[:3]:
+                for desc in (False, True):
+                    add(Sample("Tensor.argsort", lambda t, a=axis, d=desc: t.argsort(a, d),
+                               (x,), lambda v, a=axis, d=desc: _order(v, a, d), label=label))
+                add(Sample("Tensor.sort", lambda t, a=axis: t.sort(axis=a, descending=True),
+                           (x,), lambda v, a=axis: _sorted(v, a, True), label=label))
+        x = rand((4, 6), dtype, -2, 2, seed=25)
+        add(Sample("cc.argsort", lambda t: cc.argsort(t, axis=0, stable=True), (x,),
+                   lambda v: _order(v, 0, False)))
+        add(Sample("cc.sort", lambda t: cc.sort(t), (x,), lambda v: _sorted(v, -1, False)))
+        for k, axis, largest in [(3, None, True), (2, 0, False), (6, 1, True), (1, -1, False)]:
+            add(Sample("Tensor.topk", lambda t, k=k, a=axis, g=largest: t.topk(k, a, g),
+                       (x,), lambda v, k=k, a=axis, g=largest: _topk(v, k, -1 if a is None
+                                                                    else a, g)))
+        add(Sample("cc.topk", lambda t: cc.topk(t, 2, axis=1, largest=False, sorted=False),
+                   (x,), lambda v: _topk(v, 2, 1, False)))
+        add(Sample("Tensor.topk", lambda t: t.topk(1), (rand((), dtype, seed=3),),
+                   lambda v: _topk(v, 1, -1, True), label="|0d"))
+    for dtype in FLOATS:
+        # NaN after every number (first when descending), -0.0 and +0.0 a tie, infinities
+        s = np.concatenate([specials(dtype), specials(dtype)[::-1]])
+        for desc in (False, True):
+            add(Sample("Tensor.argsort", lambda t, d=desc: t.argsort(descending=d), (s,),
+                       lambda v, d=desc: _order(v, 0, d), label="|special"))
+            add(Sample("cc.sort", lambda t, d=desc: cc.sort(t, descending=d), (s,),
+                       lambda v, d=desc: _sorted(v, 0, d), label="|special"))
+        add(Sample("cc.topk", lambda t: cc.topk(t, 4), (s,), lambda v: _topk(v, 4, 0, True),
+                   label="|special"))
+        # rows of 300 and 1025 (9 and 11 merge passes, one more than a power of two) and 4
+        # (2 passes), strided: every backend runs them
+        for shape, axis in [((3, 300), 1), ((1025, 2), 0), ((5, 4), 1)]:
+            x = rand(shape, dtype, -50, 50, seed=26).round()
+            x[::7] = np.nan if dtype.kind == "f" else x[::7]
+            for desc in (False, True):
+                add(Sample("Tensor.argsort", lambda t, a=axis, d=desc: t.argsort(a, d), (x,),
+                           lambda v, a=axis, d=desc: _order(v, a, d), label="|long",
+                           always=True))
+            add(Sample("Tensor.topk", lambda t, a=axis: t.t().topk(3, axis=1 - a), (x,),
+                       lambda v, a=axis: _topk(v.T, 3, 1 - a, True), label="|long",
+                       always=True))
+    # gradients: the values' gradient goes back to the positions they came from
+    x = rand((3, 5), F64, seed=27)
+    add(Sample("Tensor.sort", lambda t: t.sort(axis=0), (x,), lambda v: _sorted(v, 0, False),
+               grad=True))
+    add(Sample("cc.sort", lambda t: cc.sort(t, descending=True), (x,),
+               lambda v: _sorted(v, -1, True), grad=True))
+    add(Sample("Tensor.topk", lambda t: t.topk(2)[0], (x,), lambda v: _topk(v, 2, -1, True)[0],
+               grad=True))
+    add(Sample("cc.topk", lambda t: cc.topk(t, 2, axis=0, largest=False)[0] * 2.0, (x,),
+               lambda v: _topk(v, 2, 0, False)[0] * 2.0, grad=True))
+    invalid("Tensor.argsort", lambda t: t.argsort(), [np.ones(3, bool)], cc.TraceError)
+    invalid("cc.sort", lambda t: cc.sort(t, axis=2), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.sort", lambda t: t.sort(axis=1.0), [np.ones((2, 3))], cc.TraceError)
+    invalid("Tensor.topk", lambda t: t.topk(4), [np.ones((2, 3))], cc.ShapeError)
+    invalid("Tensor.topk", lambda t: t.topk(-1), [np.ones((2, 3))], cc.ShapeError)
+    invalid("cc.topk", lambda t: cc.topk(t, 0), [np.ones((2, 3))], cc.ShapeError)  # (Paddle)
+    invalid("Tensor.topk", lambda t: t.topk(1, axis=0), [np.ones((0, 3))], cc.ShapeError)
+    invalid("cc.topk", lambda t, k: cc.topk(t, k), [np.ones(3), np.array(1)], cc.TraceError)
+    invalid("cc.argsort", lambda t: cc.argsort(t, axis=-3), [np.ones((2, 3))], cc.ShapeError)
+
+
+build_sorting()

@@ -446,7 +446,7 @@ class _Gen:
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
-                            "xent", "paddle_fn"] + ISSUE24_STEPS)  # paddle_fn: issue 24's functions
+                            "xent", "paddle_fn", "sort"] + ISSUE24_STEPS)  # issue 24's steps
         getattr(self, "step_" + kind)(grad_enabled)
 
     # -- issue 24: Paddle's Tensor methods and integer-tensor indexing ---------------------------
@@ -803,6 +803,29 @@ class _Gen:
         self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")",
                   define=out)
     # -- end of issue 24's steps --------------------------------------------------------------
+
+    # -- issue 24: sort, argsort, topk (values only: the indices are int64, which the twin's
+    # float arithmetic would widen differently); ties give equal values in any order --------
+    def step_sort(self, grad_enabled):
+        xs = [v for v in self.vars if self.arr(v).ndim >= 1 and self.arr(v).size]
+        if not xs:
+            return self.step_unary(grad_enabled)
+        x = self.pick(xs)
+        a = self.arr(x)
+        ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+        k = self.draw(st.integers(1, a.shape[ax]))
+        up = f"np.sort({{x}}, axis={ax})"
+        down = f"np.flip({up}, axis={ax})"
+        pd, npx = self.choice([
+            (f"{{x}}.sort(axis={ax})", up),
+            (f"cc.sort({{x}}, axis={ax}, descending=True)", down),
+            (f"{{x}}.take_along_axis({{x}}.argsort(axis={ax}), {ax})", up),
+            (f"{{x}}.topk({k}, axis={ax})[0]", f"np.take({down}, np.arange({k}), axis={ax})"),
+            (f"cc.topk({{x}}, {k}, axis={ax}, largest=False)[0]",
+             f"np.take({up}, np.arange({k}), axis={ax})")])
+        out = self.fresh()
+        self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")",
+                  define=out)
 
     # -- refused steps ----------------------------------------------------------------------------
     def error_step(self) -> bool:
