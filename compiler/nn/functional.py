@@ -536,9 +536,10 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusiv
     """Paddle's `avg_pool2d`: NCHW (or NHWC) windows averaged. `exclusive=True` (Paddle's
     default) divides by the number of input elements the window covers, padding not counted;
     `exclusive=False` by kh*kw (by less for a `ceil_mode` window that reaches past the input
-    and its top / left padding, as Paddle's kernel); `divisor_override` by that number. `ceil_mode` sizes
-    the output with ceil((size + pads - k) / stride) + 1, as Paddle. The window sums are one
-    conv2d of each (batch, channel) plane with a ones kernel, so the backward is conv2d's;
+    and its top / left padding, as Paddle's kernel); `divisor_override` by that number.
+    `ceil_mode` sizes the output with ceil((size + pads - k) / stride) + 1, as Paddle. The
+    window sums are one conv2d of each (batch, channel) plane with a ones kernel, so the
+    backward is conv2d's;
     the divisors depend only on shapes and are a constant."""
     loc = _tr.user_loc()
     x = _as_tensor(x)

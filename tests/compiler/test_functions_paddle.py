@@ -164,7 +164,7 @@ def test_nll_loss_ignores_minus_inf_at_other_classes_and_ignored_rows(backend):
                                                  np.float32))
 
 
-# -- F.batch_norm: Paddle's running statistics, in place --------------------------------------------
+# -- F.batch_norm: Paddle's running statistics, in place ----------------------------------------
 @pytest.mark.parametrize("backend", AVAILABLE)
 def test_batch_norm_training_updates_the_callers_running_arrays_in_place(backend):
     # per channel: values 0 and 2 (mean 1, biased variance 1, unbiased 2), all exact
@@ -387,7 +387,8 @@ def test_creation_and_pad_equal_paddles_bit_for_bit(paddle):
     np.testing.assert_array_equal(_np(lambda t: F.one_hot(t, 4), labels),
                                   PF.one_hot(paddle.to_tensor(labels), 4).numpy(), strict=True)
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
-    for pad, mode, kw in [([1, 2, 0, 1], "constant", {}), ([1, 2, 0, 1, 1, 0, 2, 2], "constant", {}),
+    for pad, mode, kw in [([1, 2, 0, 1], "constant", {}),
+                          ([1, 2, 0, 1, 1, 0, 2, 2], "constant", {}),
                           ([1, 2, 0, 1, 1, 0, 2, 2], "constant", {"pad_from_left_axis": False}),
                           ([1, 2], "constant", {"value": 3.0}), ([1], "constant", {}),
                           ([2, 1, 1, 2], "reflect", {}), ([2, 1, 1, 2], "replicate", {}),
@@ -405,7 +406,8 @@ def test_avg_pool2d_equals_paddles_over_its_options(paddle):
         x = rng.standard_normal((1, 2, h, w)).astype(np.float32)
         for k, s, p, ceil, excl in [(2, 1, 0, False, True), (3, 2, 1, False, False),
                                     (3, 2, 1, True, False), ((2, 3), 2, [0, 1, 1, 0], True, False),
-                                    ((2, 3), 2, [0, 1, 1, 0], True, True), (3, 3, [1, 0], True, True),
+                                    ((2, 3), 2, [0, 1, 1, 0], True, True),
+                                    (3, 3, [1, 0], True, True),
                                     (2, 3, [1, 0, 0, 1], True, False), (3, 2, 0, True, False)]:
             want = PF.avg_pool2d(paddle.to_tensor(x), k, s, p, ceil_mode=ceil,
                                  exclusive=excl).numpy()
@@ -461,7 +463,8 @@ def test_losses_and_batch_norm_equal_paddles(paddle):
         # Paddle's kernel takes log(1 + exp(x)): 0 at x = -30; log1p keeps the 9.4e-14
         assert got[0] == np.float32(np.log1p(np.exp(-30.0 * beta)) / beta) > 0
     for eq, shapes in [("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ii", [(3, 3)]),
-                       ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("ij,kj", [(3, 4), (5, 4)])]:
+                       ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
+                       ("ij,kj", [(3, 4), (5, 4)])]:
         xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         want = paddle.einsum(eq, *[T(a) for a in xs]).numpy()
         got = cc.compile(_einsum_fn(eq, len(xs)), backend="numpy")(*xs)

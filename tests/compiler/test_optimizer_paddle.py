@@ -179,11 +179,11 @@ def test_each_optimizer_matches_paddle_itself(case):
 
 
 TORCH_CASES = {
-    "sgd": lambda O, ps: O.SGD(ps, lr=0.2, weight_decay=0.01),
-    "momentum": lambda O, ps: O.SGD(ps, lr=0.1, momentum=0.8, weight_decay=0.02),
-    "nesterov": lambda O, ps: O.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
-    "adam": lambda O, ps: O.Adam(ps, lr=0.05, betas=(0.9, 0.99), weight_decay=0.01),
-    "adamw": lambda O, ps: O.AdamW(ps, lr=0.05, weight_decay=0.1),
+    "sgd": lambda optim, ps: optim.SGD(ps, lr=0.2, weight_decay=0.01),
+    "momentum": lambda optim, ps: optim.SGD(ps, lr=0.1, momentum=0.8, weight_decay=0.02),
+    "nesterov": lambda optim, ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    "adam": lambda optim, ps: optim.Adam(ps, lr=0.05, betas=(0.9, 0.99), weight_decay=0.01),
+    "adamw": lambda optim, ps: optim.AdamW(ps, lr=0.05, weight_decay=0.1),
 }
 
 

@@ -3571,20 +3571,20 @@ def _avg_pool_ref(x, kernel, stride, pads, ceil_mode, exclusive, divisor, nhwc):
     override."""
     v = f64(x).transpose(0, 3, 1, 2) if nhwc else f64(x)
     n, c, h, w = v.shape
-    (kh, kw), (sh, sw), (t, b, l, r) = kernel, stride, pads
+    (kh, kw), (sh, sw), (t, b, left, r) = kernel, stride, pads
 
     def size(n_in, k, s, lo, hi):
         span = n_in + lo + hi - k
         return -(-span // s) + 1 if ceil_mode else span // s + 1
-    ho, wo = size(h, kh, sh, t, b), size(w, kw, sw, l, r)
+    ho, wo = size(h, kh, sh, t, b), size(w, kw, sw, left, r)
     out = np.zeros((n, c, ho, wo))
     for i in range(ho):
         for j in range(wo):
-            hs, ws = i * sh - t, j * sw - l
+            hs, ws = i * sh - t, j * sw - left
             h0, h1, w0, w1 = max(hs, 0), min(hs + kh, h), max(ws, 0), min(ws + kw, w)
             # (Paddle clips a non-exclusive window's end at the input + its FIRST padding)
             cnt = divisor or ((h1 - h0) * (w1 - w0) if exclusive else
-                              (min(hs + kh, h + t) - hs) * (min(ws + kw, w + l) - ws))
+                              (min(hs + kh, h + t) - hs) * (min(ws + kw, w + left) - ws))
             out[:, :, i, j] = v[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / cnt
     return out.transpose(0, 2, 3, 1) if nhwc else out
 
