@@ -18,8 +18,8 @@ views (reshape, flatten, transpose, `t()`, slices with steps, unsqueeze/squeeze,
 detach), set-item, reductions, matmul, concat, Paddle's `clone flip tile var std logsumexp` and
 integer-array gathers and scatters (`x[np.array([2, 0])]`); optionally leaves with
 `stop_gradient = False`, `loss.backward()`, more steps after it, and an SGD update under
-`cc.no_grad()` that mutates the leaves; reads of views (and of views of written bases) inside `cc.no_grad()` blocks, whose results
-are only returned (so they never change what the gradient is). Some programs take arguments that
+`cc.no_grad()` that mutates the leaves; reads of views (and of views of written bases)
+inside `cc.no_grad()` blocks, whose results are only returned (so they never change what the gradient is). Some programs take arguments that
 share memory (`ALIASES`: the same array twice, overlapping row slices, an array and a row of it,
 an array and its transpose), so writes through one argument are seen through another, as in eager
 NumPy. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace
