@@ -11,20 +11,20 @@ shapes, which values are views of which buffer (`np.shares_memory`), which are r
 every program stays finite and well-conditioned). Unsafe functions only appear in safe forms:
 `log(|x| + 1)`, `sqrt(x^2 + 0.5)`, `exp(tanh(x))`, `(|x| + 0.5) ** 1.5`, `x / (|y| + 1)`.
 
-Menu: out-of-place unary/binary ops with broadcasting and Python scalars, user inplace ops
-(`add_ subtract_ multiply_ scale_ sin_ exp_ relu_ tanh_ sigmoid_ clip_ zero_ fill_ +=`) on
-variables and through views (`x[1:].add_(1)`, `x.transpose([1, 0]).scale_(2)`, `x[i] += y`),
-views (reshape, flatten, transpose, `t()`, slices with steps, unsqueeze/squeeze, expand,
-detach), set-item, reductions, matmul, concat, Paddle's `clone flip tile var std logsumexp` and
-integer-array gathers and scatters (`x[np.array([2, 0])]`); optionally leaves with
-`stop_gradient = False`, `loss.backward()`, more steps after it, and an SGD update under
-`cc.no_grad()` that mutates the leaves; reads of views (and of views of written bases)
-inside `cc.no_grad()` blocks, whose results are only returned (so they never change what the gradient is). Some programs take arguments that
-share memory (`ALIASES`: the same array twice, overlapping row slices, an array and a row of it,
-an array and its transpose), so writes through one argument are seen through another, as in eager
-NumPy. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace
-op on a leaf that needs a gradient, a write through an expanded view, or an inplace op whose
-result would be bigger than its target.
+Menu: out-of-place unary/binary ops with broadcasting and Python scalars, user inplace ops (`add_
+subtract_ multiply_ scale_ sin_ exp_ relu_ tanh_ sigmoid_ clip_ zero_ fill_ +=`) on variables and
+through views (`x[1:].add_(1)`, `x.transpose([1, 0]).scale_(2)`, `x[i] += y`), views (reshape,
+flatten, transpose, `t()`, slices with steps, unsqueeze/squeeze, expand, detach), set-item,
+reductions, matmul, concat, Paddle's `clone flip tile var std logsumexp` and integer-array gathers
+and scatters (`x[np.array([2, 0])]`); optionally leaves with `stop_gradient = False`,
+`loss.backward()`, more steps after it, and an SGD update under `cc.no_grad()` that mutates the
+leaves; reads of views (and of views of written bases) inside `cc.no_grad()` blocks, whose results
+are only returned (so they never change what the gradient is). Some programs take arguments that
+share memory (`ALIASES`: the same array twice, overlapping row slices, an array and a row of it, an
+array and its transpose), so writes through one argument are seen through another, as in eager
+NumPy. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace op
+on a leaf that needs a gradient, a write through an expanded view, or an inplace op whose result
+would be bigger than its target.
 
 The source is compiled under the virtual file name `random_program.py` (registered in
 `linecache`), so the compiler's error messages and plan decisions name its lines.
