@@ -18,6 +18,8 @@ lets two live values share memory produces a wrong answer instead of a lucky rig
 from __future__ import annotations
 
 import ctypes
+import mmap
+import weakref
 
 import numpy as np
 
@@ -76,18 +78,27 @@ CHECKED_BYTES = 64 << 20
 # A fresh buffer of HUGE_PAGE bytes or more (an output, an arena) starts on a 2 MiB boundary
 # and is advised MADV_HUGEPAGE, so the kernel backs it with 2 MiB pages: a 64 MiB output then
 # takes 32 page faults instead of 16,384 (or ~544 when only its unaligned head is left to
-# 4 KiB pages), benchmarks/fresh_outputs.py. Where transparent huge pages are off ("never"),
-# or not Linux, buffers are only ALIGNED.
+# 4 KiB pages), benchmarks/fresh_outputs.py. It is its own anonymous mapping, rounded up to
+# whole huge pages plus one for the alignment (address space only: untouched pages cost
+# nothing), and reported to tracemalloc as NumPy reports its buffers, at its size, so that
+# what a call allocates is still measurable (tests/runtime/test_plan_is_what_runs.py).
+# Where transparent huge pages are off ("never") or missing, buffers are only ALIGNED.
 HUGE_PAGE = 2 << 20
 ALIGNED = 64
-_MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
 _THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
-_thp: list = []      # [mode, madvise or None]: read once per process, never per call
+_thp: list = []  # [mode]: read once per process, never per call
+_TRACE_DOMAIN = getattr(np.lib, "tracemalloc_domain", 389047)  # NumPy's
+_track = ctypes.pythonapi.PyTraceMalloc_Track
+_track.argtypes, _track.restype = (ctypes.c_uint, ctypes.c_size_t, ctypes.c_size_t), ctypes.c_int
+_untrack = ctypes.pythonapi.PyTraceMalloc_Untrack
+_untrack.argtypes, _untrack.restype = (ctypes.c_uint, ctypes.c_size_t), ctypes.c_int
 
 
 def _read_thp_mode() -> str:
     """The bracketed word of the sysfs file: "always", "madvise" or "never" ("never" where
-    the file is missing)."""
+    the file is missing or the mmap module can't advise)."""
+    if not hasattr(mmap, "MADV_HUGEPAGE") or not hasattr(mmap.mmap, "madvise"):
+        return "never"
     try:
         with open(_THP_ENABLED) as f:
             text = f.read()
@@ -98,30 +109,35 @@ def _read_thp_mode() -> str:
 
 def thp_mode() -> str:
     if not _thp:
-        mode = _read_thp_mode()
-        madvise = None
-        if mode != "never":
-            try:
-                madvise = ctypes.CDLL(None).madvise
-                madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-                madvise.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                mode = "never"
-        _thp[:] = [mode, madvise]
+        _thp.append(_read_thp_mode())
     return _thp[0]
+
+
+def _on_huge_pages(nbytes: int) -> np.ndarray:
+    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    try:
+        mm = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:
+        raise MemoryError(f"can't map {nbytes} bytes: {e}") from None
+    raw = np.frombuffer(mm, np.uint8)
+    start = (-raw.ctypes.data) % HUGE_PAGE
+    try:
+        mm.madvise(mmap.MADV_HUGEPAGE, start, span)
+    except OSError:
+        pass  # refused: 4 KiB pages
+    out = raw[start:start + nbytes]
+    address = out.ctypes.data
+    _track(_TRACE_DOMAIN, address, nbytes)
+    weakref.finalize(mm, _untrack, _TRACE_DOMAIN, address)  # unmapped with its last view
+    return out
 
 
 def empty_aligned(nbytes: int, align: int = ALIGNED) -> np.ndarray:
     """A fresh uint8 array of `nbytes`, its start aligned to `align` bytes; from HUGE_PAGE
     bytes on (where the OS has transparent huge pages) aligned to HUGE_PAGE and advised for
-    huge pages, its mapping rounded up to whole huge pages (address space only: untouched
-    pages cost nothing). Raises MemoryError as np.empty does."""
+    huge pages (see above). Raises MemoryError as np.empty does."""
     if nbytes >= HUGE_PAGE and thp_mode() != "never":
-        span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-        raw = np.empty(span + HUGE_PAGE, np.uint8)
-        start = (-raw.ctypes.data) % HUGE_PAGE
-        _thp[1](raw.ctypes.data + start, span, _MADV_HUGEPAGE)  # (refused: 4 KiB pages)
-        return raw[start:start + nbytes]
+        return _on_huge_pages(nbytes)
     raw = np.empty(nbytes + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + nbytes]

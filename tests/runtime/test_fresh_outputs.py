@@ -2,6 +2,8 @@
 2 MiB boundary and are advised for transparent huge pages (where the OS has them); the sysfs
 switch is read once per process, /proc/meminfo once per program, never per call.
 benchmarks/fresh_outputs.py measures what this buys (page faults and time per call)."""
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -95,6 +97,23 @@ def test_a_program_asks_proc_meminfo_once_not_per_call(backend, monkeypatch):
     monkeypatch.setattr(arena, "available_memory", lambda: 1 << 20)
     with pytest.raises(cc.InsufficientMemoryError, match="only 1048576 B"):
         cc.compile(lambda t: t * 2.0, backend=backend)(x)
+
+
+@needs_thp
+def test_tracemalloc_sees_a_huge_buffer_at_its_size_until_it_is_freed():
+    """What a call allocates stays measurable (tests/runtime/test_plan_is_what_runs.py): the
+    mapping's alignment slack is address space, not counted."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        a = arena.empty_aligned(5 * MiB + 3)
+        view = a[10:]
+        del a
+        assert abs(tracemalloc.get_traced_memory()[0] - before - (5 * MiB + 3)) < 4096
+        del view
+        assert abs(tracemalloc.get_traced_memory()[0] - before) < 4096
+    finally:
+        tracemalloc.stop()
 
 
 def test_the_huge_page_switch_is_read_once_per_process(monkeypatch):
