@@ -15,9 +15,10 @@ Guarantees:
     different groups stays a node's output (a group's root);
   - every inner node has the root's shape (a producer with a smaller, broadcast shape stays
     outside and is loaded with stride 0, so nothing is recomputed per broadcast element);
-    constants are the exception: `full` and single-element `constant`s (`cc.to_tensor(1.0)`)
-    become literals of every body that reads them (a `constant` captured from a numpy array
-    stays a node: the program must still see the array change and trace again);
+    constants are the exception: `full` and single-element `constant`s (`cc.to_tensor(1.0)`),
+    read directly or through views and `broadcast_to`, become literals of every body that
+    reads them (a `constant` captured from a numpy array stays a node: the program must
+    still see the array change and trace again);
   - a user's inplace request (`Node.inplace_of`) inside a group is either on the root's
     request chain (root -> its target -> its target's target ...) or the group's root:
     following the chain from the root through inner nodes, when it reaches an input of the
@@ -91,22 +92,35 @@ def node_cost(node: Node) -> int:
     return expr_cost(e)
 
 
-def _literal(v: Value, captured=()) -> bool:
-    """Is `v` a constant a body can hold as a literal: a `full`, or a single-element
-    `constant` not captured from a caller's array (ids in `captured`)?"""
+def _literal_root(v: Value, captured=()) -> Node | None:
+    """The constant whose one value every element of `v` is, when a body can hold `v` as a
+    literal: a `full` or a single-element `constant` not captured from a caller's array (ids
+    in `captured`), read directly or through views and `broadcast_to` (`cc.to_tensor(1.0)
+    .expand(shape)`); else None."""
     n = v.producer
-    return n is not None and (n.op == "full" or n.op == "constant" and v.size == 1
-                              and id(n) not in captured)
+    while n is not None and (REGISTRY[n.op].kind == VIEW or n.op == "broadcast_to"):
+        n = n.inputs[0].producer
+    if n is not None and (n.op == "full" or n.op == "constant" and n.out.size == 1
+                          and id(n) not in captured):
+        return n
+    return None
 
 
-def _as_full(node: Node) -> Node:
-    """A single-element `constant` as the equivalent `full` (its value as a Python scalar:
-    exact for every dtype; a body broadcasts it), with the same output value."""
-    value = node.attrs["value"]
-    new = Node("full", [], {"shape": tuple(value.shape), "value": value.reshape(()).item(),
-                            "dtype": value.dtype}, None, node.loc, node.phase, None,
-               node.grad_of)
-    new.out = node.out
+def _literal(v: Value, captured=()) -> bool:
+    return _literal_root(v, captured) is not None
+
+
+def _as_full(v: Value, root: Node) -> Node:
+    """`v`, whose elements are all the value of `root` (a `full` or single-element
+    `constant`), as an inner `full` node with `v` as its output (the value as a Python scalar:
+    exact for every dtype; a body broadcasts it)."""
+    if root.op == "full" and root.out is v:
+        return root
+    value = root.attrs["value"]
+    scalar = value if root.op == "full" else value.reshape(()).item()
+    new = Node("full", [], {"shape": tuple(v.shape), "value": scalar, "dtype": v.dtype}, None,
+               root.loc, root.phase, None, None)
+    new.out = v
     return new
 
 
@@ -241,7 +255,7 @@ def _extension_pays(node, g, lo, hi, ctx) -> bool:
     extended = 0
     for v in {id(v): v for v in node.inputs}.values():
         r = _root_value(v)
-        if r.producer is None or _literal(r):
+        if r.producer is None or _literal(v):
             continue  # a caller's array lives throughout; a constant is inlined
         if last.get(id(r), hi) < hi:
             extended += r.nbytes
@@ -343,8 +357,7 @@ def _inline_constants(members, operands, inputs, captured=()):
         return members, operands, inputs
     keep = [k for k in range(len(inputs)) if k not in consts]
     new_slot = {k: i for i, k in enumerate(keep)}
-    const_nodes = [inputs[k].producer if inputs[k].producer.op == "full"
-                   else _as_full(inputs[k].producer) for k in consts]
+    const_nodes = [_as_full(inputs[k], _literal_root(inputs[k], captured)) for k in consts]
     const_pos = {k: i for i, k in enumerate(consts)}
     shift = len(const_nodes)
 

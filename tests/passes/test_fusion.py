@@ -546,7 +546,10 @@ def _hundred_adds_of(make_one):
 ONE_FORMS = {"python-scalar": lambda: 1.0, "to_tensor": lambda: cc.to_tensor(1.0),
              "to_tensor-np-scalar": lambda: cc.to_tensor(np.float32(1.0)),
              "to_tensor-[[1]]": lambda: cc.to_tensor([[1.0]]),
-             "full-0d": lambda: cc.full([], 1.0), "full-[1]": lambda: cc.full([1], 1.0)}
+             "full-0d": lambda: cc.full([], 1.0), "full-[1]": lambda: cc.full([1], 1.0),
+             "to_tensor-expanded": lambda: cc.to_tensor(1.0).expand([100, 100]),
+             "to_tensor-broadcast_to": lambda: cc.broadcast_to(cc.to_tensor(1.0), [100, 100]),
+             "full-sliced": lambda: cc.full([200, 100], 1.0)[50:150]}
 
 
 @pytest.mark.parametrize("backend,fuse_opt", FUSED_BACKENDS)
