@@ -1,9 +1,21 @@
-"""Backend speed against peers (issue 8): one process, interleaved, one core, one BLAS thread.
+"""Backend speed against peers (issues 8, 25): interleaved, at 1 thread and at all cores, with
+the environment's OpenBLAS settings and without them.
 
     python benchmarks/backend_speed.py                  # every workload, every peer installed
     python benchmarks/backend_speed.py --quick          # small shapes, 5 runs: a smoke test
     python benchmarks/backend_speed.py --plot out.png   # also a bar chart (matplotlib)
     python benchmarks/backend_speed.py --columns cpu,numpy,numpy-hand --workloads mlp
+    python benchmarks/backend_speed.py --threads 1      # one thread count only
+
+Runs: one subprocess per environment and thread count (the thread counts and OpenBLAS's
+settings are read when the libraries load, so each run needs a fresh process): the
+environment as given, and, when either is set, with `OPENBLAS_CORETYPE` and `OPENBLAS_L2_SIZE`
+removed for that run only (numpy's OpenBLAS picks its kernel by them when it loads: set to
+`Haswell` on an AVX-512 machine it runs the GEMMs at about half speed); each at 1 thread
+(pinned to one core) and at all the cores the process may use (`--threads`). Every run prints
+which OpenBLAS kernel ran (threadpoolctl's `threadpool_info()`: `internal_api`,
+`architecture`, `num_threads`; said so when threadpoolctl is not installed), and the load
+average before and after it: on a shared machine the figures move with it.
 
 Workloads (float32, the same computation in every column: same shapes, same update rule):
 - `add100`  / `add100_`: 100 additions of 1.0 on a [1000, 1000] tensor, written `x = x + 1.0`
@@ -17,12 +29,13 @@ Columns: our `cpu` backend, our `numpy` backend, NumPy written by hand (always);
 timing, each column runs one step from the same inputs as our numpy backend and must agree
 with it (outputs, or each parameter's update), so a faster column is never a different program.
 
-Method: the process is pinned to one core
-(`os.sched_setaffinity`) and every library to one thread (env vars set before numpy is
-imported, `torch.set_num_threads(1)`, XLA's Eigen pool off, Paddle's math threads 1). Each
-round runs every column of a workload once, in a rotating order (interleaved), for `--runs`
-rounds (>= 21) after warm-up calls; a cell is the median, with p25..p75, and the ratio to our
-`cpu` backend's median in the same run (below 1.0: faster than ours).
+Method: a run with N threads is pinned to N cores (`os.sched_setaffinity`) and every library
+to N threads (env vars set before numpy is imported: the BLAS pools and our own
+`COMPILER_THREADS`, `torch.set_num_threads(N)`, XLA's intra-op pool, Paddle's math threads).
+Each round runs every column of a workload once, in a rotating order (interleaved), for
+`--runs` rounds (>= 21) after warm-up calls; a cell is the median, with p25..p75, and the
+ratio to our `cpu` backend's median in the same run and thread count (below 1.0: faster than
+ours).
 
 Memory: our plan's `peak_bytes - input_bytes` (bytes beyond the caller's arrays), JAX's
 `jax.jit(f).lower(*args).compile().memory_analysis()` temp bytes (plus output bytes not
@@ -47,13 +60,16 @@ import sys
 import tempfile
 import time
 
-# One thread everywhere, before numpy (and its OpenBLAS) or any peer is imported.
+# This run's thread count everywhere (BENCH_THREADS: set by the parent for each run; 1 in the
+# parent, which only starts runs), before numpy (and its OpenBLAS) or any peer is imported.
+THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-             "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
-    os.environ[_var] = "1"
+             "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "COMPILER_THREADS"):
+    os.environ[_var] = str(THREADS)
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_cpu_multi_thread_eigen=false"
-                           " intra_op_parallelism_threads=1").strip()
+                           f" --xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}"
+                           f" intra_op_parallelism_threads={THREADS}").strip()
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # read by OpenBLAS when it loads
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("GLOG_minloglevel", "2")
@@ -361,7 +377,7 @@ def _torch_peak_bytes(torch, fn, args) -> int | None:
 
 def make_torch(workload, quick, compiled=False):
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     args = [torch.from_numpy(a) for a in inputs(workload, quick)]
     idx = PARAM_ARGS.get(workload, ())
     if workload in ("mlp", "transformer"):
@@ -487,7 +503,7 @@ def make_paddle(workload, quick):
     import paddle
     paddle.set_device("cpu")
     try:
-        paddle.set_flags({"FLAGS_paddle_num_threads": 1})
+        paddle.set_flags({"FLAGS_paddle_num_threads": THREADS})
     except Exception:  # an older Paddle without the flag: the env vars above hold
         pass
     fn = OURS[workload]
@@ -724,22 +740,25 @@ def fmt_time(s):
     return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
 
 
-def table(results, columns, checks) -> str:
-    """Markdown: one row per workload, a cell per column (median, p25..p75, ratio to cpu)."""
-    head = "| workload | " + " | ".join(columns) + " |"
-    lines = [head, "|" + "---|" * (len(columns) + 1)]
-    for w, (times, _) in results.items():
-        base = np.median(times["cpu"]) if times.get("cpu") else None
-        cells = []
-        for c in columns:
-            if c not in times:
-                cells.append("—")
-                continue
-            med, lo, hi = stats(times[c])
-            ratio = f" **{med / base:.2f}×**" if base else ""
-            bad = " (differs!)" if checks.get((w, c)) else ""
-            cells.append(f"{fmt_time(med)} ({fmt_time(lo)}..{fmt_time(hi)}){ratio}{bad}")
-        lines.append(f"| {w} | " + " | ".join(cells) + " |")
+def table(runs_, columns) -> str:
+    """Markdown: one row per workload and thread count (the runs `runs_` of one environment),
+    a cell per column (median, p25..p75, ratio to our cpu backend at that thread count)."""
+    head = "| workload | threads | " + " | ".join(columns) + " |"
+    lines = [head, "|" + "---|" * (len(columns) + 2)]
+    for w in runs_[0]["times"]:
+        for run in runs_:
+            times, checks = run["times"].get(w, {}), run["checks"]
+            base = np.median(times["cpu"]) if times.get("cpu") else None
+            cells = []
+            for c in columns:
+                if c not in times:
+                    cells.append("—")
+                    continue
+                med, lo, hi = stats(times[c])
+                ratio = f" **{med / base:.2f}×**" if base else ""
+                bad = " (differs!)" if checks.get(f"{w}/{c}") else ""
+                cells.append(f"{fmt_time(med)} ({fmt_time(lo)}..{fmt_time(hi)}){ratio}{bad}")
+            lines.append(f"| {w} | {run['threads']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -747,13 +766,13 @@ def fmt_bytes(n):
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def memory_table(results, columns) -> str:
+def memory_table(memory, columns) -> str:
     cols = [c for c in ("cpu", "numpy", "torch", "jax.jit") if c in columns]
     names = {"cpu": "ours (peak - inputs)", "numpy": "ours, numpy backend",
              "torch": "PyTorch eager (profiler peak)", "jax.jit": "JAX (XLA temp + outputs)"}
     lines = ["| workload | " + " | ".join(names[c] for c in cols) + " |",
              "|" + "---|" * (len(cols) + 1)]
-    for w, (_, mem) in results.items():
+    for w, mem in memory.items():
         cells = [fmt_bytes(mem[c]) if mem.get(c) is not None else "—" for c in cols]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -787,9 +806,77 @@ def plot(results, columns, path):
     ax.set_xticklabels(ws)
     ax.set_ylabel("median time / our cpu backend's (log)")
     ax.legend(fontsize=8)
-    ax.set_title("One core, one thread; error bars p25..p75")
+    ax.set_title("One core, one thread, the environment as given; error bars p25..p75")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def blas_info():
+    """The thread pools loaded in this process (threadpoolctl), or None without it."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    keys = ("user_api", "internal_api", "architecture", "num_threads", "version", "filepath")
+    return [{k: d.get(k) for k in keys} for d in threadpool_info()]
+
+
+def fmt_blas(info) -> str:
+    if info is None:
+        return ("threadpoolctl is not installed: which BLAS kernel ran is unknown "
+                "(`pip install threadpoolctl`)")
+    parts = []
+    for d in info:
+        name = f"{d['internal_api']} {d.get('version') or ''}".strip()
+        arch = f", kernel `{d['architecture']}`" if d.get("architecture") else ""
+        lib = os.path.basename(d.get("filepath") or "")
+        n = d["num_threads"]
+        parts.append(f"{name}{arch}, {n} thread{'s' if n != 1 else ''} ({lib})")
+    return "; ".join(parts) or "no BLAS or OpenMP library loaded"
+
+
+def fmt_load(load) -> str:
+    return ", ".join(f"{v:.2f}" for v in load)
+
+
+def child_run(a, columns, workloads, runs) -> dict:
+    """(In a subprocess with BENCH_THREADS set) time every workload on THREADS cores."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if a.core is not None and THREADS == 1:
+        cores = [a.core]
+    else:
+        cores = allowed[-THREADS:]
+    os.sched_setaffinity(0, set(cores))
+
+    def log(s):
+        print(s, file=sys.stderr, flush=True)
+    log(f"{THREADS} thread(s) on cores {cores}; {runs} runs; columns {', '.join(columns)}; "
+        + ", ".join(f"{v}={os.environ.get(v, '(unset)')}" for v in OPENBLAS_VARS))
+    load_before = os.getloadavg()
+    out = {"threads": THREADS, "cores": cores, "times": {}, "memory": {}, "checks": {},
+           "env": {v: os.environ.get(v) for v in OPENBLAS_VARS}}
+    for w in workloads:
+        times, memory, checked = time_workload(w, columns, a.quick, runs, a.warmup, log)
+        out["times"][w] = times
+        out["memory"][w] = memory
+        out["checks"].update({f"{w}/{c}": v for c, v in checked.items()})
+    out["load"] = [list(load_before), list(os.getloadavg())]
+    out["blas"] = blas_info()  # (after the runs: every library that ran is loaded)
+    return out
+
+
+def environments() -> list[tuple[str, dict]]:
+    """(title, environment) of each run: as given, and without OpenBLAS's kernel settings
+    when the environment sets them."""
+    given = {v: os.environ[v] for v in OPENBLAS_VARS if v in os.environ}
+    said = ", ".join(f"`{v}={given[v]}`" if v in given else f"`{v}` unset"
+                     for v in OPENBLAS_VARS)
+    out = [(f"the environment as given ({said})", dict(os.environ))]
+    if given:
+        out.append(("`OPENBLAS_CORETYPE` and `OPENBLAS_L2_SIZE` removed for this run "
+                    "(OpenBLAS picks its kernel for the CPU)",
+                    {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}))
+    return out
 
 
 def main(argv=None):
@@ -799,21 +886,22 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--columns", help=f"comma-separated subset of {','.join(COLUMNS)}")
     ap.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
-    ap.add_argument("--core", type=int, help="the core to pin to (default: the last allowed)")
+    ap.add_argument("--threads", default="1,all",
+                    help="comma-separated thread counts; `all`: the cores this process may use")
+    ap.add_argument("--core", type=int, help="the core a 1-thread run pins to (default: the "
+                                             "last allowed)")
     ap.add_argument("--no-compile-time", action="store_true")
     ap.add_argument("--compile-workloads", default="mlp,transformer",
                     help="the steps whose compile time is measured (default: both)")
     ap.add_argument("--plot", help="save a bar chart of the ratios here (matplotlib)")
     ap.add_argument("--json", help="save the raw times here")
     ap.add_argument("--compile-child", help=argparse.SUPPRESS)
+    ap.add_argument("--child-json", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.compile_child:
         print(compile_time_child(a.compile_child, a.quick))
         return 0
     runs = a.runs or (5 if a.quick else 21)
-    allowed = sorted(os.sched_getaffinity(0))
-    core = a.core if a.core is not None else allowed[-1]
-    os.sched_setaffinity(0, {core})
     columns = [c for c in (a.columns.split(",") if a.columns else COLUMNS)]
     for c in columns:
         if c not in MAKERS:
@@ -823,20 +911,48 @@ def main(argv=None):
     if "cpu" not in columns:
         ap.error("the cpu column is the baseline of every ratio")
     workloads = a.workloads.split(",") if a.workloads else list(WORKLOADS)
-    def log(s):
-        print(s, file=sys.stderr, flush=True)
-    log(f"pinned to core {core}; one thread; {runs} runs; columns {', '.join(columns)}"
-        + (f"; not installed: {', '.join(missing)}" if missing else ""))
-    results, checks = {}, {}
-    for w in workloads:
-        times, memory, checked = time_workload(w, columns, a.quick, runs, a.warmup, log)
-        results[w] = (times, memory)
-        checks.update({(w, c): v for c, v in checked.items()})
-    print(f"Median of {runs} interleaved runs (p25..p75), pinned to one core, one thread; "
-          f"**ratio** = time / our cpu backend's time (below 1: faster than ours).\n")
-    print(table(results, columns, checks))
-    print("\nMemory for one call beyond the caller's arrays:\n")
-    print(memory_table(results, columns))
+    if a.child_json:
+        with open(a.child_json, "w") as f:
+            json.dump(child_run(a, columns, workloads, runs), f)
+        return 0
+    ncores = len(os.sched_getaffinity(0))
+    threads = sorted({ncores if t.strip() == "all" else int(t) for t in a.threads.split(",")})
+    if not threads or min(threads) < 1 or max(threads) > ncores:
+        ap.error(f"--threads: between 1 and the {ncores} cores this process may use")
+    if missing:
+        print(f"(not installed: {', '.join(missing)})", file=sys.stderr)
+    sections = []  # (title, [child results, one per thread count])
+    forwarded = ["--runs", str(runs), "--warmup", str(a.warmup), "--columns", ",".join(columns),
+                 "--workloads", ",".join(workloads)] + (["--quick"] if a.quick else []) + \
+                (["--core", str(a.core)] if a.core is not None else [])
+    for title, env in environments():
+        results = []
+        for n in threads:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "run.json")
+                cmd = [sys.executable, os.path.abspath(__file__), "--child-json", path] + forwarded
+                subprocess.run(cmd, env=dict(env, BENCH_THREADS=str(n)), check=True)
+                with open(path) as f:
+                    results.append(json.load(f))
+        sections.append((title, results))
+    print(f"Median of {runs} interleaved runs (p25..p75) at each thread count (pinned to that "
+          "many cores; every library on that many threads); **ratio** = time / our cpu "
+          "backend's time in the same run (below 1: faster than ours). Measured on this "
+          f"shared {ncores}-core machine while other jobs ran: the load average (1, 5, 15 "
+          "min) of each run is given, before and after it.")
+    for title, results in sections:
+        print(f"\nWith {title}:\n")
+        for r in results:
+            before, after = r["load"]
+            print(f"- {r['threads']} thread{'s' if r['threads'] > 1 else ''} (cores "
+                  f"{r['cores']}; load average {fmt_load(before)} before, {fmt_load(after)} "
+                  f"after): {fmt_blas(r['blas'])}")
+        print()
+        print(table(results, columns))
+    first = sections[0][1][0]
+    print(f"\nMemory for one call beyond the caller's arrays ({first['threads']} thread, the "
+          "environment as given):\n")
+    print(memory_table(first["memory"], columns))
     compile_rows = {}
     if not a.no_compile_time:
         for w in a.compile_workloads.split(","):
@@ -852,15 +968,14 @@ def main(argv=None):
                 print(f"| {w} | {off:.2f} s | {cold:.2f} s | {warm:.2f} s |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"runs": runs, "core": core,
-                       "times": {w: t for w, (t, _) in results.items()},
-                       "memory": {w: m for w, (_, m) in results.items()},
-                       "checks": {f"{w}/{c}": v for (w, c), v in checks.items()},
+            json.dump({"runs": runs, "sections": [{"environment": t, "runs": r}
+                                                  for t, r in sections],
                        "compile": compile_rows}, f, indent=1)
     if a.plot:
-        plot(results, columns, a.plot)
-        log(f"chart saved to {a.plot}")
-    return 1 if any(checks.values()) else 0
+        plot({w: (t, None) for w, t in first["times"].items()}, columns, a.plot)
+        print(f"chart saved to {a.plot}", file=sys.stderr)
+    return 1 if any(v for _, results in sections for r in results
+                    for v in r["checks"].values()) else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ interleaved (one call of each per round) and the table reports medians and p25..
 - `NumPy`: the same computation written by hand with NumPy, where the program is a seed
   (the in-place loop `np.add(x, 1, out=x)`, or `x = x + 1.0`, or `np.maximum(x, 0, out=x)`).
 
-Compile time is `fn.lower(...)` (trace, passes, LLVM at -O3, link) with the in-memory code
+The 100 in-place additions come in three forms that plan alike (one fused node): `x.add_(1.0)`,
+`x.add_(cc.to_tensor(1.0))` (a constant node per addition, each a literal of the body) and a
+0-d array argument. Compile time is `fn.lower(...)` (trace, passes, LLVM at -O3, link) with the in-memory code
 cache emptied first; peak bytes are the plan's `peak_bytes`. Ratios are within one run.
 """
 from __future__ import annotations
@@ -40,6 +42,18 @@ def adds_out_of_place(x):
 def adds_inplace(x):
     for _ in range(100):
         x.add_(1.0)
+    return x
+
+
+def adds_inplace_to_tensor(x):  # a constant node per addition: literals of one body
+    for _ in range(100):
+        x.add_(cc.to_tensor(1.0))
+    return x
+
+
+def adds_inplace_0d_argument(x, one):  # a 0-d array argument, read with stride 0
+    for _ in range(100):
+        x.add_(one)
     return x
 
 
@@ -89,6 +103,11 @@ def programs():
                                         numpy_adds_out_of_place),
         "100 x.add_(1.0) on the argument": (adds_inplace, lambda: (x1k.copy(),),
                                             numpy_adds_inplace),
+        "100 x.add_(cc.to_tensor(1.0)) on the argument": (
+            adds_inplace_to_tensor, lambda: (x1k.copy(),), numpy_adds_inplace),
+        "100 x.add_(one), one a 0-d array argument": (
+            adds_inplace_0d_argument, lambda: (x1k.copy(), np.array(1.0, np.float32)),
+            lambda x, one: numpy_adds_inplace(x)),
         "seed: x = x * 1.0; 100 x.add_(1.0)": (seed_adds_inplace, lambda: (x1k.copy(),),
                                               None),
         "F.relu_ [1,64,512,512]": (relu_, lambda: (big.copy(),),

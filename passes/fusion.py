@@ -15,7 +15,10 @@ Guarantees:
     different groups stays a node's output (a group's root);
   - every inner node has the root's shape (a producer with a smaller, broadcast shape stays
     outside and is loaded with stride 0, so nothing is recomputed per broadcast element);
-    `full` constants are the exception: they become constants of every body that reads them;
+    constants are the exception: `full` and single-element `constant`s (`cc.to_tensor(1.0)`),
+    read directly or through views and `broadcast_to`, become literals of every body that
+    reads them (a `constant` captured from a numpy array stays a node: the program must
+    still see the array change and trace again);
   - a user's inplace request (`Node.inplace_of`) inside a group is either on the root's
     request chain (root -> its target -> its target's target ...) or the group's root:
     following the chain from the root through inner nodes, when it reaches an input of the
@@ -59,7 +62,7 @@ Algorithm:
      root's position, with the root's location and phase and the root's output value (a copy
      with the same id: printed names stay stable); readers of changed values are copied with
      their inputs remapped (the input graph is not modified).
-  3. `full` nodes that only bodies read are removed (dead-code elimination).
+  3. Constants that only bodies read are removed (dead-code elimination).
 """
 from __future__ import annotations
 
@@ -87,6 +90,38 @@ def node_cost(node: Node) -> int:
         return 0
     e = expr_for(REGISTRY[node.op], node.attrs, [v.dtype for v in node.inputs], node.out.dtype)
     return expr_cost(e)
+
+
+def _literal_root(v: Value, captured=()) -> Node | None:
+    """The constant whose one value every element of `v` is, when a body can hold `v` as a
+    literal: a `full` or a single-element `constant` not captured from a caller's array (ids
+    in `captured`), read directly or through views and `broadcast_to` (`cc.to_tensor(1.0)
+    .expand(shape)`); else None."""
+    n = v.producer
+    while n is not None and (REGISTRY[n.op].kind == VIEW or n.op == "broadcast_to"):
+        n = n.inputs[0].producer
+    if n is not None and (n.op == "full" or n.op == "constant" and n.out.size == 1
+                          and id(n) not in captured):
+        return n
+    return None
+
+
+def _literal(v: Value, captured=()) -> bool:
+    return _literal_root(v, captured) is not None
+
+
+def _as_full(v: Value, root: Node) -> Node:
+    """`v`, whose elements are all the value of `root` (a `full` or single-element
+    `constant`), as an inner `full` node with `v` as its output (the value as a Python scalar:
+    exact for every dtype; a body broadcasts it)."""
+    if root.op == "full" and root.out is v:
+        return root
+    value = root.attrs["value"]
+    scalar = value if root.op == "full" else value.reshape(()).item()
+    new = Node("full", [], {"shape": tuple(v.shape), "value": scalar, "dtype": v.dtype}, None,
+               root.loc, root.phase, None, None)
+    new.out = v
+    return new
 
 
 def _fusible(node: Node) -> bool:
@@ -164,7 +199,8 @@ def fuse(graph: Graph, scratch: bool = True, max_cost: int = MAX_COST) -> Graph:
     fused = [g for g in groups if len(g.members) > 1 and not _target_conflict(g)]
     if not fused:
         return graph
-    return dce(_rewrite(graph, fused, group_of, scratch))  # Steps 2 and 3
+    captured = {id(n) for n, _, _ in graph.captured}
+    return dce(_rewrite(graph, fused, group_of, scratch, captured))  # Steps 2 and 3
 
 
 def _join(node, users, final, group_of, index, cost, max_cost, written_between, ctx):
@@ -208,7 +244,8 @@ def _extension_pays(node, g, lo, hi, ctx) -> bool:
     gap = False
     for t in range(lo + 1, min(hi, lo + 1 + GAP_SCAN)):
         n = nodes[t]
-        if id(n) not in members and REGISTRY[n.op].kind != VIEW and n.op != "full":
+        # a single-element constant is no work between (captured or not)
+        if id(n) not in members and REGISTRY[n.op].kind != VIEW and not _literal(n.out):
             gap = True
             break
     else:
@@ -218,7 +255,7 @@ def _extension_pays(node, g, lo, hi, ctx) -> bool:
     extended = 0
     for v in {id(v): v for v in node.inputs}.values():
         r = _root_value(v)
-        if r.producer is None or r.producer.op == "full":
+        if r.producer is None or _literal(v):
             continue  # a caller's array lives throughout; a constant is inlined
         if last.get(id(r), hi) < hi:
             extended += r.nbytes
@@ -249,7 +286,7 @@ def _on_chain(node, users, g) -> bool:
                and u.inputs[u.inplace_of] is node.out for u in users[node.out])
 
 
-def _rewrite(graph: Graph, fused: list[_Group], group_of, scratch: bool) -> Graph:
+def _rewrite(graph: Graph, fused: list[_Group], group_of, scratch: bool, captured) -> Graph:
     """Step 2: one fused node per group, at its root's place; readers remapped."""
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     inner = {id(m) for g in fused for m in g.members if m is not g.root}
@@ -262,7 +299,7 @@ def _rewrite(graph: Graph, fused: list[_Group], group_of, scratch: bool) -> Grap
             continue
         g = root_group.get(id(node))
         if g is not None:
-            new = _fused_node(g, replaced, scratch, index)
+            new = _fused_node(g, replaced, scratch, index, captured)
         elif any(id(v) in replaced for v in node.inputs):
             new = dataclasses.replace(node, inputs=[replaced.get(id(v), v) for v in node.inputs])
             new.out = copy.copy(node.out)
@@ -276,7 +313,7 @@ def _rewrite(graph: Graph, fused: list[_Group], group_of, scratch: bool) -> Grap
     return rebuilt(graph, nodes, replaced, nmap)
 
 
-def _fused_node(g: _Group, replaced, scratch: bool, index) -> Node:
+def _fused_node(g: _Group, replaced, scratch: bool, index, captured) -> Node:
     members = sorted(g.members, key=lambda m: index[id(m)])  # program order
     position = {id(m.out): j for j, m in enumerate(members)}
     inputs: list[Value] = []
@@ -293,8 +330,8 @@ def _fused_node(g: _Group, replaced, scratch: bool, index) -> Node:
                 inputs.append(replaced.get(id(v), v))
             ops.append(("in", slot[id(v)]))
         operands.append(ops)
-    # `full` operands become constants of the body (no input, no buffer)
-    members, operands, inputs = _inline_constants(members, operands, inputs)
+    # constant operands become literals of the body (no input, no buffer)
+    members, operands, inputs = _inline_constants(members, operands, inputs, captured)
     body = FusedBody(members, operands, [(v.shape, v.dtype) for v in inputs], scratch)
     root = g.root
     # the request chain, followed from the root through inner nodes to an input
@@ -312,15 +349,15 @@ def _fused_node(g: _Group, replaced, scratch: bool, index) -> Node:
     return new
 
 
-def _inline_constants(members, operands, inputs):
-    """Inputs produced by `full` become inner `full` nodes (constants of the body)."""
-    consts = [k for k, v in enumerate(inputs) if v.producer is not None
-              and v.producer.op == "full"]
+def _inline_constants(members, operands, inputs, captured=()):
+    """Inputs that are literals (`_literal`) become inner `full` nodes (constants of the
+    body)."""
+    consts = [k for k, v in enumerate(inputs) if _literal(v, captured)]
     if not consts:
         return members, operands, inputs
     keep = [k for k in range(len(inputs)) if k not in consts]
     new_slot = {k: i for i, k in enumerate(keep)}
-    const_nodes = [inputs[k].producer for k in consts]
+    const_nodes = [_as_full(inputs[k], _literal_root(inputs[k], captured)) for k in consts]
     const_pos = {k: i for i, k in enumerate(consts)}
     shift = len(const_nodes)
 

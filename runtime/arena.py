@@ -17,6 +17,10 @@ lets two live values share memory produces a wrong answer instead of a lucky rig
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
+import weakref
+
 import numpy as np
 
 from compiler.errors import CompilerError, InsufficientMemoryError
@@ -66,8 +70,77 @@ def available_memory() -> int | None:
 # 20-60 us, a third of a small program's call on cpu, while an allocation this small that the
 # OS refuses still raises MemoryError (-> InsufficientMemoryError) before anything is written
 # (both executors allocate before they run). What the check is for, a plan bigger than the
-# machine that overcommit would let through and the OOM killer end, is far above it.
+# machine that overcommit would let through and the OOM killer end, is far above it. A program
+# asks once: after a check passed, its calls need at most what was checked (ArenaPool).
 CHECKED_BYTES = 64 << 20
+
+# -- fresh memory on transparent huge pages ---------------------------------------------------
+# A fresh buffer of HUGE_PAGE bytes or more (an output, an arena) starts on a 2 MiB boundary
+# and is advised MADV_HUGEPAGE, so the kernel backs it with 2 MiB pages: a 64 MiB output then
+# takes 32 page faults instead of 16,384 (or ~544 when only its unaligned head is left to
+# 4 KiB pages), benchmarks/fresh_outputs.py. It is its own anonymous mapping, rounded up to
+# whole huge pages plus one for the alignment (address space only: untouched pages cost
+# nothing), and reported to tracemalloc as NumPy reports its buffers, at its size, so that
+# what a call allocates is still measurable (tests/runtime/test_plan_is_what_runs.py).
+# Where transparent huge pages are off ("never") or missing, buffers are only ALIGNED.
+HUGE_PAGE = 2 << 20
+ALIGNED = 64
+_THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+_thp: list = []  # [mode]: read once per process, never per call
+_TRACE_DOMAIN = getattr(np.lib, "tracemalloc_domain", 389047)  # NumPy's
+_track = ctypes.pythonapi.PyTraceMalloc_Track
+_track.argtypes, _track.restype = (ctypes.c_uint, ctypes.c_size_t, ctypes.c_size_t), ctypes.c_int
+_untrack = ctypes.pythonapi.PyTraceMalloc_Untrack
+_untrack.argtypes, _untrack.restype = (ctypes.c_uint, ctypes.c_size_t), ctypes.c_int
+
+
+def _read_thp_mode() -> str:
+    """The bracketed word of the sysfs file: "always", "madvise" or "never" ("never" where
+    the file is missing or the mmap module can't advise)."""
+    if not hasattr(mmap, "MADV_HUGEPAGE") or not hasattr(mmap.mmap, "madvise"):
+        return "never"
+    try:
+        with open(_THP_ENABLED) as f:
+            text = f.read()
+        return text[text.index("[") + 1:text.index("]")]
+    except (OSError, ValueError):
+        return "never"
+
+
+def thp_mode() -> str:
+    if not _thp:
+        _thp.append(_read_thp_mode())
+    return _thp[0]
+
+
+def _on_huge_pages(nbytes: int) -> np.ndarray:
+    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    try:
+        mm = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:
+        raise MemoryError(f"can't map {nbytes} bytes: {e}") from None
+    raw = np.frombuffer(mm, np.uint8)
+    start = (-raw.ctypes.data) % HUGE_PAGE
+    try:
+        mm.madvise(mmap.MADV_HUGEPAGE, start, span)
+    except OSError:
+        pass  # refused: 4 KiB pages
+    out = raw[start:start + nbytes]
+    address = out.ctypes.data
+    _track(_TRACE_DOMAIN, address, nbytes)
+    weakref.finalize(mm, _untrack, _TRACE_DOMAIN, address)  # unmapped with its last view
+    return out
+
+
+def empty_aligned(nbytes: int, align: int = ALIGNED) -> np.ndarray:
+    """A fresh uint8 array of `nbytes`, its start aligned to `align` bytes; from HUGE_PAGE
+    bytes on (where the OS has transparent huge pages) aligned to HUGE_PAGE and advised for
+    huge pages (see above). Raises MemoryError as np.empty does."""
+    if nbytes >= HUGE_PAGE and thp_mode() != "never":
+        return _on_huge_pages(nbytes)
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]
 
 
 def check_memory(plan, arena_allocated: bool, loc=None) -> None:
@@ -133,6 +206,7 @@ class ArenaPool:
     def _init_pool(self):
         self._free: list = []  # the pool: idle arenas' states, at most POOL_LIMIT
         self._arena = None
+        self._memory_checked = False  # a call's memory check passed (see check_memory)
 
     arena = property(lambda self: self._arena, lambda self, a: self._adopt(a),
                      doc="The program's first arena (None before the first call and after "
@@ -151,8 +225,13 @@ class ArenaPool:
 
     def check_memory(self, loc=None):
         """Raise `InsufficientMemoryError` before a call that can't get its memory (the
-        driver calls this before anything is allocated or written)."""
-        check_memory(self.plan, bool(self._free), loc)  # small calls skip the read
+        driver calls this before anything is allocated or written). Once a check passed, the
+        program's calls need at most what it checked (the arena and the outputs): later
+        calls skip it (no /proc read per call), and an allocation the OS refuses then still
+        raises InsufficientMemoryError before anything runs."""
+        if not self._memory_checked:
+            check_memory(self.plan, bool(self._free), loc)  # small calls skip the read
+            self._memory_checked = True
 
     def _new_state(self):
         """A new arena for a call (the first one is `self.arena`)."""
@@ -209,7 +288,7 @@ class ArenaExecutable(ArenaPool):
 
     # -- the arena pool (ArenaPool): an arena and the arrays that view it ----------------------
     def _make_arena(self):
-        return np.empty(self.plan.arena_bytes, np.uint8)
+        return empty_aligned(self.plan.arena_bytes)
 
     def _state(self, arena) -> "_ArenaState":
         """The arrays that view `arena` (made once per arena: a call creates none)."""
@@ -238,7 +317,7 @@ class ArenaExecutable(ArenaPool):
         # A returned buffer: allocated per call, shared by the values that live in it.
         storage = outputs_storage.get(id(buffer))
         if storage is None:
-            storage = outputs_storage[id(buffer)] = np.empty(buffer.size, np.uint8)
+            storage = outputs_storage[id(buffer)] = empty_aligned(buffer.size)
         return np.ndarray(value.shape, value.dtype, buffer=storage, offset=0)
 
     def run_held(self, inputs):

@@ -4,9 +4,10 @@
 returned buffer of the plan and the arena to the native `run` in ONE ctypes call, then wraps
 the results as numpy views of those buffers (the layouts come from
 `runtime/lowering/places.py`). The arena is allocated at the first call and reused (64-byte
-aligned, the plan's alignment), so lowering a program bigger than the machine works, and a call
-that can't get its memory raises `InsufficientMemoryError` before anything runs (`check_memory`, as
-the numpy executor).
+aligned, the plan's alignment; from 2 MiB on 2 MiB aligned and on transparent huge pages, as
+the outputs: `runtime.arena.empty_aligned`), so lowering a program bigger than the machine
+works, and a call that can't get its memory raises `InsufficientMemoryError` before anything
+runs (`check_memory`, as the numpy executor).
 Calls may run at once from several threads (the ctypes call releases the GIL): each takes an
 arena, with its own pointer tables, from the program's pool (`runtime.arena.POOL_LIMIT`).
 
@@ -38,7 +39,7 @@ import numpy as np
 
 from compiler.errors import InsufficientMemoryError
 from compiler.ops import COMM_OPS
-from runtime.arena import ArenaPool, compute
+from runtime.arena import ArenaPool, compute, empty_aligned
 from runtime.reference import run_node
 
 from . import jit
@@ -51,9 +52,8 @@ ALIGN = 64
 
 
 def _aligned(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start:start + nbytes]
+    # 2 MiB aligned and advised for huge pages from 2 MiB on (runtime.arena.empty_aligned)
+    return empty_aligned(nbytes, ALIGN)
 
 
 def _view(storage: np.ndarray, place) -> np.ndarray:

@@ -532,3 +532,95 @@ def test_a_body_of_constants_alone_runs_on_numpy_too():
         assert fused and not fused[0].inputs
         np.testing.assert_array_equal(fn(a, b), np.full((3, 4), -1.0, np.float32))
         np.testing.assert_array_equal(a, np.ones((3, 4), np.float32))
+
+
+# -- constants inside bodies (issue 25: `cc.to_tensor(1.0)` broke fusion) ---------------------
+def _hundred_adds_of(make_one):
+    def f(x):
+        for _ in range(100):
+            x.add_(make_one())
+        return x
+    return f
+
+
+ONE_FORMS = {"python-scalar": lambda: 1.0, "to_tensor": lambda: cc.to_tensor(1.0),
+             "to_tensor-np-scalar": lambda: cc.to_tensor(np.float32(1.0)),
+             "to_tensor-[[1]]": lambda: cc.to_tensor([[1.0]]),
+             "full-0d": lambda: cc.full([], 1.0), "full-[1]": lambda: cc.full([1], 1.0),
+             "to_tensor-expanded": lambda: cc.to_tensor(1.0).expand([100, 100]),
+             "to_tensor-broadcast_to": lambda: cc.broadcast_to(cc.to_tensor(1.0), [100, 100]),
+             "full-sliced": lambda: cc.full([200, 100], 1.0)[50:150]}
+
+
+@pytest.mark.parametrize("backend,fuse_opt", FUSED_BACKENDS)
+@pytest.mark.parametrize("form", list(ONE_FORMS))
+def test_single_element_constants_are_literals_of_one_fused_node(form, backend, fuse_opt):
+    """100 x `x.add_(cc.to_tensor(1.0))` plans as `x.add_(1.0)` does: one fused node writing
+    over x (it planned 199 nodes, 100 passes over memory), bit for bit the sequential sum."""
+    x = np.random.default_rng(1).standard_normal((100, 100)).astype(np.float32)
+    prog = cc.compile(_hundred_adds_of(ONE_FORMS[form]), backend=backend, fuse=fuse_opt,
+                      sanitize=True).lower(x)
+    assert _ops(prog.graph) == ["fused"]
+    node = prog.graph.nodes[0]
+    assert [v.name for v in node.inputs] == ["x"] and node.inplace_of == 0
+    assert len(node.attrs["body"]) == 100
+    assert prog.plan.output_bytes == 0
+    want = x.copy()
+    for _ in range(100):
+        want += np.float32(1.0)
+    got = x.copy()
+    assert prog(got) is got
+    np.testing.assert_array_equal(got, want)
+
+
+def test_inlined_constants_of_each_dtype_keep_their_values_on_every_backend():
+    x = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32)
+    i = np.arange(15, dtype=np.int64).reshape(3, 5)
+    b = (i % 3 == 0)
+
+    def f(x, i, b):  # each result a chain of two ops or more: one fused node
+        y = x * cc.to_tensor(np.float32(0.1)) + cc.to_tensor(-0.0)
+        return ((y - cc.to_tensor([[2.5]])) * cc.to_tensor(np.inf),
+                i + cc.to_tensor(2 ** 40) - cc.to_tensor(np.int64(-(2 ** 62))),
+                cc.where(b, cc.to_tensor(False), cc.to_tensor(True)).logical_not(),
+                x.cast("float64") * cc.to_tensor(np.float64(0.1)) - cc.to_tensor(np.nan))
+    want, _ = evaluate(cc.trace(f, x, i, b), [x, i, b])
+    for backend, fuse_opt in FUSED_BACKENDS:
+        prog = cc.compile(f, backend=backend, fuse=fuse_opt, sanitize=True).lower(x, i, b)
+        assert "constant" not in _ops(prog.graph), (backend, str(prog.graph))
+        for got, w in zip(prog(x, i, b), want):
+            assert got.dtype == w.dtype
+            np.testing.assert_array_equal(got, w)
+            assert np.array_equal(np.signbit(got), np.signbit(w)) if got.dtype.kind == "f" \
+                else True
+
+
+def test_a_constant_captured_from_an_array_stays_a_node_and_is_seen_to_change():
+    """A 0-d numpy array the function captured may change between calls (the program traces
+    again): it is not frozen into a body as a literal."""
+    w = np.array(2.0, np.float32)
+
+    def f(x):
+        for _ in range(3):
+            x = x + cc.to_tensor(w)
+        return x * cc.to_tensor(1.0)
+    x = np.ones(4, np.float32)
+    fn = cc.compile(f, backend="cpu")
+    # one loop reading w's three captures (0-d, stride 0); the 1.0 is a literal
+    assert _ops(fn.lower(x).graph) == ["constant"] * 3 + ["fused"]
+    np.testing.assert_array_equal(fn(x), np.full(4, 7.0, np.float32))
+    w[...] = 3.0
+    np.testing.assert_array_equal(fn(x), np.full(4, 10.0, np.float32))
+
+
+def test_the_gpu_kernel_of_a_constant_chain_is_one_loop_with_literals():
+    x = np.ones((64, 64), np.float32)
+    try:
+        prog = cc.compile(_hundred_adds_of(ONE_FORMS["to_tensor"]), backend="gpu").lower(x)
+    except cc.CompilerError as e:  # lowering needs no device, but may need NVRTC
+        pytest.skip(str(e))
+    assert _ops(prog.graph) == ["fused"]
+    kernels = prog.source.split("__global__")[1:]
+    assert len(kernels) == 1  # one launch, no constant copied in
+    assert kernels[0].count("= 0x1.0000000000000p+0f;") == 100  # the literal, per addition
+    assert len(re.findall(r"= t\d+ \+ t\d+;", kernels[0])) == 99  # in order
