@@ -84,7 +84,8 @@ def main(argv=None) -> int:
         return np.maximum(x, 0, out=warm)
 
     columns = [("cpu", run_cpu), ("cpu, 64-byte aligned", run_before),
-               ("floor (fresh 2 MiB-aligned mapping)", run_floor), ("warm (reused array)", run_warm)]
+               ("floor (fresh 2 MiB-aligned mapping)", run_floor),
+               ("warm (reused array)", run_warm)]
     for name, fn in columns:  # check and warm up
         out = fn()
         got = out[1].reshape(SHAPE) if isinstance(out, tuple) else out
