@@ -14,7 +14,8 @@ interleaved (one call of each per round) and the table reports medians and p25..
 The 100 in-place additions come in three forms that plan alike (one fused node): `x.add_(1.0)`,
 `x.add_(cc.to_tensor(1.0))` (a constant node per addition, each a literal of the body) and a
 0-d array argument. Compile time is `fn.lower(...)` (trace, passes, LLVM at -O3, link) with the
-in-memory code cache emptied first; peak bytes are the plan's `peak_bytes`. Ratios are within one run.
+in-memory code cache emptied first; peak bytes are the plan's `peak_bytes`. Ratios are within one
+run.
 """
 from __future__ import annotations
 
