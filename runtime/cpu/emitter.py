@@ -98,6 +98,7 @@ INTERLEAVE = 4
 PARALLEL_MIN_WORK = 1 << 17
 GRAIN = 1 << 15
 MAX_CHUNKS = 64
+ROW_COST = 8        # work per element of a softmax row (max, exp, sum, divide)
 CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers, + scratch)
 SCRATCH_SLOTS = MAX_CHUNKS
 
@@ -245,13 +246,21 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
 
     def _lower_gemm(self, t, node, out, ins):
         if node.op == "gemm":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins),
+                         split=self._gemm_split(node, out, *ins))
         else:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins),
+                         split=self._matmul_split(out, *ins))
 
     def _lower_row(self, t, node, out, ins):
         # (cumsum is an index kernel)
-        self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]))
+        x, split = ins[0], None
+        if x.shape:  # rows: the dims but the axis; per row ~4 passes of `n`, an exp each
+            ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
+            others = [x.shape[d] for d in range(len(x.shape)) if d != ax]
+            split = _outer_split(others, x.shape[ax] * ROW_COST)
+        self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]),
+                     split=split)
 
     def _lower_gather_scatter(self, t, node, out, ins):
         # (all but an unchecked one_hot are index kernels)
