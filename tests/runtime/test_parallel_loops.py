@@ -77,8 +77,9 @@ def test_small_loops_stay_serial_and_big_ones_are_cut():
     assert _parallel_calls(fn.lower(big)) == 4  # the fused loop, its sum, the rows, exp
     assert emitter.chunking(1000, 1) is None                       # 1k element operations
     assert emitter.chunking(emitter.PARALLEL_MIN_WORK // 8 - 1, 8) is None
-    per, chunks = emitter.chunking(1000, 1000)
-    assert (per, chunks) == (16, 63) and per * chunks >= 1000 > per * (chunks - 1)
+    per, chunks = emitter.chunking(1000, 1000)  # 1M element operations: 1M // GRAIN chunks
+    assert (per, chunks) == (34, 30) and per * chunks >= 1000 > per * (chunks - 1)
+    assert emitter.chunking(10 ** 6, 100) == (15625, 64)  # at most MAX_CHUNKS
 
 
 def test_chunks_are_fixed_by_the_shape_not_the_thread_count():
@@ -163,7 +164,7 @@ def test_parallel_kernels_are_bit_identical_and_match_numpy(dtype):
 
 def test_full_reduction_partials_combine_in_chunk_order():
     """A full float32 sum with a fixed partition: the same bits with any thread count, and
-    its partials really are per chunk (a value only the chunked order gives: 2**24 + 1s)."""
+    its partials are float64 (a float32 accumulator would stop at 2**24: x is 2**24 and 1s)."""
     x = np.ones(1 << 20, np.float32)
     x[0] = 2.0 ** 24  # a float32 accumulator would stop at 2**24; float64 partials don't
     outs = {t: cc.compile(lambda a: a.sum(), threads=t)(x) for t in (1, 2, 8)}
