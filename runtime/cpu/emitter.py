@@ -215,7 +215,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
         kern = self._index_kernel(node)
         if kern is not None:  # index_kernels.py (scans, gathers, scatters, min/prod/arg*)
             self._kernel(t, node, [out] + ins, lambda b, p: kern(b, p, node, out, *ins),
-                         checked=self._checked(node))
+                         checked=self._checked(node), split=self._index_split(node, out, ins))
             return
         lower(self, t, node, out, ins)
 
@@ -268,9 +268,11 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
             b, p, out, ins[0], node.attrs.get("ignore_index")))
 
     def _lower_conv_pool(self, t, node, out, ins):
-        if node.op == "max_pool2d":
+        if node.op == "max_pool2d":  # (one loop nest over the output: its batch rows split)
+            kh, kw = node.attrs["kernel"]
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
-                                                                          ins[0]))
+                                                                          ins[0]),
+                         split=_outer_split(out.shape, kh * kw))
         elif node.op == "max_pool2d_grad":
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
                 b, p, node, out, *ins))
