@@ -7,7 +7,8 @@ Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hun
 one fused loop), the MLP training step (examples/mlp.py) and the transformer training step
 (examples/transformer_block.py). Each repeat times a batch of calls with 1 thread, then the same
 with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio
-1 thread / 2 threads are printed. The first call's outputs (and updated parameters) of both
+1 thread / 2 threads are printed, with this process's CPU time over wall time (~2 when 2 threads really ran at
+once: on a loaded machine the ratio can't reach it). The first call's outputs (and updated parameters) of both
 are compared bit for bit. Printed with it: the load average (a shared machine's figure is as
 good as the cores that were free), the cores this process may use, and the BLAS: OpenBLAS's
 kernel (`OPENBLAS_CORETYPE` picks it when set) and its thread count outside our calls (inside
@@ -77,11 +78,14 @@ def blas_description() -> str:
             "1 inside them (the pool runs the GEMM blocks)")
 
 
-def _time(prog, args, calls):
-    start = time.perf_counter()
+def _time(prog, args, calls, cpu=None):
+    start, cpu0 = time.perf_counter(), time.process_time()
     for _ in range(calls):
         prog(*args)
-    return (time.perf_counter() - start) / calls
+    wall = time.perf_counter() - start
+    if cpu is not None:  # this process's CPU time over wall time: ~N when N threads ran
+        cpu.append((time.process_time() - cpu0) / wall)
+    return wall / calls
 
 
 def compare(name, fn, args, repeat, target):
@@ -96,16 +100,17 @@ def compare(name, fn, args, repeat, target):
     progs[1](*argsets[1])
     once = time.perf_counter() - t0
     calls = max(1, int(0.2 / max(once, 1e-6)))
-    times = {1: [], 2: []}
+    times, cpu = {1: [], 2: []}, {1: [], 2: []}
     for r in range(repeat):
         for t in ((1, 2) if r % 2 == 0 else (2, 1)):
-            times[t].append(_time(progs[t], argsets[t], calls))
+            times[t].append(_time(progs[t], argsets[t], calls, cpu[t]))
     med = {t: float(np.median(v)) for t, v in times.items()}
     q = {t: (np.percentile(v, 25), np.percentile(v, 75)) for t, v in times.items()}
     ratio = med[1] / med[2]
     print(f"| {name} | {med[1] * 1e3:.3f} ({q[1][0] * 1e3:.3f}..{q[1][1] * 1e3:.3f}) | "
           f"{med[2] * 1e3:.3f} ({q[2][0] * 1e3:.3f}..{q[2][1] * 1e3:.3f}) | {ratio:.2f}x | "
-          f"{target} | {'yes' if same else 'NO'} |", flush=True)
+          f"{target} | {np.median(cpu[1]):.2f} / {np.median(cpu[2]):.2f} | "
+          f"{'yes' if same else 'NO'} |", flush=True)
     return ratio, same
 
 
@@ -144,8 +149,9 @@ def main():
     else:
         print("\nMedian seconds per call (ms, p25..p75) of "
               f"{a.repeat} interleaved repeats; ratio = 1 thread / 2 threads\n")
-        print("| workload | 1 thread | 2 threads | ratio | target | bit-identical |")
-        print("|---|---|---|---|---|---|")
+        print("| workload | 1 thread | 2 threads | ratio | target | CPU/wall 1 / 2 | "
+              "bit-identical |")
+        print("|---|---|---|---|---|---|---|")
         targets = {"add100": ">= 1.7x", "mlp": ">= 1.5x", "transformer": ">= 1.5x"}
         for name, (fn, args) in workloads(a.quick).items():
             compare(name, fn, args, a.repeat, targets[name])

@@ -128,7 +128,8 @@ got:
   br label %sleep
 }
 
-; Run f(ctx, 0..n-1), on up to `threads` threads (this one included).
+; Run f(ctx, 0..n-1), on up to `threads` threads (this one included; workers with an id
+; below min(threads, n) - 1 join).
 define void @inplace_parallel_for(ptr %f, ptr %c, i64 %n, i64 %threads) {
 entry:
   %s = load atomic ptr, ptr @state acquire, align 8
@@ -174,7 +175,10 @@ post:
   store ptr %f, ptr %fnp, align 8
   store ptr %c, ptr %ctxp, align 8
   store i64 %n, ptr %np, align 8
-  %want = sub i64 %threads, 1
+  %want0 = sub i64 %threads, 1
+  %nm1 = sub i64 %n, 1
+  %lt0 = icmp slt i64 %nm1, %want0
+  %want = select i1 %lt0, i64 %nm1, i64 %want0
   %lt = icmp slt i64 %want, %nw
   %lim = select i1 %lt, i64 %want, i64 %nw
   store i64 %lim, ptr %limp, align 8
