@@ -22,9 +22,10 @@ from .scalar import F32, F64, I32, I64, constant, convert, ll_type, load, store
 
 PTR = ir.PointerType()
 # A parallel GEMM (no batch to split) is cut into blocks of whole units of GEMM_ROWS rows (or
-# columns, whichever of M and N is larger): each block one single-threaded cblas call. Work
-# per multiply-add, against an elementwise loop's element operation: BLAS does ~16 per cycle.
-GEMM_ROWS = 32
+# columns, whichever of M and N is larger): each block one single-threaded cblas call, which
+# packs the other operand again (1/GEMM_ROWS of its work: 64 keeps it near 1.5%). Work per
+# multiply-add, against an elementwise loop's element operation: BLAS does ~16 per cycle.
+GEMM_ROWS = 64
 GEMM_WORK = 1 / 16
 
 
