@@ -277,7 +277,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
                 b, p, node, out, *ins))
         else:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins),
+                         split=self.conv_split(node, out, *ins))
 
     def _lower_copy(self, t, node, out, ins):
         op = node.op

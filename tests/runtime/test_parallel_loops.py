@@ -131,12 +131,14 @@ def test_example_steps_are_bit_identical_for_any_thread_count(name, step, inputs
 def _kernels(a, b, c, d, e, w, g):
     """A kernel of each parallel kind: matmul (row blocks, column blocks, batches, transposed
     operands), gemm (the fused update, its copy of c per block), reductions (full, rows,
-    columns), softmax and log_softmax rows, cumsum rows, max_pool2d, a broadcast loop."""
+    columns), softmax and log_softmax rows, cumsum rows, max_pool2d, conv2d, a broadcast
+    loop (the conv gradients: the cnn step above)."""
     return (a @ b, a.T @ c, c @ d, F.softmax(e @ e.transpose([0, 2, 1]), -1),
             F.log_softmax(c @ d, 1), b.T @ a.T, w.addmm(a.T, c, alpha=-0.1, beta=1.0),
             g.sum(), g.mean(), g.max(), g.sum(0), g.sum(1), g.max(1),
             (g * d[:1, :g.shape[1]]).sum(0, keepdim=True), g.cumsum(1),
-            F.max_pool2d(g.reshape([7, 4, 150, 150]), 3, stride=2, padding=1))
+            F.max_pool2d(g.reshape([7, 4, 150, 150]), 3, stride=2, padding=1),
+            F.conv2d(g.reshape([7, 4, 150, 150]), e[0, :72, 0].reshape([8, 3, 3]).unsqueeze(1).expand([8, 4, 3, 3]), padding=1))
 
 
 def _kernel_inputs(dtype):
@@ -152,7 +154,7 @@ def test_parallel_kernels_are_bit_identical_and_match_numpy(dtype):
     got = {}
     for threads in (1, 2, 3, 8):
         fn = cc.compile(_kernels, threads=threads)
-        assert _parallel_calls(fn.lower(*inputs)) >= 16
+        assert _parallel_calls(fn.lower(*inputs)) >= 17
         got[threads] = [np.asarray(r) for r in fn(*inputs)]
     for threads in (2, 3, 8):
         for k, (x, y) in enumerate(zip(got[1], got[threads])):
