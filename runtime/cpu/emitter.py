@@ -49,12 +49,14 @@ conv and pooling in `window_kernels.py`; elementwise, reductions, copies and reg
 
 Parallel kernels (`_kernel(..., split=(n, work))`, the pool in `pool.py`): a kernel whose
 work is at least PARALLEL_MIN_WORK has its outermost loop (extent n) cut into chunks, fixed
-by the shape (`chunking`), that `inplace_parallel_for` runs on up to `threads` threads: the
-elementwise and copy loops, reductions (rows; a full reduction sums fixed chunks into
-partials, then the partials in order), the bias-gradient reduction (column blocks), softmax
-and log_softmax rows, and BLAS matmuls (batches, or row or column blocks of one GEMM).
-Which thread runs a chunk never changes what it computes: results are bit-identical for any
-`threads`.
+by the shape (`chunking`), that `inplace_parallel_for` runs on up to `threads` threads:
+elementwise (and fused) loops, reductions (rows; a full reduction sums fixed chunks into
+partials, then the partials in order; the bias-gradient reduction by column blocks), softmax
+and log_softmax rows, cumsum rows, max_pool2d, conv2d and its gradients (output channels),
+and BLAS matmul and gemm (batches, or row or column blocks of one GEMM). Which thread runs a
+chunk never changes what it computes: results are bit-identical for any `threads`. Not
+parallel yet: copies (concat, slice_scatter, constants), checked index kernels (gathers,
+scatters: their status return), max_pool2d's gradient, min/prod/arg*, generated matmul loops.
 
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
