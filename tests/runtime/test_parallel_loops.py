@@ -223,6 +223,30 @@ def test_calls_at_once_each_run_every_chunk_once():
     assert counts[0].tolist() == [20] * 50 and counts[1].tolist() == [20] * 50
 
 
+def test_parallel_programs_called_from_threads_match_the_serial_calls():
+    """Big (parallel) programs called from 3 Python threads at once, each on its own data:
+    whichever call has the pool, each result is the serial call's, bit for bit."""
+    rng = np.random.default_rng(3)
+    data = [rng.standard_normal((600, 800)).astype(np.float32) for _ in range(3)]
+    w = rng.standard_normal((800, 300)).astype(np.float32)
+    fn = cc.compile(lambda x, w: (F.softmax(x @ w, 1).sum(0), (x * 2.0).exp().sum()),
+                    threads=2)
+    serial = [[r.tobytes() for r in fn(x, w)] for x in data]
+    got: list = [None] * 3
+    barrier = threading.Barrier(3)
+
+    def work(i):
+        barrier.wait()
+        got[i] = [[r.tobytes() for r in fn(data[i], w)] for _ in range(4)]
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for i in range(3):
+        assert got[i] == [serial[i]] * 4, i
+
+
 def _worker_ids(threads=2):
     ids = set()
     caller = threading.get_native_id()
