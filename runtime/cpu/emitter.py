@@ -52,11 +52,12 @@ work is at least PARALLEL_MIN_WORK has its outermost loop (extent n) cut into ch
 by the shape (`chunking`), that `inplace_parallel_for` runs on up to `threads` threads:
 elementwise (and fused) loops, reductions (rows; a full reduction sums fixed chunks into
 partials, then the partials in order; the bias-gradient reduction by column blocks), softmax
-and log_softmax rows, cumsum rows, max_pool2d, conv2d and its gradients (output channels),
-and BLAS matmul and gemm (batches, or row or column blocks of one GEMM). Which thread runs a
-chunk never changes what it computes: results are bit-identical for any `threads`. Not
-parallel yet: copies (concat, slice_scatter, constants), checked index kernels (gathers,
-scatters: their status return), max_pool2d's gradient, min/prod/arg*, generated matmul loops.
+and log_softmax rows, cumsum rows, max_pool2d and its gradient (batch rows), conv2d and its
+gradients (output channels), and BLAS matmul and gemm (batches, or row or column blocks of
+one GEMM). Which thread runs a chunk never changes what it computes: results are
+bit-identical for any `threads`. Not parallel yet: copies (concat, slice_scatter,
+constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
+generated matmul loops.
 
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
@@ -275,9 +276,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
                                                                           ins[0]),
                          split=_outer_split(out.shape, kh * kw))
-        elif node.op == "max_pool2d_grad":
+        elif node.op == "max_pool2d_grad":  # (batch rows: see _max_pool_grad)
+            kh, kw = node.attrs["kernel"]
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
-                b, p, node, out, *ins))
+                b, p, node, out, *ins), split=_outer_split(ins[1].shape, kh * kw))
         else:
             self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins),
                          split=self.conv_split(node, out, *ins))

@@ -239,7 +239,17 @@ class WindowKernels:
         argmax: the first NaN, else the first largest)."""
         dt = out.dtype
         t = ll_type(dt)
-        self._fill(b, ptrs, out)
+        # A chunk of a parallel kernel: its batch rows [lo, hi) of gx (zeroed) and of g (no
+        # window reaches another batch row, so no two chunks write one element).
+        split, b.split = getattr(b, "split", None), None
+        if split is None:
+            self._fill(b, ptrs, out)
+        else:
+            lo, hi = split.range_for(b, g.shape[0])
+            with for_range(b, hi, "zn", start=lo) as n:
+                loop_nest(b, out.shape[1:], lambda rest: store(
+                    b, constant(0, dt), elem_ptr(b, ptrs[out.slot], dt, index(
+                        b, out.offset, out.strides, [n] + list(rest))), dt), "z")
         best, where = b.alloca(ll_type(x.dtype)), b.alloca(I64)
         fl = x.dtype.kind == "f"
 
@@ -270,4 +280,9 @@ class WindowKernels:
                 gv = convert(b, gv, g.dtype, dt)
                 optr = elem_ptr(b, ptrs[out.slot], dt, self._remap(b, k, x, out))
                 b.store(b.fadd(b.load(optr, typ=t), gv), optr)
-        loop_nest(b, g.shape, body)
+        if split is None:
+            loop_nest(b, g.shape, body)
+        else:
+            with for_range(b, hi, "gn", start=lo) as n:
+                loop_nest(b, g.shape[1:], lambda rest: body([n] + list(rest)))
+        b.split = split

@@ -165,6 +165,31 @@ def test_parallel_kernels_are_bit_identical_and_match_numpy(dtype):
         np.testing.assert_allclose(x, np.asarray(r), err_msg=f"output {k}", **tol)
 
 
+def _conv_pool_grads(x, w):
+    x.stop_gradient = False
+    w.stop_gradient = False
+    y = F.max_pool2d(F.conv2d(x, w, padding=1), 2)
+    (y * y).sum().backward()
+    return x.grad, w.grad
+
+
+def test_conv_and_pool_gradients_are_bit_identical_and_match_numpy():
+    """conv2d's two gradients (output channels) and max_pool2d's (batch rows), at sizes
+    that run in parallel as they are."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 6, 40, 40)).astype(np.float32)
+    w = rng.standard_normal((12, 6, 3, 3)).astype(np.float32)
+    got = {}
+    for threads in (1, 2, 3, 8):
+        fn = cc.compile(_conv_pool_grads, threads=threads)
+        assert _parallel_calls(fn.lower(x, w)) >= 4
+        got[threads] = [g.tobytes() for g in fn(x, w)]
+    assert got[1] == got[2] == got[3] == got[8]
+    ref = cc.compile(_conv_pool_grads, backend="numpy")(x, w)
+    for g, r in zip(cc.compile(_conv_pool_grads, threads=2)(x, w), ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-3)
+
+
 def test_full_reduction_partials_combine_in_chunk_order():
     """A full float32 sum with a fixed partition: the same bits with any thread count, and
     its partials are float64 (a float32 accumulator would stop at 2**24: x is 2**24 and 1s)."""
