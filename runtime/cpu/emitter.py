@@ -237,7 +237,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
         emit = lambda b, p: self._reduce(b, p, node, out, x)  # noqa: E731
         if not kshape and rshape:  # a full reduction: partial sums of fixed chunks
             if self._kernel(t, node, [out, x], lambda b, p: self._reduce_chunk(
-                    b, p, node, x, rshape), split=_outer_split(rshape, 1), scratch=True,
+                    b, p, node, out, x, rshape), split=_outer_split(rshape, 1), scratch=True,
                     after=lambda b, p: self._reduce_combine(b, p, node, out, x, rshape)):
                 return
             self._kernel(t, node, [out, x], emit)
@@ -516,10 +516,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels):
                 constant(np.iinfo(acc_d).min if acc_d.kind == "i" else 0, acc_d)
         return constant(0, acc_d)
 
-    def _reduce_chunk(self, b, ptrs, node, x: Place, rshape):
-        """One chunk of a full reduction (`_lower_reduction`): its part of the reduced loop,
-        accumulated as `_reduce` does, into scratch[chunk]."""
-        _, _, _, _, rx = self._reduce_layout(node, None, x)
+    def _reduce_chunk(self, b, ptrs, node, out: Place, x: Place, rshape):
+        """One chunk of a full reduction (`_lower_reduction`; kept dims, if any, of size 1):
+        its part of the reduced loop, accumulated as `_reduce` does, into scratch[chunk]."""
+        _, _, _, _, rx = self._reduce_layout(node, out, x)
         op, xd = node.op, x.dtype
         acc_d = self._acc_dtype(op, xd)
         acc_t = ll_type(acc_d)

@@ -200,6 +200,17 @@ def test_full_reduction_partials_combine_in_chunk_order():
     assert float(outs[1]) == np.float32(2.0 ** 24 + (1 << 20) - 1)
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_a_reduction_whose_kept_dims_are_all_size_one_is_a_full_one(keepdim,
+                                                                      split_everything):
+    """[2, 1, 1].sum(0): the kept dims collapse away, so it is cut as a full reduction
+    (partials), which must still find the output's place."""
+    x = np.random.default_rng(5).standard_normal((2, 1, 1)).astype(np.float32)
+    outs = [cc.compile(lambda a: a.sum(0, keepdim=keepdim), threads=t)(x) for t in (1, 2)]
+    assert outs[0].tobytes() == outs[1].tobytes()
+    np.testing.assert_allclose(outs[0], x.sum(0, keepdims=keepdim), rtol=1e-6)
+
+
 # -- the pool itself ------------------------------------------------------------------------
 def _run_chunks(n, threads, fn):
     """inplace_parallel_for over a ctypes callback `fn(chunk)`."""
