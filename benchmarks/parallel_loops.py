@@ -8,7 +8,11 @@ one fused loop), the MLP training step (examples/mlp.py) and the transformer tra
 (examples/transformer_block.py). Each repeat times a batch of calls with 1 thread, then the same
 with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio
 1 thread / 2 threads are printed, with this process's CPU time over wall time (~2 when 2 threads really ran at
-once: on a loaded machine the ratio can't reach it). The first call's outputs (and updated parameters) of both
+once) and, with 2 threads, the share of that CPU time spent outside the calling thread (the
+pool's worker; ~0.5 when it takes half the work). On a machine shared with other sessions,
+Linux's autogroup scheduling gives this process one session's share of the cores however
+many threads it runs: the ratio then stays near 1 while the worker share shows the work is
+split; measure the ratio on a quiet machine. The first call's outputs (and updated parameters) of both
 are compared bit for bit. Printed with it: the load average (a shared machine's figure is as
 good as the cores that were free), the cores this process may use, and the BLAS: OpenBLAS's
 kernel (`OPENBLAS_CORETYPE` picks it when set) and its thread count outside our calls (inside
@@ -23,6 +27,7 @@ import argparse
 import ctypes
 import os
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +83,32 @@ def blas_description() -> str:
             "1 inside them (the pool runs the GEMM blocks)")
 
 
+def _thread_ticks() -> dict:
+    """CPU clock ticks per thread of this process (Linux: /proc/self/task)."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = int(fields[11]) + int(fields[12])
+    except OSError:
+        pass
+    return out
+
+
+def worker_share(prog, args, calls) -> float | None:
+    """The share of this process's CPU time spent outside the calling thread while `prog`
+    runs (~0.5 when the pool's worker takes half the chunks; 0 when it never runs)."""
+    before = _thread_ticks()
+    for _ in range(calls):
+        prog(*args)
+    after = _thread_ticks()
+    me = threading.get_native_id()
+    spent = {t: after[t] - before.get(t, 0) for t in after}
+    total = sum(spent.values())
+    return None if not total else 1 - spent.get(me, 0) / total
+
+
 def _time(prog, args, calls, cpu=None):
     start, cpu0 = time.perf_counter(), time.process_time()
     for _ in range(calls):
@@ -107,9 +138,11 @@ def compare(name, fn, args, repeat, target):
     med = {t: float(np.median(v)) for t, v in times.items()}
     q = {t: (np.percentile(v, 25), np.percentile(v, 75)) for t, v in times.items()}
     ratio = med[1] / med[2]
+    share = worker_share(progs[2], argsets[2], max(calls, int(1.0 / max(med[2], 1e-6))))
     print(f"| {name} | {med[1] * 1e3:.3f} ({q[1][0] * 1e3:.3f}..{q[1][1] * 1e3:.3f}) | "
           f"{med[2] * 1e3:.3f} ({q[2][0] * 1e3:.3f}..{q[2][1] * 1e3:.3f}) | {ratio:.2f}x | "
           f"{target} | {np.median(cpu[1]):.2f} / {np.median(cpu[2]):.2f} | "
+          f"{'?' if share is None else f'{share:.2f}'} | "
           f"{'yes' if same else 'NO'} |", flush=True)
     return ratio, same
 
@@ -150,8 +183,8 @@ def main():
         print("\nMedian seconds per call (ms, p25..p75) of "
               f"{a.repeat} interleaved repeats; ratio = 1 thread / 2 threads\n")
         print("| workload | 1 thread | 2 threads | ratio | target | CPU/wall 1 / 2 | "
-              "bit-identical |")
-        print("|---|---|---|---|---|---|---|")
+              "worker share (2) | bit-identical |")
+        print("|---|---|---|---|---|---|---|---|")
         targets = {"add100": ">= 1.7x", "mlp": ">= 1.5x", "transformer": ">= 1.5x"}
         for name, (fn, args) in workloads(a.quick).items():
             compare(name, fn, args, a.repeat, targets[name])
