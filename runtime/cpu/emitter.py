@@ -94,10 +94,13 @@ INTERLEAVE_MIN_COST = 8
 INTERLEAVE = 4
 
 # Parallel kernels. Work is counted in element operations (an element of a loop times its
-# body's cost). Below PARALLEL_MIN_WORK a kernel stays serial (measured: waking a worker
-# costs more than it saves, see benchmarks/parallel_loops.py --grain); above it, chunks of
-# about GRAIN work, at most MAX_CHUNKS of them (enough to balance 2-16 threads, few enough
-# that a full reduction's partials fit in SCRATCH_SLOTS).
+# body's cost). Below PARALLEL_MIN_WORK a kernel stays serial: 128k additions are ~30 us on
+# one core, about what waking a sleeping worker (a futex wake, then the scheduler) may cost.
+# PROVISIONAL: `benchmarks/parallel_loops.py --grain` measures the crossover, but only on a
+# machine no other session keeps busy (on the shared one it was written on, 2 threads never
+# got more than one session's share of the cores). Above it, chunks of about GRAIN work, at
+# most MAX_CHUNKS of them (enough to balance 2-16 threads, few enough that a full
+# reduction's partials fit in SCRATCH_SLOTS).
 PARALLEL_MIN_WORK = 1 << 17
 GRAIN = 1 << 15
 MAX_CHUNKS = 64
