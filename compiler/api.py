@@ -511,6 +511,8 @@ def build_program(graph: Graph, signature, options: Options, param_names=None):
     if param_names is not None and states:
         param_names = list(param_names) + [v.name for v in graph.inputs[-len(states):]]
     state, executable = run_pipeline(graph, signature, options, param_names)
+    if hasattr(executable, "set_threads"):  # (the cpu backend's pool)
+        executable.set_threads(options.threads)
     return Program(state.graph, signature, options, state.donate, state.plan, executable,
                    param_names, states, guards)
 
@@ -548,16 +550,16 @@ class CompiledFunction:
     Only the ARENA_LIMIT most recently called signatures keep their arenas while idle."""
 
     def __init__(self, fn, backend="cpu", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto", distributed=None, fuse=None, recompute="auto"):
+                 schedule="auto", distributed=None, fuse=None, recompute="auto", threads=None):
         # Validated here, once: a bad value fails at compile, not at the first call.
         self.options = options = Options.make(backend, inplace, donate, sanitize, schedule,
-                                              distributed, fuse, recompute)
+                                              distributed, fuse, recompute, threads)
         self.fn = fn
         # The options as attributes, as users passed them (backend: its name).
         self.backend = options.backend.name
         self.inplace, self.schedule, self.recompute = inplace, schedule, recompute
         self.fuse, self.donate, self.sanitize = fuse, options.donate, sanitize
-        self.distributed = distributed
+        self.distributed, self.threads = distributed, options.threads
         self._cache: dict = {}
         self._positional_names: dict[int, list[str]] = {}
         self.traces = 0          # how many times fn was traced
@@ -803,7 +805,7 @@ def _release_arenas(prog):
 
 
 def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
-            schedule="auto", distributed=None, fuse=None, recompute="auto"):
+            schedule="auto", distributed=None, fuse=None, recompute="auto", threads=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
@@ -820,9 +822,12 @@ def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
     default) means on for the native backends ("cpu", "gpu"), off for "numpy".
     `recompute="auto"` computes cheap elementwise forward values again in the backward pass
     where that lowers the peak (passes.recompute; the report lists each decision); `"off"`
-    keeps every forward value the backward pass reads."""
+    keeps every forward value the backward pass reads.
+    `threads` (cpu backend): the threads a call's loops, reductions, row kernels and GEMMs run
+    on; None: the COMPILER_THREADS environment variable, else the cores this process may use.
+    Results are bit-identical for any value."""
     if fn is None:
         return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
-                                          distributed, fuse, recompute)
+                                          distributed, fuse, recompute, threads)
     return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, distributed, fuse,
-                            recompute)
+                            recompute, threads)

@@ -8,9 +8,11 @@ fusion switch resolved against it, so no later stage compares backend names or r
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from runtime.backends import Backend, backend_named
+from runtime.cpu.pool import available_cores
 
 INPLACE_MODES = ("auto", "off", "strict")
 SCHEDULE_MODES = ("auto", "off")
@@ -28,10 +30,12 @@ class Options:
     fuse: bool = False          # resolved: fuse=None became the backend's default
     recompute: str = "auto"
     distributed: object = None  # an MpiConfig (compiler.distributed) or None
+    threads: int = 1            # resolved: threads=None became COMPILER_THREADS or the cores
+                                # this process may use (the cpu backend's pool; others ignore it)
 
     @classmethod
     def make(cls, backend="cpu", inplace="auto", donate=(), sanitize=None, schedule="auto",
-             distributed=None, fuse=None, recompute="auto") -> Options:
+             distributed=None, fuse=None, recompute="auto", threads=None) -> Options:
         """The validated record of the user's options (ValueError names the bad one)."""
         backend = backend_named(backend)
         if inplace not in INPLACE_MODES:
@@ -51,5 +55,29 @@ class Options:
             raise ValueError("distributed= takes cc.distributed.mpi(...)")
         if distributed is not None and backend.distributed_refusal is not None:
             raise ValueError(backend.distributed_refusal)
+        threads = resolve_threads(threads)
         donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
-        return cls(backend, inplace, donate, sanitize, schedule, fuse, recompute, distributed)
+        return cls(backend, inplace, donate, sanitize, schedule, fuse, recompute, distributed,
+                   threads)
+
+
+THREADS_VARIABLE = "COMPILER_THREADS"
+
+
+def resolve_threads(threads) -> int:
+    """threads=None: the COMPILER_THREADS environment variable, else the cores this process
+    may use (`os.sched_getaffinity`); otherwise a whole number >= 1 (ValueError)."""
+    where = "threads"
+    if threads is None:
+        env = os.environ.get(THREADS_VARIABLE, "").strip()
+        if not env:
+            return available_cores()
+        where, threads = THREADS_VARIABLE, env
+        try:
+            threads = int(env)
+        except ValueError:
+            pass
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{where} must be a whole number of threads >= 1 (or None: the "
+                         f"cores this process may use), not {threads!r}")
+    return threads

@@ -1,6 +1,7 @@
 """Lowering a planned graph to one LLVM module with one entry function.
 
-    i64 run(i8* arena, i8** inputs, i8** outputs, i64 (*fallback)(i64 node, i8** ptrs))
+    i64 run(i8* arena, i8** inputs, i8** outputs, i64 (*fallback)(i64 node, i8** ptrs),
+            i64 threads)
 
 `run` executes the whole schedule: for each node, in the plan's order, it calls that node's
 kernel with one pointer per distinct buffer the node touches (the arena at the buffer's
@@ -47,6 +48,18 @@ elementwise, reductions, copies and regions here:
   - creation: `full` is a fill loop; `constant` and `arange` (known at compile time) are module
     globals copied into their buffer (each call: a later op may write over them in place).
 
+Parallel kernels (`_kernel(..., split=(n, work))`, the pool in `pool.py`): a kernel whose
+work is at least PARALLEL_MIN_WORK has its outermost loop (extent n) cut into chunks, fixed
+by the shape (`chunking`), that `inplace_parallel_for` runs on up to `threads` threads:
+elementwise (and fused) loops, reductions (rows; a full reduction sums fixed chunks into
+partials, then the partials in order; the bias-gradient reduction by column blocks), softmax
+and log_softmax rows, cumsum rows, max_pool2d and its gradient (batch rows), conv2d and its
+gradients (output channels), and BLAS matmul and gemm (batches, or row or column blocks of
+one GEMM). Which thread runs a chunk never changes what it computes: results are
+bit-identical for any `threads`. Not parallel yet: copies (concat, slice_scatter,
+constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
+generated matmul loops.
+
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
 same program points as the numpy arena executor: a wrong plan gives a wrong (NaN) answer.
@@ -71,7 +84,7 @@ from .gemm_kernels import GemmKernels
 from .index_kernels import IndexKernels
 from .sort_kernels import SortKernels
 from .window_kernels import WindowKernels
-from .loops import elem_ptr, i64, index, interleave_hint, loop_nest
+from .loops import elem_ptr, for_range, i64, index, interleave_hint, loop_nest
 from .scalar import (I1, I8, I64, Renderer, constant, convert, ll_type, load, select_max, store)
 
 PTR = ir.PointerType()
@@ -81,6 +94,32 @@ POISON = 0xFF
 # dependent chain (measured: 100 fused additions, [1000, 1000] float32, see benchmarks).
 INTERLEAVE_MIN_COST = 8
 INTERLEAVE = 4
+
+# Parallel kernels. Work is counted in element operations (an element of a loop times its
+# body's cost). Below PARALLEL_MIN_WORK a kernel stays serial: 128k additions are ~30 us on
+# one core, about what waking a sleeping worker (a futex wake, then the scheduler) may cost.
+# PROVISIONAL: `benchmarks/parallel_loops.py --grain` measures the crossover, but only on a
+# machine no other session keeps busy (on the shared one it was written on, 2 threads never
+# got more than one session's share of the cores). Above it, chunks of about GRAIN work, at
+# most MAX_CHUNKS of them (enough to balance 2-16 threads, few enough that a full
+# reduction's partials fit in SCRATCH_SLOTS).
+PARALLEL_MIN_WORK = 1 << 17
+GRAIN = 1 << 15
+MAX_CHUNKS = 64
+ROW_COST = 8        # work per element of a softmax row (max, exp, sum, divide)
+CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers, + scratch)
+SCRATCH_SLOTS = MAX_CHUNKS
+
+
+def chunking(n: int, work: float):
+    """(per, chunks) cutting a loop of `n` iterations of `work` each, or None: serial. Fixed
+    by the shape alone (never by the thread count: that is what keeps results identical)."""
+    total = n * work
+    if n < 2 or total < PARALLEL_MIN_WORK:
+        return None
+    chunks = int(min(n, MAX_CHUNKS, max(2, total // GRAIN)))
+    per = -(-n // chunks)
+    return per, -(-n // per)
 
 # Ops that run through the numpy reference via the fallback callback, explicit (a test pins
 # this set). Everything else is native. Data-parallel communication (issue 12): mpi4py posts
@@ -115,12 +154,14 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
     # -- entry ------------------------------------------------------------------------------
     def _emit_entry(self):
         cb_type = ir.FunctionType(I64, [I64, PTR])
-        fn = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR, PTR, PTR]), "run")
-        arena, ins, outs, cb = fn.args
-        for a, n in zip(fn.args, ("arena", "inputs", "outputs", "fallback")):
+        fn = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR, PTR, PTR, I64]), "run")
+        arena, ins, outs, cb, self.threads_arg = fn.args
+        for a, n in zip(fn.args, ("arena", "inputs", "outputs", "fallback", "threads")):
             a.name = n
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.entry_builder = b
+        self.parallel = False      # some kernel calls inplace_parallel_for
+        self._ctx = self._scratch = None
         self._slot_ptr: dict = {}
 
         def slot_ptr(slot):
@@ -182,28 +223,54 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         kern = self._index_kernel(node)
         if kern is not None:  # index_kernels.py (scans, gathers, scatters, min/prod/arg*)
             self._kernel(t, node, [out] + ins, lambda b, p: kern(b, p, node, out, *ins),
-                         checked=self._checked(node))
+                         checked=self._checked(node), split=self._index_split(node, out, ins))
             return
         lower(self, t, node, out, ins)
 
     # -- one method per kernel family (LOWER_BY_FAMILY) ---------------------------------------
     def _lower_elementwise(self, t, node, out, ins):
-        self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins))
+        strides = [out.strides] + [broadcast_strides(p, out.shape) for p in ins]
+        shape, _ = collapse(out.shape, strides)
+        cost = max(expr_cost(self._expr(node, out, ins)), 1) if node.op != "full" else 1
+        self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins),
+                     split=_outer_split(shape, cost))
 
     def _lower_reduction(self, t, node, out, ins):
-        self._kernel(t, node, [out] + ins, lambda b, p: self._reduce(b, p, node, out, ins[0]))
+        x = ins[0]
+        kshape, rshape, outer = self._reduce_shapes(node, out, x)
+        count = int(np.prod(rshape, dtype=np.int64)) if rshape else 1
+        emit = lambda b, p: self._reduce(b, p, node, out, x)  # noqa: E731
+        if not kshape and rshape:  # a full reduction: partial sums of fixed chunks
+            if self._kernel(t, node, [out, x], lambda b, p: self._reduce_chunk(
+                    b, p, node, out, x, rshape), split=_outer_split(rshape, 1), scratch=True,
+                    after=lambda b, p: self._reduce_combine(b, p, node, out, x, rshape)):
+                return
+            self._kernel(t, node, [out, x], emit)
+        elif outer:  # column blocks of the kept dims: each column's order is unchanged
+            self._kernel(t, node, [out, x], emit, split=(kshape[0], int(np.prod(
+                kshape[1:], dtype=np.int64)) * count))
+        else:
+            self._kernel(t, node, [out, x], emit, split=_outer_split(kshape, count))
 
     def _lower_gemm(self, t, node, out, ins):
         if node.op == "gemm":
-            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins),
+                         split=self._gemm_split(node, out, *ins))
         else:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins),
+                         split=self._matmul_split(out, *ins))
 
     def _lower_row(self, t, node, out, ins):
         # (cumsum is an index kernel)
         if node.op == "argsort":  # sort_kernels.py (its workspace is a third pointer)
             return self._lower_argsort(t, node, out, ins)
-        self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]))
+        x, split = ins[0], None
+        if x.shape:  # rows: the dims but the axis; per row ~4 passes of `n`, an exp each
+            ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
+            others = [x.shape[d] for d in range(len(x.shape)) if d != ax]
+            split = _outer_split(others, x.shape[ax] * ROW_COST)
+        self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]),
+                     split=split)
 
     def _lower_gather_scatter(self, t, node, out, ins):
         # (all but an unchecked one_hot are index kernels)
@@ -211,14 +278,18 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             b, p, out, ins[0], node.attrs.get("ignore_index")))
 
     def _lower_conv_pool(self, t, node, out, ins):
-        if node.op == "max_pool2d":
+        if node.op == "max_pool2d":  # (one loop nest over the output: its batch rows split)
+            kh, kw = node.attrs["kernel"]
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool(b, p, node, out,
-                                                                          ins[0]))
-        elif node.op == "max_pool2d_grad":
+                                                                          ins[0]),
+                         split=_outer_split(out.shape, kh * kw))
+        elif node.op == "max_pool2d_grad":  # (batch rows: see _max_pool_grad)
+            kh, kw = node.attrs["kernel"]
             self._kernel(t, node, [out] + ins, lambda b, p: self._max_pool_grad(
-                b, p, node, out, *ins))
+                b, p, node, out, *ins), split=_outer_split(ins[1].shape, kh * kw))
         else:
-            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins))
+            self._kernel(t, node, [out] + ins, lambda b, p: self._conv(b, p, node, out, *ins),
+                         split=self.conv_split(node, out, *ins))
 
     def _lower_copy(self, t, node, out, ins):
         op = node.op
@@ -247,11 +318,22 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         self.const_data[k] = data  # (the driver reads an index constant on a DataError)
         return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
 
-    def _kernel(self, t, node, places, emit, checked=False):
+    def _kernel(self, t, node, places, emit, checked=False, split=None, scratch=False,
+                after=None):
         """A function `k<t>_<op>` with one noalias pointer per distinct slot, called from the
         entry; `emit(builder, {slot: ptr})` fills its body. A `checked` kernel returns an i64
-        (nonzero: data out of range, nothing written) and the entry returns `t + 1` on it."""
+        (nonzero: data out of range, nothing written) and the entry returns `t + 1` on it.
+        `split=(n, work)`: the body's top-level loop has extent n, each iteration `work`
+        element operations; when `chunking` cuts it, the kernel runs in parallel chunks
+        (`_parallel_kernel`; `scratch`, `after`: see there). Returns the chunking or None."""
         slots = list(dict.fromkeys(p.slot for p in places))
+        if split is not None and not checked and len(slots) + 1 <= CTX_SLOTS:
+            cut = chunking(*split)
+            if cut is not None:
+                self._parallel_kernel(t, node, slots, emit, split[0], *cut, scratch, after)
+                return cut
+        if scratch or after is not None:
+            return None  # (the caller emits its serial form)
         fn = ir.Function(self.module, ir.FunctionType(I64 if checked else ir.VoidType(),
                                                       [PTR] * len(slots)), f"k{t}_{node.op}")
         fn.linkage = "internal"
@@ -274,6 +356,75 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         status = e.call(fn, [self.slot_ptr(s) for s in slots])
         with e.if_then(e.icmp_signed("!=", status, i64(0)), likely=False):
             e.ret(i64(t + 1))
+
+    def _parallel_kernel(self, t, node, slots, emit, n, per, chunks, scratch, after):
+        """`k<t>_<op>(ptrs..., lo, hi)` runs iterations [lo, hi) of the top-level loop (the
+        builder's `Split`); `k<t>_<op>.chunk(ctx, c)` runs chunk c (ctx: the pointers); the
+        entry calls `inplace_parallel_for(chunk, ctx, chunks, threads)`. `scratch`: the
+        kernel also gets a per-call float64[MAX_CHUNKS] (the slot ("scratch", 0)), for a
+        value per chunk; `after(builder, ptrs)` is emitted in `k<t>_<op>.after`, run once
+        when every chunk is done (a reduction combines its partials there, in order)."""
+        from .loops import Split
+        e = self.entry_builder
+        if self._ctx is None:  # at the top of the entry: one array for every parallel kernel
+            here = e.block
+            e.position_at_start(e.function.entry_basic_block)
+            self._ctx = e.alloca(PTR, size=CTX_SLOTS, name="ctx")
+            self._scratch = e.alloca(ir.DoubleType(), size=SCRATCH_SLOTS, name="partials")
+            e.position_at_end(here)
+        if scratch:
+            slots = slots + [("scratch", 0)]
+        name = f"k{t}_{node.op}"
+        body = ir.Function(self.module, ir.FunctionType(ir.VoidType(),
+                                                         [PTR] * len(slots) + [I64, I64]),
+                           name)
+        body.linkage = "internal"
+        body.attributes.add("noinline")
+        ptrs = {}
+        for a, slot in zip(body.args, slots):
+            a.add_attribute("noalias")
+            a.name = f"{slot[0]}{slot[1]}"
+            ptrs[slot] = a
+        lo, hi = body.args[-2:]
+        lo.name, hi.name = "lo", "hi"
+        b = ir.IRBuilder(body.append_basic_block("entry"))
+        b.split = Split(n, lo, hi)
+        emit(b, ptrs)
+        if not b.split.used:
+            raise AssertionError(f"{name}: the split loop was never emitted")
+        b.ret_void()
+
+        chunk = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64]),
+                            f"{name}.chunk")
+        chunk.linkage = "internal"
+        c = ir.IRBuilder(chunk.append_basic_block("entry"))
+        ctx, k = chunk.args
+        args = [c.load(c.gep(ctx, [i64(j)], source_etype=PTR), typ=PTR)
+                for j in range(len(slots))]
+        start = c.mul(k, i64(per))
+        end = c.add(start, i64(per))
+        end = c.select(c.icmp_signed("<", end, i64(n)), end, i64(n))
+        c.call(body, args + [start, end])
+        c.ret_void()
+
+        pf = self.module.globals.get("inplace_parallel_for") or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
+            "inplace_parallel_for")
+        vals = [self._scratch if s == ("scratch", 0) else self.slot_ptr(s) for s in slots]
+        for j, v in enumerate(vals):
+            e.store(v, e.gep(self._ctx, [i64(j)], source_etype=PTR))
+        e.call(pf, [chunk, self._ctx, i64(chunks), self.threads_arg])
+        self.parallel = True
+        if after is not None:
+            fin = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR] * len(slots)),
+                              f"{name}.after")
+            fin.linkage = "internal"
+            fin.attributes.add("noinline")
+            fptrs = dict(zip(slots, fin.args))
+            fb = ir.IRBuilder(fin.append_basic_block("entry"))
+            after(fb, fptrs)
+            fb.ret_void()
+            e.call(fin, vals)
 
     def _emit_fallback(self, t, node, cb, cb_type):
         """Hand the node to the numpy reference: an array of (operand..., output) buffer
@@ -303,11 +454,14 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                   dst.dtype)
         loop_nest(b, shape, body)
 
-    def _elementwise(self, b, ptrs, node, out: Place, ins):
+    @staticmethod
+    def _expr(node, out, ins):
         if node.op == "full":
-            expr = S.const(node.attrs["value"])
-        else:
-            expr = expr_for(REGISTRY[node.op], node.attrs, [p.dtype for p in ins], out.dtype)
+            return S.const(node.attrs["value"])
+        return expr_for(REGISTRY[node.op], node.attrs, [p.dtype for p in ins], out.dtype)
+
+    def _elementwise(self, b, ptrs, node, out: Place, ins):
+        expr = self._expr(node, out, ins)
         strides = [out.strides] + [broadcast_strides(p, out.shape) for p in ins]
         shape, strides = collapse(out.shape, strides)
 
@@ -328,7 +482,14 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             if expr_cost(expr) >= INTERLEAVE_MIN_COST else None
         loop_nest(b, shape, body, inner_md=md)
 
-    def _reduce(self, b, ptrs, node, out: Place, x: Place):
+    def _reduce_shapes(self, node, out: Place, x: Place):
+        """(kept shape, reduced shape, outer): the collapsed kept and reduced dims, and
+        whether the kept dims are innermost in memory (`_reduce_outer`)."""
+        k = self._reduce_layout(node, out, x)
+        kshape, kx, rshape, rx = k[0], k[1], k[3], k[4]
+        return kshape, rshape, bool(kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)))
+
+    def _reduce_layout(self, node, out: Place, x: Place):
         axes = normalize_axes(node.attrs.get("axis"), len(x.shape))
         keepdim = node.attrs.get("keepdim", False)
         # Output strides per input dim (0 on reduced dims).
@@ -345,16 +506,78 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         kshape, (kx, ko) = collapse([x.shape[d] for d in kept],
                                     [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
         rshape, (rx,) = collapse([x.shape[d] for d in red], [[x.strides[d] for d in red]])
+        return kshape, kx, ko, rshape, rx
+
+    @staticmethod
+    def _acc_dtype(op, xd):
+        if op == "max":
+            return xd
+        if xd.kind == "f" or op == "mean":
+            return np.dtype(np.float64)  # one rounding at the end (see module docstring)
+        return np.dtype(np.int64)
+
+    @staticmethod
+    def _acc_init(op, acc_d):
+        if op == "max":
+            return constant(-np.inf, acc_d) if acc_d.kind == "f" else \
+                constant(np.iinfo(acc_d).min if acc_d.kind == "i" else 0, acc_d)
+        return constant(0, acc_d)
+
+    def _reduce_chunk(self, b, ptrs, node, out: Place, x: Place, rshape):
+        """One chunk of a full reduction (`_lower_reduction`; kept dims, if any, of size 1):
+        its part of the reduced loop, accumulated as `_reduce` does, into scratch[chunk]."""
+        _, _, _, _, rx = self._reduce_layout(node, out, x)
+        op, xd = node.op, x.dtype
+        acc_d = self._acc_dtype(op, xd)
+        acc_t = ll_type(acc_d)
+        slot = b.alloca(acc_t, name="acc")
+        b.store(self._acc_init(op, acc_d), slot)
+
+        def inner(ridx):
+            v = convert(b, load(b, elem_ptr(b, ptrs[x.slot], xd, index(b, x.offset, rx, ridx)),
+                                xd), xd, acc_d)
+            a = b.load(slot, typ=acc_t)
+            if op == "max":
+                r = select_max(b, a, v, acc_d)
+            elif acc_d.kind == "f":
+                r = b.fadd(a, v, flags=["reassoc"])
+            else:
+                r = b.add(a, v)
+            b.store(r, slot)
+        loop_nest(b, rshape, inner, "r")
+        # chunk number = lo / per: the scratch holds float64 bits (an i64 or a float
+        # accumulator is stored through its own type in that 8-byte cell)
+        per = chunking(rshape[0], int(np.prod(rshape[1:], dtype=np.int64)))[0]
+        c = b.sdiv(b.split.lo, i64(per))
+        cell = b.gep(ptrs[("scratch", 0)], [c], source_etype=ir.DoubleType())
+        b.store(b.load(slot, typ=acc_t), cell)
+
+    def _reduce_combine(self, b, ptrs, node, out: Place, x: Place, rshape):
+        """out = the chunks' partials combined in chunk order (then the mean's division)."""
+        op, xd, od = node.op, x.dtype, out.dtype
+        acc_d = self._acc_dtype(op, xd)
+        acc_t = ll_type(acc_d)
+        per, chunks = chunking(rshape[0], int(np.prod(rshape[1:], dtype=np.int64)))
+        a = b.load(ptrs[("scratch", 0)], typ=acc_t)
+        for c in range(1, chunks):
+            v = b.load(b.gep(ptrs[("scratch", 0)], [i64(c)], source_etype=ir.DoubleType()),
+                       typ=acc_t)
+            if op == "max":
+                a = select_max(b, a, v, acc_d)
+            elif acc_d.kind == "f":
+                a = b.fadd(a, v)
+            else:
+                a = b.add(a, v)
+        a = convert(b, a, acc_d, od)
+        if op == "mean":
+            a = b.fdiv(a, constant(float(int(np.prod(rshape, dtype=np.int64))), od))
+        store(b, a, elem_ptr(b, ptrs[out.slot], od, i64(out.offset)), od)
+
+    def _reduce(self, b, ptrs, node, out: Place, x: Place):
+        kshape, kx, ko, rshape, rx = self._reduce_layout(node, out, x)
         op = node.op
         xd, od = x.dtype, out.dtype
-        if op == "max":
-            acc_d = xd
-        elif xd.kind == "f":
-            acc_d = np.dtype(np.float64)  # one rounding at the end (see module docstring)
-        elif op == "mean":
-            acc_d = np.dtype(np.float64)
-        else:
-            acc_d = np.dtype(np.int64)
+        acc_d = self._acc_dtype(op, xd)
         acc_t = ll_type(acc_d)
         count = int(np.prod(rshape, dtype=np.int64)) if rshape else 1
         if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
@@ -363,12 +586,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         slot = b.alloca(acc_t, name="acc")
 
         def outer(oidx):
-            if op == "max":
-                init = constant(-np.inf, acc_d) if acc_d.kind == "f" else \
-                    constant(np.iinfo(acc_d).min if acc_d.kind == "i" else 0, acc_d)
-            else:
-                init = constant(0, acc_d)
-            b.store(init, slot)
+            b.store(self._acc_init(op, acc_d), slot)
             xoff = index(b, x.offset, kx, oidx)
 
             def inner(ridx):
@@ -399,6 +617,17 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         contiguous, vectorisable loop. Same order as numpy's own outer-axis reductions
         (out = x[0]; out += x[1]; ...), in the output dtype as numpy does."""
         xd, od = x.dtype, out.dtype
+        # In a chunk (parallel kernel), this chunk's block of the kept dims' outermost one,
+        # in each of the three nests (in the row nest it is the inner loop).
+        split, b.split = getattr(b, "split", None), None
+
+        def knest(body, prefix):
+            if split is None:
+                loop_nest(b, kshape, body, prefix)
+                return
+            lo, hi = split.range_for(b, kshape[0])
+            with for_range(b, hi, f"{prefix}0", start=lo) as i0:
+                loop_nest(b, kshape[1:], lambda rest: body([i0] + rest), f"{prefix}_")
 
         def at_out(kidx):
             return elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, kidx))
@@ -407,7 +636,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 constant(np.iinfo(od).min if od.kind == "i" else 0, od)
         else:
             init = constant(0, od)
-        loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")
+        knest(lambda kidx: store(b, init, at_out(kidx), od), "i")
 
         def row(ridx):
             roff = index(b, x.offset, rx, ridx)
@@ -427,12 +656,13 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 else:
                     r = b.add(a, v)
                 store(b, r, p, od)
-            loop_nest(b, kshape, inner, "k")
+            knest(inner, "k")
         loop_nest(b, rshape, row, "r")
         if op == "mean":
-            loop_nest(b, kshape, lambda kidx: store(
+            knest(lambda kidx: store(
                 b, b.fdiv(load(b, at_out(kidx), od), constant(float(count), od)), at_out(kidx),
                 od), "m")
+        b.split = split
 
     def _fill(self, b, ptrs, dst: Place):
         """dst = 0."""
@@ -496,6 +726,15 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             rem = b.srem(rem, i64(src.strides[d]))
             acc = b.add(acc, b.mul(q, i64(dst.strides[d])))
         return acc
+
+
+def _outer_split(shape, work_per_element):
+    """split= for a kernel whose top-level loop nest is `shape` (collapsed): its outer extent
+    and the work of one outer iteration; None for a 0-d loop."""
+    if not shape:
+        return None
+    inner = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+    return int(shape[0]), inner * work_per_element
 
 
 # Kernel family (the lowering table, `runtime/lowering/families.py`) -> the method that lowers

@@ -42,11 +42,11 @@ from compiler.ops import COMM_OPS
 from runtime.arena import ArenaPool, compute, empty_aligned
 from runtime.reference import run_node
 
-from . import jit
+from . import jit, pool
 from .emitter import ModuleEmitter
 
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                          ctypes.c_void_p)
+                          ctypes.c_void_p, ctypes.c_int64)
 _FALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))
 ALIGN = 64
 
@@ -94,6 +94,12 @@ class CpuExecutable(ArenaPool):
         self._const_data = {k: np.frombuffer(bytes(d), np.uint8)
                              for k, d in emitter.const_data.items()}
         self._output_buffers = emitter.output_buffers
+        # Threads a call may use (`set_threads`; the driver passes the `threads=` option);
+        # the pool is compiled before a module that calls it is linked.
+        self.parallel, self.threads = emitter.parallel, 1
+        if self.parallel:
+            pool.ensure(1)
+        self._blas = any(name in emitter.module.globals for name in jit.BLAS_GEMM.values())
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
         self._entry = _ENTRY(self._compiled.address("run"))
         self._cb = _FALLBACK(self._fallback)
@@ -104,6 +110,13 @@ class CpuExecutable(ArenaPool):
         self._errors: dict[int, BaseException] = {}  # a fallback's exception, per thread
         if "llvm-opt" in os.environ.get("COMPILER_DUMP", "").split(","):
             print(self.optimized_ir)  # (COMPILER_DUMP=llvm, in the pipeline, prints `source`)
+
+    def set_threads(self, threads: int):
+        """Run this program's parallel kernels on up to `threads` threads (1: all on the
+        calling thread); results are the same for any value."""
+        self.threads = int(threads)
+        if self.parallel and self.threads > 1:
+            pool.ensure(self.threads)
 
     @property
     def optimized_ir(self) -> str:
@@ -231,7 +244,16 @@ class CpuExecutable(ArenaPool):
             in_ptrs[k] = a.ctypes.data
         for k, o in enumerate(outputs):
             out_ptrs[k] = o.ctypes.data
-        status = self._entry(state.arena_ptr, state.in_addr, state.out_addr, self._cb_address)
+        if self._blas:
+            pool.blas_enter()
+            try:
+                status = self._entry(state.arena_ptr, state.in_addr, state.out_addr,
+                                     self._cb_address, self.threads)
+            finally:
+                pool.blas_exit()
+        else:
+            status = self._entry(state.arena_ptr, state.in_addr, state.out_addr,
+                                 self._cb_address, self.threads)
         if self._errors:  # (some thread's callback failed: this one's?)
             error = self._errors.pop(threading.get_ident(), None)
             if error is not None:

@@ -21,13 +21,21 @@ from .loops import elem_ptr, for_range, i64, index, loop_nest
 from .scalar import F32, F64, I32, I64, constant, convert, ll_type, load, store
 
 PTR = ir.PointerType()
+# A parallel GEMM (no batch to split) is cut into blocks of whole units of GEMM_ROWS rows (or
+# columns, whichever of M and N is larger): each block one single-threaded cblas call, which
+# packs the other operand again (1/GEMM_ROWS of its work: 64 keeps it near 1.5%). Work per
+# multiply-add, against an elementwise loop's element operation: BLAS does ~16 per cycle.
+GEMM_ROWS = 64
+GEMM_WORK = 1 / 16
 
 
 class GemmKernels:
     """The gemm family's kernels (`runtime/lowering/families.py`)."""
 
     # -- matmul ----------------------------------------------------------------------------
-    def _matmul(self, b, ptrs, out: Place, x: Place, y: Place):
+    def _matmul_plan(self, out: Place, x: Place, y: Place):
+        """How `_matmul` computes out = x @ y: ("fill",), ("loops", bshape, xb, yb, ob) or
+        ("blas", m, kk, n, xm, om, bshape_c, (cxb, cyb, cob), ldc)."""
         bshape = out.shape[:-2]
         m, kk, n = x.shape[-2], x.shape[-1], y.shape[-1]
         xb = broadcast_strides(Place(x.slot, 0, x.shape[:-2], x.strides[:-2], x.dtype),
@@ -40,14 +48,12 @@ class GemmKernels:
         om, on = out.strides[-2:]
         dt = out.dtype
         if kk == 0:  # an empty sum: zeros (never hand BLAS k = 0)
-            self._fill(b, ptrs, out)
-            return
+            return ("fill",)
         use_blas = (self.blas_ok and dt.kind == "f" and x.dtype == dt and y.dtype == dt
                     and (blas_layout(m, n, om, on) or ("T",))[0] == "N"
                     and blas_layout(m, kk, xm, xk) and blas_layout(kk, n, yk, yn))
         if not use_blas:
-            self._matmul_loops(b, ptrs, out, x, y, bshape, xb, yb, ob)
-            return
+            return ("loops", bshape, xb, yb, ob)
         # Fold a batch that runs contiguously into the rows when the right operand is shared:
         # [B, M, K] @ [K, N] is one [B*M, K] @ [K, N] GEMM.
         if bshape and all(s == 0 for s in yb):
@@ -58,25 +64,81 @@ class GemmKernels:
                 bshape, xb, yb, ob = (), (), (), ()
                 m, xm, om = fshape[0], fx[0], fo[0]
         ldc = blas_layout(m, n, om, on)[1]
-        bshape_c, (cxb, cyb, cob) = collapse(bshape, [xb, yb, ob]) if bshape else ((), ((),) * 3)
+        bshape_c, cs = collapse(bshape, [xb, yb, ob]) if bshape else ((), ((),) * 3)
+        return ("blas", m, kk, n, xm, om, bshape_c, cs, ldc)
+
+    def _matmul_split(self, out: Place, x: Place, y: Place):
+        """split= for the matmul kernel (`emitter._kernel`): batches, or GEMM blocks."""
+        plan = self._matmul_plan(out, x, y)
+        if plan[0] != "blas":
+            return None
+        _, m, kk, n, _, _, bshape_c, _, _ = plan
+        flops = m * n * kk * GEMM_WORK
+        if bshape_c:
+            return bshape_c[0], flops * int(np.prod(bshape_c[1:], dtype=np.int64))
+        return gemm_units(m, n, kk)
+
+    def _matmul(self, b, ptrs, out: Place, x: Place, y: Place):
+        plan = self._matmul_plan(out, x, y)
+        if plan[0] == "fill":
+            self._fill(b, ptrs, out)
+            return
+        if plan[0] == "loops":
+            self._matmul_loops(b, ptrs, out, x, y, *plan[1:])
+            return
+        _, m, kk, n, xm, om, bshape_c, (cxb, cyb, cob), ldc = plan
+        xk, yk, yn, on = x.strides[-1], y.strides[-2], y.strides[-1], out.strides[-1]
+        dt = out.dtype
 
         def one(idxs):
             xo = index(b, x.offset, cxb, idxs)
             yo = index(b, y.offset, cyb, idxs)
             oo = index(b, out.offset, cob, idxs)
-            self.gemm(b, dt, m, n, kk,
-                      elem_ptr(b, ptrs[x.slot], dt, xo), (xm, xk),
-                      elem_ptr(b, ptrs[y.slot], dt, yo), (yk, yn),
-                      elem_ptr(b, ptrs[out.slot], dt, oo), ldc)
-        loop_nest(b, bshape_c, one, "b")
+            self.gemm_blocked(b, dt, m, n, kk,
+                              ptrs[x.slot], xo, (xm, xk), ptrs[y.slot], yo, (yk, yn),
+                              ptrs[out.slot], oo, (om, on), ldc)
+        if bshape_c:
+            loop_nest(b, bshape_c, one, "b")
+        else:
+            one([])
+
+    def gemm_blocked(self, b, dt, m, n, kk, xp, xo, xs, yp, yo, ys, op, oo, os_, ldc,
+                     alpha=1.0, beta=0.0):
+        """One GEMM, or in a chunk of a parallel kernel whose split is its blocks
+        (`gemm_units`), this chunk's block of rows (or columns): the same cblas call on
+        the block's rows of A and C (or columns of B and C)."""
+        split = getattr(b, "split", None) if getattr(b, "depth", 0) == 0 else None
+        if split is None:
+            self.gemm(b, dt, m, n, kk, elem_ptr(b, xp, dt, xo), xs, elem_ptr(b, yp, dt, yo), ys,
+                      elem_ptr(b, op, dt, oo), ldc, alpha, beta)
+            return
+        rows = m >= n
+        dim = m if rows else n
+        lo, hi = split.range_for(b, -(-dim // GEMM_ROWS))
+        first = b.mul(lo, i64(GEMM_ROWS))
+        last = b.mul(hi, i64(GEMM_ROWS))
+        last = b.select(b.icmp_signed("<", last, i64(dim)), last, i64(dim))
+        count = b.sub(last, first)
+        if rows:
+            xo = b.add(xo, b.mul(first, i64(xs[0])))
+            oo = b.add(oo, b.mul(first, i64(os_[0])))
+            m = count
+        else:
+            yo = b.add(yo, b.mul(first, i64(ys[1])))
+            oo = b.add(oo, b.mul(first, i64(os_[1])))
+            n = count
+        self.gemm(b, dt, m, n, kk, elem_ptr(b, xp, dt, xo), xs, elem_ptr(b, yp, dt, yo), ys,
+                  elem_ptr(b, op, dt, oo), ldc, alpha, beta)
 
     def gemm(self, b, dtype, m, n, k, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc,
              alpha=1.0, beta=0.0):
         """C = alpha * A @ B + beta * C through cblas_?gemm (row-major; 64-bit sizes, C-int
         enums). A and B are given by their (row, column) element strides: whichever of them
         is 1 decides the transpose flag; no operand is ever copied."""
-        ta, lda = blas_layout(m, k, *a_strides)
-        tb, ldb = blas_layout(k, n, *b_strides)
+        # (m or n may be an i64 value: a block of a parallel GEMM; the layout's leading
+        # dimension and transpose don't depend on it)
+        ta, lda = blas_layout(m if isinstance(m, int) else 2, k, *a_strides)
+        tb, ldb = blas_layout(k, n if isinstance(n, int) else 2, *b_strides)
         ft = F32 if np.dtype(dtype) == np.float32 else F64
         name = jit.BLAS_GEMM[np.dtype(dtype).name]
         fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
@@ -84,7 +146,7 @@ class GemmKernels:
                             I64]), name)
         flag = {"N": 111, "T": 112}
         b.call(fn, [ir.Constant(I32, 101), ir.Constant(I32, flag[ta]),
-                    ir.Constant(I32, flag[tb]), i64(m), i64(n), i64(k),
+                    ir.Constant(I32, flag[tb]), _i64(m), _i64(n), i64(k),
                     ir.Constant(ft, alpha), a_ptr, i64(lda), b_ptr, i64(ldb),
                     ir.Constant(ft, beta), c_ptr, i64(ldc)])
 
@@ -98,21 +160,23 @@ class GemmKernels:
         def op(p: Place, t: bool) -> Place:
             return Place(p.slot, p.offset, p.shape[::-1], p.strides[::-1], p.dtype) if t else p
         x, y = op(x, at["trans_a"]), op(y, at["trans_b"])
-        if (c.slot, c.offset, c.strides, c.dtype) != (out.slot, out.offset, out.strides,
-                                                      out.dtype):
-            self._copy(b, ptrs, out, c)
+        copy = (c.slot, c.offset, c.strides, c.dtype) != (out.slot, out.offset, out.strides,
+                                                          out.dtype)
         m, kk, n = x.shape[0], x.shape[1], y.shape[1]
         dt = out.dtype
-        lc = blas_layout(m, n, *out.strides)
-        if (self.blas_ok and kk > 0 and x.dtype == dt and y.dtype == dt and lc
-                and lc[0] == "N" and blas_layout(m, kk, *x.strides)
-                and blas_layout(kk, n, *y.strides)):
-            self.gemm(b, dt, m, n, kk,
-                      elem_ptr(b, ptrs[x.slot], dt, index(b, x.offset, (), ())), x.strides,
-                      elem_ptr(b, ptrs[y.slot], dt, index(b, y.offset, (), ())), y.strides,
-                      elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, (), ())), lc[1],
-                      alpha, beta)
+        if self._gemm_blas(out, x, y):
+            if getattr(b, "split", None) is None:
+                if copy:
+                    self._copy(b, ptrs, out, c)
+            elif copy:  # a block of a parallel gemm: copy its block of c, then its cblas call
+                self._copy_block(b, ptrs, out, c, m, n)
+            self.gemm_blocked(b, dt, m, n, kk, ptrs[x.slot], i64(x.offset), x.strides,
+                              ptrs[y.slot], i64(y.offset), y.strides, ptrs[out.slot],
+                              i64(out.offset), out.strides,
+                              blas_layout(m, n, *out.strides)[1], alpha, beta)
             return
+        if copy:
+            self._copy(b, ptrs, out, c)
         acc = b.alloca(ll_type(dt))
 
         def body(idxs):
@@ -129,6 +193,47 @@ class GemmKernels:
             old = b.fmul(constant(beta, dt), load(b, at_out, dt))
             store(b, b.fadd(old, prod), at_out, dt)
         loop_nest(b, (m, n), body)
+
+    def _gemm_blas(self, out: Place, x: Place, y: Place) -> bool:
+        """Whether `_gemm` (x, y already transposed as the node says) is one cblas call."""
+        m, kk, n = x.shape[0], x.shape[1], y.shape[1]
+        dt = out.dtype
+        lc = blas_layout(m, n, *out.strides)
+        return bool(self.blas_ok and kk > 0 and x.dtype == dt and y.dtype == dt and lc
+                    and lc[0] == "N" and blas_layout(m, kk, *x.strides)
+                    and blas_layout(kk, n, *y.strides))
+
+    def _gemm_split(self, node, out: Place, x: Place, y: Place, c: Place):
+        """split= for the gemm kernel: blocks (`gemm_units`) when it is one cblas call."""
+        at = node.attrs
+
+        def op(p: Place, t: bool) -> Place:
+            return Place(p.slot, p.offset, p.shape[::-1], p.strides[::-1], p.dtype) if t else p
+        x, y = op(x, at["trans_a"]), op(y, at["trans_b"])
+        if not self._gemm_blas(out, x, y):
+            return None
+        return gemm_units(x.shape[0], y.shape[1], x.shape[1])
+
+    def _copy_block(self, b, ptrs, out: Place, c: Place, m: int, n: int):
+        """out = c over this chunk's block of rows (or columns) (`gemm_blocked`'s block)."""
+        split = b.split
+        rows = m >= n
+        dim = m if rows else n
+        lo, hi = split.lo, split.hi
+        first = b.mul(lo, i64(GEMM_ROWS))
+        last = b.mul(hi, i64(GEMM_ROWS))
+        last = b.select(b.icmp_signed("<", last, i64(dim)), last, i64(dim))
+        cs = broadcast_strides(c, out.shape)
+
+        def elem(i, j):
+            v = load(b, elem_ptr(b, ptrs[c.slot], c.dtype, index(b, c.offset, cs, (i, j))),
+                     c.dtype)
+            store(b, convert(b, v, c.dtype, out.dtype), elem_ptr(
+                b, ptrs[out.slot], out.dtype, index(b, out.offset, out.strides, (i, j))),
+                out.dtype)
+        with for_range(b, last if rows else m, "ci", start=first if rows else i64(0)) as i:
+            with for_range(b, n if rows else last, "cj", start=None if rows else first) as j:
+                elem(i, j)
 
     def _matmul_loops(self, b, ptrs, out, x, y, bshape, xb, yb, ob):
         """A generated loop for what BLAS can't take (ints, odd layouts): out[.., i, j] =
@@ -163,3 +268,14 @@ class GemmKernels:
                   elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, tuple(ob) + out.strides[
                       -2:], idxs)), dt)
         loop_nest(b, shape, body)
+
+
+def _i64(v):
+    return v if isinstance(v, ir.Value) else i64(v)
+
+
+def gemm_units(m: int, n: int, kk: int):
+    """split= for one GEMM cut into blocks: units of GEMM_ROWS rows (or columns) of the
+    larger of M and N, and the work of one unit."""
+    dim, other = (m, n) if m >= n else (n, m)
+    return -(-dim // GEMM_ROWS), GEMM_ROWS * other * kk * GEMM_WORK

@@ -68,6 +68,22 @@ class IndexKernels:
             return self._k_one_hot_checked if self._checked(node) else None
         return getattr(self, f"_k_{op}", None) if op in CHECKED_OPS | {"cumsum"} else None
 
+    def _index_split(self, node, out: Place, ins):
+        """split= (`emitter._kernel`) for the index kernels that run in parallel chunks:
+        cumsum along an inner axis (its rows); None for the others."""
+        if node.op != "cumsum" or not ins[0].shape:
+            return None
+        x = ins[0]
+        ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
+        others = [d for d in range(len(x.shape)) if d != ax]
+        oshape, (_, so) = collapse([x.shape[d] for d in others],
+                                   [[x.strides[d] for d in others],
+                                    [out.strides[d] for d in others]])
+        if not oshape or min(map(abs, so)) < abs(out.strides[ax]):
+            return None  # (the axis is outer: slab by slab, serial)
+        inner = int(np.prod(oshape[1:], dtype=np.int64)) if len(oshape) > 1 else 1
+        return oshape[0], inner * x.shape[ax]
+
     def _checked(self, node) -> bool:
         """Does the kernel of `node` check data (and return a status)? Index ops always (their
         reference always does); one_hot when its labels are computed in the program (a

@@ -91,11 +91,19 @@ def _external_symbols() -> dict[str, int]:
             syms[name] = ctypes.cast(getattr(libm, name), ctypes.c_void_p).value
     for name in LIBC:
         syms[name] = ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+    from .pool import pthread_symbols  # (the thread pool's IR: pool.py)
+    syms.update(pthread_symbols())
     blas = openblas()
     if blas is not None:
         for name in BLAS_GEMM.values():
             syms[name] = ctypes.cast(getattr(blas, name), ctypes.c_void_p).value
     return syms
+
+
+def register_symbol(name: str, address: int):
+    """One more symbol modules linked from now on import (the pool's `inplace_parallel_for`)."""
+    with _lock:
+        _init()["symbols"][name] = address
 
 
 def openblas_path() -> str | None:

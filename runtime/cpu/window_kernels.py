@@ -118,8 +118,25 @@ class WindowKernels:
         def pos(i, lo, stride, k, dil, pad):
             i = b.add(i, lo)
             return i, b.add(b.mul(i, i64(stride)), b.sub(b.mul(k, i64(dil)), i64(pad)))
+        # A chunk of a parallel kernel (`conv_split`) runs the output's channels [lo, hi) of
+        # every loop below: each output element still sums in the same (u, v, c) order.
+        split, b.split = getattr(b, "split", None), None
+        lo, hi = split.range_for(b, self.conv_split(node, out, p0, p1)[0]) \
+            if split is not None else (i64(0), i64(cin if op == "conv2d_grad_input" else co))
+
+        def nest(before, after, body, prefix):
+            """Loops over before + [lo, hi) + after."""
+            def mid(pre):
+                with for_range(b, hi, f"{prefix}k", start=lo) as k:
+                    loop_nest(b, after, lambda post: body(list(pre) + [k] + list(post)),
+                              f"{prefix}_")
+            loop_nest(b, before, mid, prefix)
         if op != "conv2d_grad_weight":
-            self._fill(b, ptrs, out)
+            if split is None:
+                self._fill(b, ptrs, out)
+            else:
+                nest((nb,), out.shape[2:], lambda idx: store(b, constant(0, dt), at(out, idx),
+                                                             dt), "z")
         acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
         acc = b.alloca(ll_type(acc_d))
         with for_range(b, kh, "u") as u:
@@ -142,7 +159,7 @@ class WindowKernels:
                         loop_nest(b, (nb, ni, nj), inner, "r")
                         res = convert(b, b.load(acc, typ=ll_type(acc_d)), acc_d, dt)
                         store(b, res, at(w, [o, c, u, v]), dt)
-                    loop_nest(b, (co, cin), wbody, "w")
+                    nest((), (cin,), wbody, "w")
                 else:
                     def body(idx):
                         n, a1, a2, i, j = idx
@@ -156,8 +173,20 @@ class WindowKernels:
                             dst, src = at(out, [n, c, r, q]), val(g, [n, o, i, j])
                         cur = b.load(dst, typ=t)
                         b.store(self._add(b, cur, self._mul(b, src, wv, dt), dt), dst)
-                    outer = (co, cin) if op == "conv2d" else (cin, co)
-                    loop_nest(b, (nb,) + outer + (ni, nj), body, "c")
+                    inner = cin if op == "conv2d" else co
+                    nest((nb,), (inner, ni, nj), body, "c")
+        b.split = split
+
+    @staticmethod
+    def conv_split(node, out: Place, p0: Place, p1: Place):
+        """split= for a conv kernel: the output's channels (conv2d: o; grad_input: c;
+        grad_weight: o), each worth its share of the multiply-adds."""
+        x, w, g = conv_roles(node.op, out, p0, p1)
+        nb, cin = x.shape[:2]
+        co, _, kh, kw = w.shape
+        macs = nb * cin * co * kh * kw * g.shape[2] * g.shape[3]
+        n = cin if node.op == "conv2d_grad_input" else co
+        return n, macs / max(n, 1)
 
     @staticmethod
     def _mul(b, x, y, dt):
@@ -210,7 +239,17 @@ class WindowKernels:
         argmax: the first NaN, else the first largest)."""
         dt = out.dtype
         t = ll_type(dt)
-        self._fill(b, ptrs, out)
+        # A chunk of a parallel kernel: its batch rows [lo, hi) of gx (zeroed) and of g (no
+        # window reaches another batch row, so no two chunks write one element).
+        split, b.split = getattr(b, "split", None), None
+        if split is None:
+            self._fill(b, ptrs, out)
+        else:
+            lo, hi = split.range_for(b, g.shape[0])
+            with for_range(b, hi, "zn", start=lo) as n:
+                loop_nest(b, out.shape[1:], lambda rest: store(
+                    b, constant(0, dt), elem_ptr(b, ptrs[out.slot], dt, index(
+                        b, out.offset, out.strides, [n] + list(rest))), dt), "z")
         best, where = b.alloca(ll_type(x.dtype)), b.alloca(I64)
         fl = x.dtype.kind == "f"
 
@@ -241,4 +280,9 @@ class WindowKernels:
                 gv = convert(b, gv, g.dtype, dt)
                 optr = elem_ptr(b, ptrs[out.slot], dt, self._remap(b, k, x, out))
                 b.store(b.fadd(b.load(optr, typ=t), gv), optr)
-        loop_nest(b, g.shape, body)
+        if split is None:
+            loop_nest(b, g.shape, body)
+        else:
+            with for_range(b, hi, "gn", start=lo) as n:
+                loop_nest(b, g.shape[1:], lambda rest: body([n] + list(rest)))
+        b.split = split

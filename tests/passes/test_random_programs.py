@@ -50,6 +50,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -326,22 +327,66 @@ def test_training_program_gradients_match_finite_differences(prog):
 # The cpu (llvmlite) backend, sanitizer on, on the same generators with fewer examples (each
 # example compiles 3-5 native modules, ~0.1 s): about a third of numpy's, which keeps the
 # suite's added time near a minute on 2 cores. RANDOM_PROGRAMS_EXAMPLES=N runs N on each.
+# Each runs with 1 and with 2 threads (`cc.compile(threads=)` through the COMPILER_THREADS
+# variable), every loop that can be cut cut into chunks, however small (`_split_everything`).
+@contextmanager
+def _split_everything(threads):
+    """The cpu backend's thread count and its serial thresholds, for this block: with
+    threads=N every parallel kernel is cut into as many chunks as its outer loop allows."""
+    from runtime.cpu import emitter
+    saved = emitter.PARALLEL_MIN_WORK, emitter.GRAIN, os.environ.get("COMPILER_THREADS")
+    emitter.PARALLEL_MIN_WORK, emitter.GRAIN = 0, 1
+    os.environ["COMPILER_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        emitter.PARALLEL_MIN_WORK, emitter.GRAIN = saved[:2]
+        if saved[2] is None:
+            os.environ.pop("COMPILER_THREADS", None)
+        else:
+            os.environ["COMPILER_THREADS"] = saved[2]
+
+
+CPU_THREADS = pytest.mark.parametrize("threads", [1, 2])
+
+
+@CPU_THREADS
 @_settings(100)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
-def test_forward_programs_on_cpu_match_reference(prog, donate_mask):
-    check_program(prog, donate_mask, backend="cpu")
+def test_forward_programs_on_cpu_match_reference(prog, donate_mask, threads):
+    with _split_everything(threads):
+        check_program(prog, donate_mask, backend="cpu")
 
 
+@CPU_THREADS
 @_settings(80)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
-def test_training_programs_on_cpu_match_reference(prog, donate_mask):
-    check_program(prog, donate_mask, backend="cpu")
+def test_training_programs_on_cpu_match_reference(prog, donate_mask, threads):
+    with _split_everything(threads):
+        check_program(prog, donate_mask, backend="cpu")
 
 
+@CPU_THREADS
 @_settings(20)
 @given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
-def test_training_program_gradients_on_cpu_match_finite_differences(prog):
-    check_gradients(prog, backend="cpu")
+def test_training_program_gradients_on_cpu_match_finite_differences(prog, threads):
+    with _split_everything(threads):
+        check_gradients(prog, backend="cpu")
+
+
+@_settings(40)
+@given(prog=programs(STEPS, errors=False))
+def test_programs_on_cpu_give_the_same_bits_for_any_thread_count(prog):
+    """Outputs and the caller's arrays after the call, bit for bit, with 1, 2 and 3 threads
+    (every loop cut into chunks): which thread runs a chunk never changes a result."""
+    assume(not prog.expect_error)
+    note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
+    outcomes = []
+    for threads in (1, 2, 3):
+        with _split_everything(threads):
+            cf = cc.compile(prog.build(), backend="cpu", sanitize=True)
+            outcomes.append([_outcome(cf, prog, prog.storages()) for _ in range(2)])
+    assert outcomes[0] == outcomes[1] == outcomes[2]
 
 
 # -- concurrent mode -------------------------------------------------------------------------------

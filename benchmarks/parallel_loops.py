@@ -1,0 +1,195 @@
+"""Issue 25's figure for the cpu backend's thread pool: the same programs with threads=1 and
+threads=2 (`cc.compile(..., threads=N)`), interleaved.
+
+    python benchmarks/parallel_loops.py [--repeat 15] [--quick] [--grain]
+
+Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hundred times:
+one fused loop), the MLP training step (examples/mlp.py) and the transformer training step
+(examples/transformer_block.py). Each repeat times a batch of calls with 1 thread, then the same
+with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio
+1 thread / 2 threads are printed, with this process's CPU time over wall time (~2 when 2 threads really ran at
+once) and, with 2 threads, the share of that CPU time spent outside the calling thread (the
+pool's worker; ~0.5 when it takes half the work). On a machine shared with other sessions,
+Linux's autogroup scheduling gives this process one session's share of the cores however
+many threads it runs: the ratio then stays near 1 while the worker share shows the work is
+split; measure the ratio on a quiet machine. The first call's outputs (and updated parameters) of both
+are compared bit for bit. Printed with it: the load average (a shared machine's figure is as
+good as the cores that were free), the cores this process may use, and the BLAS: OpenBLAS's
+kernel (`OPENBLAS_CORETYPE` picks it when set) and its thread count outside our calls (inside
+them it is 1: the pool runs the GEMM blocks, `runtime/cpu/pool.py`).
+
+`--grain`: the measurement behind `emitter.PARALLEL_MIN_WORK`: one addition `x + 1.0` over n
+float32 elements, forced parallel (the threshold set to 0), 1 thread against 2.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+import compiler as cc  # noqa: E402
+from examples import mlp as ex_mlp  # noqa: E402
+from examples import transformer_block as ex_tf  # noqa: E402
+from runtime.cpu import emitter, jit, pool  # noqa: E402
+
+
+def add100(x):
+    for _ in range(100):
+        x = x + 1.0
+    return x
+
+
+def workloads(quick: bool):
+    rng = np.random.default_rng(0)
+    add = rng.standard_normal((100, 100) if quick else (1000, 1000)).astype(np.float32)
+    if quick:
+        mlp = ex_mlp.example_inputs(batch=16, sizes=(32, 64, 10))
+        tf = ex_tf.example_inputs(batch=2, seq=16, d_model=32, d_mlp=64)
+    else:
+        mlp, tf = ex_mlp.example_inputs(), ex_tf.example_inputs()
+    return {"add100": (add100, (add,)), "mlp": (ex_mlp.train_step, tuple(mlp)),
+            "transformer": (ex_tf.train_step, tuple(tf))}
+
+
+def _copy(args):
+    return tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+
+
+def _snapshot(result, args):
+    outs = result if isinstance(result, (tuple, list)) else (result,)
+    return [np.array(o) for o in outs] + [np.array(a) for a in args
+                                          if isinstance(a, np.ndarray)]
+
+
+def blas_description() -> str:
+    lib = jit.openblas()
+    core = "?"
+    for name in ("scipy_openblas_get_corename64_", "openblas_get_corename"):
+        if lib is not None and hasattr(lib, name):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_char_p
+            core = fn().decode()
+            break
+    return (f"OpenBLAS kernel {core}, {pool.blas_threads()} threads outside our calls "
+            f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}); "
+            "1 inside them (the pool runs the GEMM blocks)")
+
+
+def _thread_ticks() -> dict:
+    """CPU clock ticks per thread of this process (Linux: /proc/self/task)."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = int(fields[11]) + int(fields[12])
+    except OSError:
+        pass
+    return out
+
+
+def worker_share(prog, args, calls) -> float | None:
+    """The share of this process's CPU time spent outside the calling thread while `prog`
+    runs (~0.5 when the pool's worker takes half the chunks; 0 when it never runs)."""
+    before = _thread_ticks()
+    for _ in range(calls):
+        prog(*args)
+    after = _thread_ticks()
+    me = threading.get_native_id()
+    spent = {t: after[t] - before.get(t, 0) for t in after}
+    total = sum(spent.values())
+    return None if not total else 1 - spent.get(me, 0) / total
+
+
+def _time(prog, args, calls, cpu=None):
+    start, cpu0 = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        prog(*args)
+    wall = time.perf_counter() - start
+    if cpu is not None:  # this process's CPU time over wall time: ~N when N threads ran
+        cpu.append((time.process_time() - cpu0) / wall)
+    return wall / calls
+
+
+def compare(name, fn, args, repeat, target):
+    progs, argsets = {}, {}
+    first = {}
+    for t in (1, 2):
+        argsets[t] = _copy(args)
+        progs[t] = cc.compile(fn, threads=t).lower(*argsets[t])
+        first[t] = _snapshot(progs[t](*argsets[t]), argsets[t])
+    same = all(np.array_equal(a, b) for a, b in zip(first[1], first[2]))
+    t0 = time.perf_counter()
+    progs[1](*argsets[1])
+    once = time.perf_counter() - t0
+    calls = max(1, int(0.2 / max(once, 1e-6)))
+    times, cpu = {1: [], 2: []}, {1: [], 2: []}
+    for r in range(repeat):
+        for t in ((1, 2) if r % 2 == 0 else (2, 1)):
+            times[t].append(_time(progs[t], argsets[t], calls, cpu[t]))
+    med = {t: float(np.median(v)) for t, v in times.items()}
+    q = {t: (np.percentile(v, 25), np.percentile(v, 75)) for t, v in times.items()}
+    ratio = med[1] / med[2]
+    share = worker_share(progs[2], argsets[2], max(calls, int(1.0 / max(med[2], 1e-6))))
+    print(f"| {name} | {med[1] * 1e3:.3f} ({q[1][0] * 1e3:.3f}..{q[1][1] * 1e3:.3f}) | "
+          f"{med[2] * 1e3:.3f} ({q[2][0] * 1e3:.3f}..{q[2][1] * 1e3:.3f}) | {ratio:.2f}x | "
+          f"{target} | {np.median(cpu[1]):.2f} / {np.median(cpu[2]):.2f} | "
+          f"{'?' if share is None else f'{share:.2f}'} | "
+          f"{'yes' if same else 'NO'} |", flush=True)
+    return ratio, same
+
+
+def grain(repeat):
+    saved = emitter.PARALLEL_MIN_WORK
+    emitter.PARALLEL_MIN_WORK = 0
+    try:
+        print("| elements | 1 thread (us) | 2 threads (us) | ratio |")
+        print("|---|---|---|---|")
+        for n in (1 << 12, 1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18, 1 << 20):
+            x = np.ones(n, np.float32)
+            progs = {t: cc.compile(lambda a: a + 1.0, threads=t).lower(x) for t in (1, 2)}
+            calls = max(20, int(2e7 // n))
+            times = {1: [], 2: []}
+            for r in range(repeat):
+                for t in ((1, 2) if r % 2 == 0 else (2, 1)):
+                    times[t].append(_time(progs[t], (x,), calls))
+            m = {t: float(np.median(v)) for t, v in times.items()}
+            print(f"| {n} | {m[1] * 1e6:.1f} | {m[2] * 1e6:.1f} | {m[1] / m[2]:.2f} |",
+                  flush=True)
+    finally:
+        emitter.PARALLEL_MIN_WORK = saved
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    ap.add_argument("--grain", action="store_true", help="the serial threshold's measurement")
+    a = ap.parse_args()
+    print(f"load average before: {os.getloadavg()}; cores this process may use: "
+          f"{pool.available_cores()}")
+    print(blas_description())
+    if a.grain:
+        grain(a.repeat)
+    else:
+        print("\nMedian seconds per call (ms, p25..p75) of "
+              f"{a.repeat} interleaved repeats; ratio = 1 thread / 2 threads\n")
+        print("| workload | 1 thread | 2 threads | ratio | target | CPU/wall 1 / 2 | "
+              "worker share (2) | bit-identical |")
+        print("|---|---|---|---|---|---|---|---|")
+        targets = {"add100": ">= 1.7x", "mlp": ">= 1.5x", "transformer": ">= 1.5x"}
+        for name, (fn, args) in workloads(a.quick).items():
+            compare(name, fn, args, a.repeat, targets[name])
+    print(f"\nload average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
