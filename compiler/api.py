@@ -434,6 +434,24 @@ class Program:
     def _argument_view(self, v, arrays) -> np.ndarray | None:
         """`v` as a view of the caller's array it lives in, if it is an argument's value at
         the end of the call (its value at the call when it is never written), or a view of it."""
+        routes = self.__dict__.get("_routes")
+        if routes is None:  # (the graph decides the route: found once per program)
+            routes = self._routes = {id(o): self._argument_route(o) for o in self.graph.outputs}
+        route = routes[id(v)]
+        if route is None:
+            return None
+        k, chain = route
+        out = arrays[k]
+        for op, attrs in chain:
+            out = apply_view(out, op, attrs)
+            if out is None:  # a reshape the caller's strides can't take as a view
+                return None
+        return out
+
+    def _argument_route(self, v):
+        """(input k, the views from its array to `v`) when `v` lives in a caller's array at
+        the end of the call, else None (computed, or a view of an argument's value before it
+        was written)."""
         final = {id(m): k for k, m in self.graph.mutations.items()}
         chain, cur = [], v
         while id(cur) not in final and cur.producer is not None \
@@ -442,17 +460,10 @@ class Program:
             cur = cur.producer.inputs[0]
         chain.reverse()
         if id(cur) in final:
-            k = final[id(cur)]
-        elif cur.producer is None and self.graph.inputs.index(cur) not in self.graph.mutations:
-            k = self.graph.inputs.index(cur)
-        else:
-            return None  # computed, or a view of an argument's value before it was written
-        out = arrays[k]
-        for op, attrs in chain:
-            out = apply_view(out, op, attrs)
-            if out is None:  # a reshape the caller's strides can't take as a view
-                return None
-        return out
+            return final[id(cur)], chain
+        if cur.producer is None and self.graph.inputs.index(cur) not in self.graph.mutations:
+            return self.graph.inputs.index(cur), chain
+        return None
 
 
 _NOT_DEFERRED = contextlib.nullcontext()
