@@ -19,7 +19,8 @@ _HOMES = {
     "creation": ("arange", "concat", "full", "full_like", "ones", "ones_like", "rand", "randn",
                  "stack", "where", "where_", "zeros", "zeros_like"),
     "errors": ("CompilerError", "DataError", "DeviceError", "InplaceError",
-               "InsufficientMemoryError", "RetraceWarning", "ShapeError", "TraceError"),
+               "InsufficientMemoryError", "MemoryBudgetError", "RetraceWarning", "ShapeError",
+               "TraceError"),
     "ir": ("Graph", "Loc", "Node", "Value"),
     "pass_pipeline": ("pipeline",),
     "tensor": ("Tensor", "to_tensor"),
@@ -33,6 +34,7 @@ __all__ = [
     "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
     "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
+    "MemoryBudgetError",
 ]
 
 

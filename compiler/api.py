@@ -537,10 +537,12 @@ class CompiledFunction:
     Only the ARENA_LIMIT most recently called signatures keep their arenas while idle."""
 
     def __init__(self, fn, backend="cpu", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto", distributed=None, fuse=None, recompute="auto"):
+                 schedule="auto", distributed=None, fuse=None, recompute="auto",
+                 memory_budget=None):
         # Validated here, once: a bad value fails at compile, not at the first call.
         self.options = options = Options.make(backend, inplace, donate, sanitize, schedule,
-                                              distributed, fuse, recompute)
+                                              distributed, fuse, recompute, memory_budget)
+        self.memory_budget = options.memory_budget
         self.fn = fn
         # The options as attributes, as users passed them (backend: its name).
         self.backend = options.backend.name
@@ -792,7 +794,7 @@ def _release_arenas(prog):
 
 
 def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
-            schedule="auto", distributed=None, fuse=None, recompute="auto"):
+            schedule="auto", distributed=None, fuse=None, recompute="auto", memory_budget=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
@@ -809,9 +811,12 @@ def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
     default) means on for the native backends ("cpu", "gpu"), off for "numpy".
     `recompute="auto"` computes cheap elementwise forward values again in the backward pass
     where that lowers the peak (passes.recompute; the report lists each decision); `"off"`
-    keeps every forward value the backward pass reads."""
+    keeps every forward value the backward pass reads.
+    `memory_budget` (bytes beyond the caller's arrays, or a string like "12MiB"): the plan
+    with the least extra work whose planned peak fits, else `MemoryBudgetError` before anything
+    runs (passes.budget)."""
     if fn is None:
         return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
-                                          distributed, fuse, recompute)
+                                          distributed, fuse, recompute, memory_budget)
     return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, distributed, fuse,
-                            recompute)
+                            recompute, memory_budget)

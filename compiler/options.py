@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from passes.budget import parse_budget
 from runtime.backends import Backend, backend_named
 
 INPLACE_MODES = ("auto", "off", "strict")
@@ -28,10 +29,11 @@ class Options:
     fuse: bool = False          # resolved: fuse=None became the backend's default
     recompute: str = "auto"
     distributed: object = None  # an MpiConfig (compiler.distributed) or None
+    memory_budget: int | None = None  # bytes beyond the caller's arrays (passes.budget)
 
     @classmethod
     def make(cls, backend="cpu", inplace="auto", donate=(), sanitize=None, schedule="auto",
-             distributed=None, fuse=None, recompute="auto") -> Options:
+             distributed=None, fuse=None, recompute="auto", memory_budget=None) -> Options:
         """The validated record of the user's options (ValueError names the bad one)."""
         backend = backend_named(backend)
         if inplace not in INPLACE_MODES:
@@ -52,4 +54,6 @@ class Options:
         if distributed is not None and backend.distributed_refusal is not None:
             raise ValueError(backend.distributed_refusal)
         donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
-        return cls(backend, inplace, donate, sanitize, schedule, fuse, recompute, distributed)
+        memory_budget = parse_budget(memory_budget)
+        return cls(backend, inplace, donate, sanitize, schedule, fuse, recompute, distributed,
+                   memory_budget)
