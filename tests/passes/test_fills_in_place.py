@@ -76,7 +76,9 @@ def test_a_fill_writes_the_callers_array(fn, dtype, want, backend):
     x = _arg(dtype, 64)
     expected = want(x.copy())
     address = x.__array_interface__["data"][0]
-    assert cc.compile(fn, backend=backend, sanitize=True)(x) is None
+    cf = cc.compile(fn, backend=backend, sanitize=True)
+    assert cf.lower(x).plan.arena_bytes == 0
+    assert cf(x) is None
     np.testing.assert_array_equal(x, expected)
     assert x.__array_interface__["data"][0] == address
 
@@ -88,6 +90,7 @@ def test_the_gpu_rendering_writes_the_callers_array():
         x = _arg(dtype, 64)
         expected = want(x.copy())
         prog = cc.compile(fn, backend="gpu").lower(x)
+        assert prog.plan.arena_bytes == 0, fn.__name__
         harness.on_host(prog)(x)
         np.testing.assert_array_equal(x, expected, err_msg=fn.__name__)
 
@@ -101,6 +104,13 @@ def test_a_fill_then_a_read_of_the_filled_array(backend):
     assert plan.peak_bytes - plan.input_bytes < 1024, plan.summary()
     assert float(prog(x)) == x.size
     assert np.all(x == 1.0)
+    # a value the dtype can't hold is refused at the user's line, as `full` refuses it
+
+    def too_big(x):
+        x.fill_(2**40)
+    with pytest.raises(cc.TraceError, match="doesn't fit the tensor's dtype int32") as err:
+        cc.compile(too_big, backend=backend)(np.zeros(3, np.int32))
+    assert "test_fills_in_place.py" in str(err.value)
 
 
 def masked_step(x, w):
@@ -117,16 +127,11 @@ def test_a_filled_intermediate_passes_no_gradient_through_the_fill(backend):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 5))
     w = rng.standard_normal((5, 4))
-    loss, grad = cc.compile(masked_step, backend=backend)(x, w)
+    cf = cc.compile(masked_step, backend=backend)
+    fills = [d for d in cf.lower(x, w).plan.decisions if d.op == "fill"]
+    assert fills and all(d.inplace for d in fills)   # in h's own buffer
+    loss, grad = cf(x, w)
     h = x @ w
     h[:, :2] = 0.0
     np.testing.assert_allclose(loss, (h ** 2).sum(), rtol=1e-12)
     np.testing.assert_allclose(grad, x.T @ (2 * h), rtol=1e-12)
-
-
-def test_a_value_the_dtype_cannot_hold_is_refused_at_its_line():
-    def f(x):
-        x.fill_(2**40)
-    with pytest.raises(cc.TraceError, match="doesn't fit the tensor's dtype int32") as err:
-        cc.compile(f, backend="numpy")(np.zeros(3, np.int32))
-    assert "test_fills_in_place.py" in str(err.value)
