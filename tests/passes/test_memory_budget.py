@@ -234,3 +234,15 @@ def test_random_training_programs_meet_every_reachable_budget(prog):
                 cc.compile(fn, backend="numpy", memory_budget=lo - 1).lower(*prog.arrays())
     finally:
         budget_pass.MIN_BYTES = saved
+
+
+def test_the_plan_page_draws_the_budget_search(search, tmp_path):
+    lo = search.lowest().peak
+    plan = cc.compile(gelu_mlp, backend="numpy", memory_budget=lo).lower(*gelu_args()).plan
+    page = open(plan.to_html(str(tmp_path / "plan.html"))).read()
+    section = page[page.index("<h2>Memory budget</h2>"):page.index("<h2>Inplace decisions")]
+    assert section.count("<circle") == len(search.frontier)
+    assert section.count('r="6"') == 1                   # the plan taken
+    assert f"<title>budget {lo} B</title>" in section
+    plain = cc.compile(gelu_mlp, backend="numpy").lower(*gelu_args()).plan
+    assert "<h2>Memory budget</h2>" not in open(plain.to_html(str(tmp_path / "p.html"))).read()
