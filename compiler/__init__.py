@@ -20,7 +20,8 @@ _HOMES = {
                  "stack", "where", "where_", "zeros", "zeros_like", "eye", "linspace"),
     "einsum_lowering": ("einsum",),
     "errors": ("CompilerError", "DataError", "DeviceError", "InplaceError",
-               "InsufficientMemoryError", "RetraceWarning", "ShapeError", "TraceError"),
+               "InsufficientMemoryError", "MemoryBudgetError", "RetraceWarning", "ShapeError",
+               "TraceError"),
     "ir": ("Graph", "Loc", "Node", "Value"),
     "pass_pipeline": ("pipeline",),
     "serialization": ("load", "save"),
@@ -36,7 +37,7 @@ __all__ = [
     "linspace", "einsum",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
     "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
-    "save", "load",
+    "save", "load", "MemoryBudgetError",
 ]
 
 

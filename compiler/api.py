@@ -561,10 +561,13 @@ class CompiledFunction:
     Only the ARENA_LIMIT most recently called signatures keep their arenas while idle."""
 
     def __init__(self, fn, backend="cpu", inplace="auto", donate=(), sanitize=None,
-                 schedule="auto", distributed=None, fuse=None, recompute="auto", threads=None):
+                 schedule="auto", distributed=None, fuse=None, recompute="auto", threads=None,
+                 memory_budget=None):
         # Validated here, once: a bad value fails at compile, not at the first call.
         self.options = options = Options.make(backend, inplace, donate, sanitize, schedule,
-                                              distributed, fuse, recompute, threads)
+                                              distributed, fuse, recompute, threads,
+                                              memory_budget)
+        self.memory_budget = options.memory_budget
         self.fn = fn
         # The options as attributes, as users passed them (backend: its name).
         self.backend = options.backend.name
@@ -816,7 +819,8 @@ def _release_arenas(prog):
 
 
 def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
-            schedule="auto", distributed=None, fuse=None, recompute="auto", threads=None):
+            schedule="auto", distributed=None, fuse=None, recompute="auto", threads=None,
+            memory_budget=None):
     """Compile a function written against the traced Tensor API. Usable as `cc.compile(fn)`,
     `@cc.compile` or `@cc.compile(backend=..., inplace=..., donate=...)`.
 
@@ -836,9 +840,12 @@ def compile(fn=None, *, backend="cpu", inplace="auto", donate=(), sanitize=None,
     keeps every forward value the backward pass reads.
     `threads` (cpu backend): the threads a call's loops, reductions, row kernels and GEMMs run
     on; None: the COMPILER_THREADS environment variable, else the cores this process may use.
-    Results are bit-identical for any value."""
+    Results are bit-identical for any value.
+    `memory_budget` (bytes beyond the caller's arrays, or a string like "12MiB"): the plan
+    with the least extra work whose planned peak fits, else `MemoryBudgetError` before anything
+    runs (passes.budget)."""
     if fn is None:
         return lambda f: CompiledFunction(f, backend, inplace, donate, sanitize, schedule,
-                                          distributed, fuse, recompute, threads)
+                                          distributed, fuse, recompute, threads, memory_budget)
     return CompiledFunction(fn, backend, inplace, donate, sanitize, schedule, distributed, fuse,
-                            recompute, threads)
+                            recompute, threads, memory_budget)

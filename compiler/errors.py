@@ -49,3 +49,9 @@ class InsufficientMemoryError(CompilerError, MemoryError):
 class DeviceError(CompilerError, RuntimeError):
     """A program for the gpu backend that can't be compiled or run here: no CuPy, no CUDA
     device, or a kernel NVRTC rejects (the message carries NVRTC's log)."""
+
+
+class MemoryBudgetError(CompilerError, MemoryError):
+    """`memory_budget=N` that no plan the search reaches fits: raised at planning (`lower()`
+    or the first call), before anything runs. The message names the lowest peak reached, the
+    buffers live there (ops, source lines) and what each further idea would need."""

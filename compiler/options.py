@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from passes.budget import parse_budget
 from runtime.backends import Backend, backend_named
 from runtime.cpu.pool import available_cores
 
@@ -32,10 +33,12 @@ class Options:
     distributed: object = None  # an MpiConfig (compiler.distributed) or None
     threads: int = 1            # resolved: threads=None became COMPILER_THREADS or the cores
                                 # this process may use (the cpu backend's pool; others ignore it)
+    memory_budget: int | None = None  # bytes beyond the caller's arrays (passes.budget)
 
     @classmethod
     def make(cls, backend="cpu", inplace="auto", donate=(), sanitize=None, schedule="auto",
-             distributed=None, fuse=None, recompute="auto", threads=None) -> Options:
+             distributed=None, fuse=None, recompute="auto", threads=None,
+             memory_budget=None) -> Options:
         """The validated record of the user's options (ValueError names the bad one)."""
         backend = backend_named(backend)
         if inplace not in INPLACE_MODES:
@@ -57,8 +60,9 @@ class Options:
             raise ValueError(backend.distributed_refusal)
         threads = resolve_threads(threads)
         donate = tuple(donate) if isinstance(donate, (list, tuple)) else (donate,)
+        memory_budget = parse_budget(memory_budget)
         return cls(backend, inplace, donate, sanitize, schedule, fuse, recompute, distributed,
-                   threads)
+                   threads, memory_budget)
 
 
 THREADS_VARIABLE = "COMPILER_THREADS"

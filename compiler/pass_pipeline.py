@@ -11,8 +11,10 @@ Environment switches:
 """
 from __future__ import annotations
 
+import copy
 import os
 
+from passes.budget import BudgetSearch
 from passes.cse import cse
 from passes.fusion import fuse
 from passes.gemm_accumulate import gemm_accumulate
@@ -49,6 +51,8 @@ class CompileState:
         self.written_graph = None     # the order as written, when the scheduler changed it
         self.schedule_info = None     # passes.schedule.Schedule
         self.gemm_decisions = []      # passes.gemm_accumulate.GemmDecision, per update
+        self.budget_search = None     # passes.budget.BudgetSearch (memory_budget, curve)
+        self.budget_point = None      # ... and the point it took under memory_budget
 
 
 def _verify_graph(state):
@@ -71,7 +75,27 @@ def _gemm_accumulate(state):
     return state
 
 
+def _evaluate(graph, state):
+    """The plan the rest of the pipeline (fuse .. plan_memory) makes of `graph`."""
+    s = copy.copy(state)
+    s.graph, s.plan, s.decisions, s.written_graph, s.schedule_info = graph, None, None, None, None
+    for fn in (_fuse, _schedule, _reinplace, _plan_memory):
+        s = fn(s)
+    return s.plan
+
+
 def _recompute(state):
+    search = BudgetSearch(state.graph, lambda g, st=copy.copy(state): _evaluate(g, st),
+                          recompute=state.recompute != "off")
+    state.budget_search = search   # plan.budget_curve() runs it on demand
+    budget = state.options.memory_budget
+    if budget is not None:
+        point = search.choose(budget)
+        if point is None:
+            raise search.error(budget, state.graph.name)
+        state.graph, state.budget_point = point.graph, point
+        state.recompute_decisions = search.decisions(point, budget)
+        return state
     graph, state.recompute_decisions = recompute(state.graph, state.recompute,
                                                  scheduled=state.schedule != "off")
     if graph is not state.graph and _planned_peak(graph, state) >= \
@@ -156,6 +180,13 @@ def _plan_memory(state):
 
 def _note_backend(state):
     """The plan names its backend and says how that backend communicates (its report)."""
+    state.plan.budget_search = state.budget_search
+    if state.budget_point is not None:
+        state.plan.memory_budget = budget = state.options.memory_budget
+        state.plan.budget_point = state.budget_point
+        if state.plan.peak_bytes - state.plan.input_bytes > budget:  # guarantee 1
+            raise RuntimeError(f"the budget search's plan ({state.budget_point.peak} B) and "
+                               "the pipeline's disagree: planning is not deterministic")
     state.plan.backend = state.backend
     state.plan.communication_path = state.options.backend.communication_path
 

@@ -50,6 +50,21 @@ def _is_scalar(x) -> bool:
     return isinstance(x, (numbers.Number, np.number, np.bool_)) and not isinstance(x, complex)
 
 
+def _fills(value, dtype: np.dtype) -> bool:
+    """`x[i] = value` can be a fill: a Python scalar whose cast to x's dtype is what the
+    general path (a constant, cast) gives: a float into floats, a whole number or a bool
+    that fits an integer dtype, a bool into bool."""
+    if isinstance(value, bool) or (isinstance(value, numbers.Integral)
+                                   and not isinstance(value, np.number)):
+        if dtype.kind == "b":
+            return isinstance(value, bool)
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            return info.min <= int(value) <= info.max
+        return dtype.kind == "f"
+    return isinstance(value, float) and dtype.kind == "f"
+
+
 def scalar_dtype(x, like: np.dtype | None) -> np.dtype:
     """Python scalars are weakly typed (NEP 50 / Paddle): they adopt the tensor's dtype when
     their kind fits in it."""
@@ -484,10 +499,18 @@ class Tensor:
         return self.fill_(0)
 
     def fill_(self, value):
-        self._check_writable("fill_")
-        full = self._tracer.emit("full", [], {"shape": tuple(self.shape), "value": value,
-                                              "dtype": self.dtype})
+        return self._fill(value, "fill_")
+
+    def _fill(self, value, what: str):
+        self._check_writable(what)
         old = self._v()
+        if _is_scalar(value):
+            # over the old value, in place of it: the write takes x's buffer (ops "fill")
+            full = self._tracer.emit("fill", [old], {"value": value}, inplace_of=0)
+            full.requires_grad = False  # as the `full` it replaces: no gradient to old
+        else:
+            full = self._tracer.emit("full", [], {"shape": tuple(self.shape), "value": value,
+                                                  "dtype": self.dtype})
         self._tracer.overwritten.add(old)
         self._write(full)
         return self
@@ -1002,6 +1025,8 @@ class Tensor:
 
     def _assign(self, value):
         """`self[...] = value`: broadcast and cast `value`, write it through the views."""
+        if _fills(value, self.dtype):
+            return self._fill(value, "__setitem__")  # in place, no broadcast buffer
         self._check_writable("__setitem__")
         old = self._v()
         v = self._operand(value)

@@ -25,9 +25,9 @@ def _install_elementwise_methods(Tensor):
     """`x.sin()`, `x.sin_()`, `x.greater_than(y)`, ... from the registry's elementwise ops."""
     for name, op in REGISTRY.items():
         # gelu and layer_norm are reached through F (Paddle has no such Tensor methods);
-        # `fused` is made by the fusion pass, never by the user
+        # `fused` is made by the fusion pass, never by the user; `fill` by fill_/zero_
         if op.kind != ELEMENTWISE or op.random or name in (
-                "cast", "broadcast_to", "fused", "gelu", "gelu_grad", "layer_norm"):
+                "cast", "broadcast_to", "fused", "gelu", "gelu_grad", "layer_norm", "fill"):
             continue
         if not hasattr(Tensor, name):
             setattr(Tensor, name, lambda self, *ys, _n=name, **kw: self._op(_n, *ys, **kw))

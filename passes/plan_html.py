@@ -353,6 +353,49 @@ class _Page:
         out.append("</svg>")
         return "\n".join(out)
 
+    # -- memory budget (issue 27): the plans the search made, peak against extra work ----------
+    def budget_html(self) -> str:
+        """With `memory_budget`: the frontier of the budget search (planned peak beyond the
+        inputs against extra FLOPs), the budget as a line, the plan taken marked; else ""."""
+        plan = self.plan
+        if plan.budget_point is None:
+            return ""
+        points = plan.budget_search.frontier
+        taken, budget = plan.budget_point, plan.memory_budget
+        top = max([p.peak for p in points] + [budget]) * 1.05 or 1
+        most = max(p.extra_flops for p in points) or 1
+        ticks, unit, size = byte_ticks(top)
+        total = max(ticks[-1], 1)
+        height = _TOP + _CURVE_HEIGHT
+
+        def x_of(f):
+            return _LEFT + f * _WIDTH / most
+
+        def y_of(v):
+            return height - v * _CURVE_HEIGHT / total
+
+        out = [f'<h2>Memory budget</h2><p class="keys">budget {human_bytes(budget)} beyond '
+               f'the caller\'s arrays: the plan taken peaks at {human_bytes(taken.peak)} with '
+               f'{taken.extra_flops} extra FLOPs ({esc(taken.how)})</p>',
+               f'<svg id="budget" class="chart" viewBox="0 0 {_LEFT + _WIDTH + _RIGHT} '
+               f'{height + _BOTTOM}" role="img" aria-label="planned peak against extra work">']
+        out += self.y_axis(ticks, unit, size, y_of, "planned peak")
+        y = y_of(budget)
+        out.append(f'<line class="placed" x1="{_LEFT}" y1="{y:.1f}" x2="{_LEFT + _WIDTH}" '
+                   f'y2="{y:.1f}"><title>budget {budget} B</title></line>')
+        d = "".join(f"{'M' if i == 0 else 'L'}{x_of(p.extra_flops):.1f},{y_of(p.peak):.1f}"
+                    for i, p in enumerate(points))
+        out.append(f'<path class="curve live" d="{d}"/>')
+        for p in points:
+            what = ", ".join(r.value for r in p.recomputed) or "nothing"
+            r = 6 if p is taken else 3
+            out.append(f'<circle cx="{x_of(p.extra_flops):.1f}" cy="{y_of(p.peak):.1f}" '
+                       f'r="{r}"><title>{p.extra_flops} extra FLOPs, peak {p.peak} B, '
+                       f'recomputing {esc(what)}</title></circle>')
+        out.append(f'<text class="tick" x="{_LEFT}" y="{height + 28}">extra FLOPs: 0 .. '
+                   f'{most}</text></svg>')
+        return "\n".join(out)
+
     # -- 3. decisions ------------------------------------------------------------------------
     def decisions_html(self) -> str:
         kinds = sorted({reason_kind(d.reason) for d in self.plan.decisions})
@@ -504,6 +547,7 @@ class _Page:
 {self.peak_html()}
 <h2>Bytes over time</h2>
 {self.curve_svg()}
+{self.budget_html()}
 <h2>Inplace decisions</h2>
 {self.decisions_html()}
 <h2>Graph</h2>

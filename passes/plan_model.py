@@ -94,6 +94,10 @@ class MemoryPlan:
     backend: str | None = None  # the backend it was planned for (set by the pipeline)
     # How that backend runs the communication nodes, for the report (set by the pipeline)
     communication_path: str | None = None
+    # passes.budget: the search (run on demand), the budget and the point it took, if any
+    budget_search: object = field(default=None, repr=False)
+    memory_budget: int | None = None
+    budget_point: object = field(default=None, repr=False)
 
     # -- inspection ------------------------------------------------------------------------
     def buffer(self, value) -> Buffer:
@@ -172,6 +176,11 @@ class MemoryPlan:
         """Bytes each rank all-reduces per call (the buckets, padding included)."""
         return sum(b.nbytes for b in self.communication)
 
+
+    def budget_curve(self, budgets=None) -> list[tuple]:
+        """(budget, planned peak, extra FLOPs) over a range of budgets (bytes beyond the
+        caller's arrays; None where no plan fits): passes.budget.BudgetSearch.curve."""
+        return self.budget_search.curve(budgets)
 
     def summary(self) -> str:
         return plan_report.summary(self)

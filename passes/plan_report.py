@@ -26,6 +26,8 @@ def report(plan) -> str:
         lines.append("weight updates (GEMM-accumulate):")
         lines += [f"  {d.text}" for d in plan.gemm_decisions]
         lines.append("")
+    if plan.budget_point is not None:
+        lines += plan.budget_search.text(plan.budget_point, plan.memory_budget) + [""]
     if plan.recompute_decisions:
         lines.append("recomputation (forward values the backward pass reads):")
         lines += [f"  {d.text}" for d in plan.recompute_decisions]
@@ -76,6 +78,8 @@ def to_json(plan) -> str:
         "schedule": plan.schedule.to_dict() if plan.schedule is not None else None,
         "gemm_decisions": [d.to_dict() for d in plan.gemm_decisions],
         "recompute_decisions": [d.to_dict() for d in plan.recompute_decisions],
+        "memory_budget": plan.memory_budget,
+        "budget_point": plan.budget_point.to_dict() if plan.budget_point else None,
         "communication": [b.to_dict() for b in plan.communication],
         "decisions": [d.to_dict() for d in plan.decisions],
         "buffers": [b.to_dict() for b in plan.buffers],

@@ -78,18 +78,26 @@ class RecomputeDecision:
     before: str = ""                      # the backward reader the copy runs before
     estimated_peak: int | None = None     # the byte model's peak with it (when tried)
     copy: Node | None = field(default=None, repr=False)  # the copy, in the returned graph
+    saved_bytes: int | None = None        # planned bytes it saved (set by passes.budget)
+
+    @property
+    def extra_flops(self) -> int:
+        return extra_flops(self.node)
 
     @property
     def text(self) -> str:
         head = f"{self.value} = {self.op} ({self.loc}, {self.nbytes} B)"
         if self.recomputed:
-            return f"{head}: recomputed before {self.before}: {self.reason}"
+            saved = f", saves {self.saved_bytes} B planned" if self.saved_bytes else ""
+            return (f"{head}: recomputed before {self.before} ({self.extra_flops} extra "
+                    f"FLOPs{saved}): {self.reason}")
         return f"{head}: kept from the forward pass: {self.reason}"
 
     def to_dict(self) -> dict:
         return {"value": self.value, "op": self.op, "loc": self.loc, "nbytes": self.nbytes,
                 "recomputed": self.recomputed, "reason": self.reason, "before": self.before,
-                "estimated_peak": self.estimated_peak,
+                "estimated_peak": self.estimated_peak, "extra_flops": self.extra_flops,
+                "saved_bytes": self.saved_bytes,
                 "copy": self.copy.out.ref() if self.copy is not None else None}
 
 
@@ -171,6 +179,44 @@ def operand_overwritten(node: Node, f: _Facts) -> str | None:
 def candidate_reason(node: Node, f: _Facts) -> str | None:
     return not_cheap(node) or not_read_late(node, f) or too_small(node) or returned(node, f) \
         or operand_overwritten(node, f)
+
+
+def extra_flops(node: Node) -> int:
+    """The price of computing `node` once more: an elementwise op counts one FLOP per element
+    per operand beyond the first, at least one (`layer_norm`'s (x - mean) * rstd * w + b: 4)."""
+    return node.out.size * max(1, len(node.inputs) - 1)
+
+
+def candidates(graph: Graph, min_bytes: int) -> tuple[_Facts, list[RecomputeDecision],
+                                                      list[RecomputeDecision]]:
+    """Every forward value of at least `min_bytes` that a backward node reads (conditions 1
+    and 2): (the facts, one decision each, those that may be recomputed (3-5 hold) in
+    decreasing size). passes.budget searches these; the refused ones' reasons say why."""
+    f = _Facts(graph)
+    considered, ok = [], []
+    for node in graph.nodes:
+        if not_cheap(node) is not None or not_read_late(node, f) is not None \
+                or node.out.nbytes < min_bytes:
+            continue
+        d = RecomputeDecision(node, node.out.ref(), node.op, str(node.loc), node.out.nbytes,
+                              False, "")
+        d.reason = returned(node, f) or operand_overwritten(node, f) or ""
+        considered.append(d)
+        if not d.reason:
+            d.before = describe_reader(graph.nodes[f.late_readers(node.out)[0]])
+            ok.append(d)
+    ok.sort(key=lambda d: -d.nbytes)
+    return f, considered, ok
+
+
+def rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[Node, Node]]:
+    """`graph` with the chosen forward nodes recomputed (`_rewrite`), its `recomputed` list
+    set for the scheduler; `graph` itself when none is chosen."""
+    if not chosen:
+        return graph, {}
+    out, copies = _rewrite(graph, chosen, f)
+    out.recomputed = graph.recomputed + list(copies.values())
+    return out, copies
 
 
 # -- rewriting ----------------------------------------------------------------------------------

@@ -475,6 +475,8 @@ def expr_for(op, attrs, in_dtypes, out_dtype):
         return x * s + bias if attrs["bias_after_scale"] else (x + bias) * s
     if op.name == "cast":
         return S.cast(a, attrs["dtype"])
+    if op.name == "fill":  # `full`'s expression: the operand is only the buffer it takes
+        return S.cast(S.const(attrs["value"]), out_dtype)
     # Operands that are not of the output's float dtype are cast to it first: a typed
     # emitter would otherwise divide ints as ints (`int / int` is a float op here) or call
     # `exp` on an integer. `where`'s condition stays bool.

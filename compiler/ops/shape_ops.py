@@ -7,8 +7,8 @@ import numbers
 import numpy as np
 
 from ..errors import DataError, ShapeError, TraceError
-from .registry import (CREATION, MATMUL, OTHER, REDUCTION, SCATTER, VIEW, broadcast_shapes,
-                       defop, normalize_axes, promote)
+from .registry import (CREATION, ELEMENTWISE, MATMUL, OTHER, REDUCTION, SCATTER, VIEW,
+                       broadcast_shapes, defop, normalize_axes, promote)
 
 # -- reductions ----------------------------------------------------------------------------
 
@@ -383,6 +383,22 @@ def _full_infer(types, shape, value, dtype):
 
 defop("full", CREATION, _full_infer, lambda shape, value, dtype: np.full(shape, value, dtype=dtype),
       into=lambda out, shape, value, dtype: np.copyto(out, value, casting="unsafe"))
+
+
+# `fill`: `full` over the value it replaces (issue 27 item 4). `x.fill_(v)`, `x.zero_()` and
+# `x[i] = v` (a scalar) write `v` over x: as an elementwise op on x's old value (which it
+# ignores), marked inplace of it, the reinplace pass gives the result x's own buffer, as for
+# `scale_`: no new buffer, even for a caller's array. `value` is checked and cast as `full`
+# checks and casts it; the scalar expression is full's (compiler.ops.elementwise.expr_for).
+defop("fill", ELEMENTWISE,
+      lambda types, value: (tuple(types[0][0]),
+                            _full_infer((), (), value, types[0][1])[1]),
+      lambda x, value: np.full(x.shape, value, dtype=x.dtype),
+      into=lambda out, x, value: np.copyto(out, value, casting="unsafe"),
+      vjp={"none": lambda ctx, g: (None,)},
+      doc="fill(x, value): x's shape and dtype, every element value (fill_, zero_, x[i] = v)")
+
+
 def _arange_len(start, stop, step):
     return max(0, math.ceil((stop - start) / step))
 

@@ -1337,6 +1337,35 @@ def _set(a, idx, v):
     return out
 
 
+# == issue 27 item 4: fills in place (fill_, zero_, x[i] = scalar as one `fill` op) =============
+def build_fills_in_place():
+    """The `fill` op that fill_/zero_ and a scalar `x[i] = v` now trace: every dtype, the
+    caller's array non-contiguous (transposed, negative stride, a step slice), zero-size and
+    0-d targets, a float written into an intermediate's region with its gradient."""
+    for dtype in ALL:
+        v = True if dtype == B else 2
+        nc = np.ascontiguousarray(rand((4, 3), dtype).T)[::-1].T      # negative stride
+        add(Sample("Tensor.fill_", lambda t, v=v: t.fill_(v), (nc,),
+                   lambda a, v=v: np.full_like(a, v), writes=0, label="|nc"))
+        add(Sample("Tensor.zero_", lambda t: (t[:, ::2].zero_(), t)[1], (rand((3, 5), dtype),),
+                   lambda a: _set(a, (slice(None), slice(None, None, 2)), 0), writes=0, label="|step"))
+        add(Sample("Tensor.__setitem__", lambda t, v=v: (_setitem(t.T, (0,), v), t)[1],
+                   (rand((3, 2), dtype),), lambda a, v=v: _set(a, (slice(None), 0), v),
+                   writes=0, label="|T"))
+        add(Sample("Tensor.__setitem__", lambda t, v=v: _setitem(t, (), v), (rand((), dtype),),
+                   lambda a, v=v: np.full_like(a, v), writes=0, label="|0d"))
+        add(Sample("Tensor.__setitem__", lambda t, v=v: _setitem(t, (slice(1, None),), v),
+                   (rand((0, 2), dtype),), lambda a: a.copy(), writes=0, label="|empty"))
+    for dtype in FLOATS:
+        add(Sample("Tensor.__setitem__", lambda t: _setitem(t, (slice(None),), -0.0),
+                   (np.array([np.nan, np.inf, 1.0], dtype),),
+                   lambda a: np.full_like(a, -0.0), writes=0, label="|nan"))
+    add(Sample("Tensor.__setitem__", lambda t: _setitem(t * 1.0, (slice(None), 1), 0.5),
+               (rand((3, 4), F64),), lambda a: _set(a, (slice(None), 1), 0.5), grad=True,
+               label="|grad"))
+# == end of issue 27 item 4 ========================================================================
+
+
 def build_fill_concat():
     for dtype in ALL:
         add(Sample("Tensor.zero_", lambda t: t.zero_(), (rand((2, 3), dtype),),
@@ -1785,6 +1814,7 @@ def build_all():
     build_views()
     build_indexing()
     build_fill_concat()
+    build_fills_in_place()
     build_creation()
     build_functional()
     build_alpha()

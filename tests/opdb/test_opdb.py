@@ -330,6 +330,7 @@ INTERNAL_OPS = {
     "slice_scatter": "Tensor.__setitem__ (and the gradient of __getitem__)",
     "constant": "cc.to_tensor",
     "full": "cc.full, cc.zeros, cc.ones, Python scalars",
+    "fill": "Tensor.fill_, Tensor.zero_, Tensor.__setitem__ with a scalar",
     "gemm": "Tensor.addmm (and the GEMM-accumulate pass, for weight updates)",
     "philox": "cc.rand, cc.randn, Tensor.uniform_, Tensor.normal_, F.dropout",
 }
