@@ -3,20 +3,20 @@ threads=2 (`cc.compile(..., threads=N)`), interleaved.
 
     python benchmarks/parallel_loops.py [--repeat 15] [--quick] [--grain]
 
-Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hundred times:
-one fused loop), the MLP training step (examples/mlp.py) and the transformer training step
+Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hundred times: one
+fused loop), the MLP training step (examples/mlp.py) and the transformer training step
 (examples/transformer_block.py). Each repeat times a batch of calls with 1 thread, then the same
-with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio
-1 thread / 2 threads are printed, with this process's CPU time over wall time (~2 when 2 threads really ran at
-once) and, with 2 threads, the share of that CPU time spent outside the calling thread (the
-pool's worker; ~0.5 when it takes half the work). On a machine shared with other sessions,
-Linux's autogroup scheduling gives this process one session's share of the cores however
-many threads it runs: the ratio then stays near 1 while the worker share shows the work is
-split; measure the ratio on a quiet machine. The first call's outputs (and updated parameters) of both
-are compared bit for bit. Printed with it: the load average (a shared machine's figure is as
-good as the cores that were free), the cores this process may use, and the BLAS: OpenBLAS's
-kernel (`OPENBLAS_CORETYPE` picks it when set) and its thread count outside our calls (inside
-them it is 1: the pool runs the GEMM blocks, `runtime/cpu/pool.py`).
+with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio 1 thread /
+2 threads are printed, with this process's CPU time over wall time (~2 when 2 threads really ran at
+once) and, with 2 threads, the share of that CPU time spent outside the calling thread (the pool's
+worker; ~0.5 when it takes half the work). On a machine shared with other sessions, Linux's
+autogroup scheduling gives this process one session's share of the cores however many threads it
+runs: the ratio then stays near 1 while the worker share shows the work is split; measure the ratio
+on a quiet machine. The first call's outputs (and updated parameters) of both are compared bit for
+bit. Printed with it: the load average (a shared machine's figure is as good as the cores that were
+free), the cores this process may use, and the BLAS: OpenBLAS's kernel (`OPENBLAS_CORETYPE` picks it
+when set) and its thread count outside our calls (inside them it is 1: the pool runs the GEMM
+blocks, `runtime/cpu/pool.py`).
 
 `--grain`: the measurement behind `emitter.PARALLEL_MIN_WORK`: one addition `x + 1.0` over n
 float32 elements, forced parallel (the threshold set to 0), 1 thread against 2.

@@ -262,7 +262,7 @@ class BudgetSearch:
         lines) and what each further idea would need."""
         best = self.lowest()
         plan = best.plan
-        t = plan.peak_point()
+        t = plan.peak_point
         live = sorted((b for b in plan.buffers if b.kind != "input" and b.live_at(t)),
                       key=lambda b: -b.size)
         how = ", ".join(d.value for d in best.recomputed) or "nothing"

@@ -1348,7 +1348,8 @@ def build_fills_in_place():
         add(Sample("Tensor.fill_", lambda t, v=v: t.fill_(v), (nc,),
                    lambda a, v=v: np.full_like(a, v), writes=0, label="|nc"))
         add(Sample("Tensor.zero_", lambda t: (t[:, ::2].zero_(), t)[1], (rand((3, 5), dtype),),
-                   lambda a: _set(a, (slice(None), slice(None, None, 2)), 0), writes=0, label="|step"))
+                   lambda a: _set(a, (slice(None), slice(None, None, 2)), 0), writes=0,
+                   label="|step"))
         add(Sample("Tensor.__setitem__", lambda t, v=v: (_setitem(t.T, (0,), v), t)[1],
                    (rand((3, 2), dtype),), lambda a, v=v: _set(a, (slice(None), 0), v),
                    writes=0, label="|T"))

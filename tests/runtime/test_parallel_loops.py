@@ -138,7 +138,9 @@ def _kernels(a, b, c, d, e, w, g):
             g.sum(), g.mean(), g.max(), g.sum(0), g.sum(1), g.max(1),
             (g * d[:1, :g.shape[1]]).sum(0, keepdim=True), g.cumsum(1),
             F.max_pool2d(g.reshape([7, 4, 150, 150]), 3, stride=2, padding=1),
-            F.conv2d(g.reshape([7, 4, 150, 150]), e[0, :72, 0].reshape([8, 3, 3]).unsqueeze(1).expand([8, 4, 3, 3]), padding=1))
+            F.conv2d(g.reshape([7, 4, 150, 150]),
+                     e[0, :72, 0].reshape([8, 3, 3]).unsqueeze(1).expand([8, 4, 3, 3]),
+                     padding=1))
 
 
 def _kernel_inputs(dtype):
