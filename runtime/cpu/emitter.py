@@ -84,7 +84,7 @@ from .gemm_kernels import GemmKernels
 from .index_kernels import IndexKernels
 from .sort_kernels import SortKernels
 from .window_kernels import WindowKernels
-from .loops import elem_ptr, for_range, i64, index, interleave_hint, loop_nest
+from .loops import Split, elem_ptr, for_range, i64, index, interleave_hint, loop_nest
 from .scalar import (I1, I8, I64, Renderer, constant, convert, ll_type, load, select_max, store)
 
 PTR = ir.PointerType()
@@ -364,7 +364,6 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         kernel also gets a per-call float64[MAX_CHUNKS] (the slot ("scratch", 0)), for a
         value per chunk; `after(builder, ptrs)` is emitted in `k<t>_<op>.after`, run once
         when every chunk is done (a reduction combines its partials there, in order)."""
-        from .loops import Split
         e = self.entry_builder
         if self._ctx is None:  # at the top of the entry: one array for every parallel kernel
             here = e.block

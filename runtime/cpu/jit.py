@@ -91,8 +91,6 @@ def _external_symbols() -> dict[str, int]:
             syms[name] = ctypes.cast(getattr(libm, name), ctypes.c_void_p).value
     for name in LIBC:
         syms[name] = ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
-    from .pool import pthread_symbols  # (the thread pool's IR: pool.py)
-    syms.update(pthread_symbols())
     blas = openblas()
     if blas is not None:
         for name in BLAS_GEMM.values():

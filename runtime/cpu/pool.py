@@ -32,6 +32,8 @@ import os
 import signal
 import threading
 
+from . import jit
+
 # The state block (bytes): pthread objects get 64 bytes each (glibc's mutex is 40, its
 # condition variable 48); the claim and done words have cache lines of their own.
 _MUTEX, _WORK, _DONE = 0, 64, 128
@@ -305,7 +307,8 @@ def ensure(threads: int) -> None:
         return
     with _lock:
         if "addr" not in st:
-            from . import jit
+            for name, address in pthread_symbols().items():  # (what POOL_IR calls)
+                jit.register_symbol(name, address)
             compiled = jit.compile_ir(POOL_IR, ["inplace_pool_init", "inplace_pool_worker",
                                                 "inplace_parallel_for"])
             buf = ctypes.create_string_buffer(_STATE_BYTES + 64)
@@ -348,7 +351,6 @@ _blas = {"running": 0, "saved": None, "set": None, "get": None}
 
 
 def _blas_functions():
-    from . import jit
     lib = jit.openblas()
     for prefix in ("scipy_openblas_", "openblas_"):
         for suffix in ("64_", ""):
