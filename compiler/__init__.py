@@ -22,6 +22,7 @@ _HOMES = {
                "InsufficientMemoryError", "RetraceWarning", "ShapeError", "TraceError"),
     "ir": ("Graph", "Loc", "Node", "Value"),
     "pass_pipeline": ("pipeline",),
+    "serialization": ("load", "save"),
     "tensor": ("Tensor", "to_tensor"),
     "tracer": ("no_grad",),
 }
@@ -33,6 +34,7 @@ __all__ = [
     "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
     "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
+    "save", "load",
 ]
 
 

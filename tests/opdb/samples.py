@@ -3003,3 +3003,385 @@ def _build_paddle_methods():
 
 
 build_paddle_methods()
+
+
+# -- compiler.nn layers (issue 24 item 1) ---------------------------------------------------------
+# Each sample's fn builds the layer inside the trace and binds its weights to the sample's
+# arguments (so values and float64 gradients are checked against the arguments, on every
+# backend); the layer's other arrays (running statistics, dropout seeds) are its own.
+import compiler.nn as nn  # noqa: E402
+from compiler import tracer as _nn_tracer  # noqa: E402
+
+
+class _nn_dtype:
+    """Layers built inside have parameters of `dtype` (nn.set_default_dtype)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        self.saved = nn.get_default_dtype()
+        nn.set_default_dtype(self.dtype)
+
+    def __exit__(self, *exc):
+        nn.set_default_dtype(self.saved)
+
+
+def _bind(layer, tensors):
+    """Inside a trace: `layer`'s state_dict entries, in order, read as `tensors` (the sample's
+    arguments) instead of its own arrays (a state array already known to the trace is that
+    Tensor)."""
+    states = _nn_tracer.current().states
+    entries = list(layer.state_dict().values())
+    for array, t in zip(entries, tensors):
+        assert tuple(array.shape) == tuple(t.shape), (array.shape, t.shape)
+        states[id(array)] = t
+    return layer
+
+
+def _layer_fn(make, train=False):
+    """fn(x, *weights): make() under the weights' dtype, in train or eval mode, weights bound,
+    called on x."""
+    def fn(x, *weights):
+        dtype = weights[0].dtype if weights else (x.dtype if x.dtype.kind == "f" else F32)
+        with _nn_dtype(dtype):
+            layer = make()
+        layer.train() if train else layer.eval()
+        return _bind(layer, weights)(x)
+    return fn
+
+
+def _np_layer_norm(v, w=None, b=None, eps=1e-5):
+    mu = v.mean(axis=-1, keepdims=True) if v.size else v.sum(axis=-1, keepdims=True)
+    var = ((v - mu) ** 2).mean(axis=-1, keepdims=True) if v.size else mu
+    out = (v - mu) / np.sqrt(var + eps)
+    return out if w is None else out * w + b
+
+
+def _np_softmax(v, axis=-1):
+    e = np.exp(v - v.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _np_mha(q_in, k_in, v_in, heads, ws, mask=None):
+    wq, bq, wk, bk, wv, bv, wo, bo = (f64(w) for w in ws)
+    b, sq, e = q_in.shape
+    d = e // heads
+
+    def split(t):
+        return t.reshape(t.shape[0], t.shape[1], heads, d).transpose(0, 2, 1, 3)
+    q = split(f64(q_in) @ wq + bq) * d ** -0.5
+    k, v = split(f64(k_in) @ wk + bk), split(f64(v_in) @ wv + bv)
+    scores = q @ k.transpose(0, 1, 3, 2)
+    if mask is not None:
+        scores = scores + (mask.astype(np.float64) - 1.0) * 1e9 if mask.dtype == B else \
+            scores + mask
+    out = (_np_softmax(scores) @ v).transpose(0, 2, 1, 3).reshape(b, sq, e)
+    return out @ wo + bo
+
+
+def _np_encoder_layer(x, heads, ws, pre=False, act=_relu):
+    attn, (w1, b1, w2, b2, g1, n1, g2, n2) = ws[:8], [f64(w) for w in ws[8:]]
+    src = f64(x)
+    h = _np_layer_norm(src, g1, n1) if pre else src
+    src = src + _np_mha(h, h, h, heads, attn)
+    if not pre:
+        src = _np_layer_norm(src, g1, n1)
+    h = _np_layer_norm(src, g2, n2) if pre else src
+    src = src + act(h @ w1 + b1) @ w2 + b2
+    return src if pre else _np_layer_norm(src, g2, n2)
+
+
+def _np_bn_train(x, w, b, eps=1e-5):
+    v = f64(x)
+    mu = v.mean(axis=(0, 2, 3), keepdims=True)
+    var = ((v - mu) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    return (v - mu) / np.sqrt(var + eps) * f64(w)[None, :, None, None] + \
+        f64(b)[None, :, None, None]
+
+
+def build_nn_layers():
+    # Linear: Paddle's [in, out] weight; 1-d, batched, zero-size and non-contiguous inputs
+    for dtype in FLOATS:
+        w, b = rand((4, 5), dtype, seed=2), rand((5,), dtype, seed=3)
+        for xs in [(4,), (3, 2, 4), (0, 4)]:
+            add(Sample("nn.Linear", _layer_fn(lambda: nn.Linear(4, 5)),
+                       (rand(xs, dtype, seed=1), w, b),
+                       lambda a, ww, bb: (f64(a) @ ww + bb).astype(a.dtype), SUM,
+                       terms=lambda a, ww, bb: np.abs(f64(a)) @ np.abs(ww) + np.abs(bb),
+                       always=xs == (4,)))
+        for label, x in layouts((3, 4), dtype, seed=4)[1:]:
+            add(Sample("nn.Linear", _layer_fn(lambda: nn.Linear(4, 5)), (x, w, b),
+                       lambda a, ww, bb: (f64(a) @ ww + bb).astype(a.dtype), SUM,
+                       terms=lambda a, ww, bb: np.abs(f64(a)) @ np.abs(ww) + np.abs(bb),
+                       label=label))
+    add(Sample("nn.Linear", _layer_fn(lambda: nn.Linear(4, 3)),
+               (rand((2, 4), F64), rand((4, 3), F64, seed=1), rand((3,), F64, seed=2)),
+               lambda a, ww, bb: a @ ww + bb, SUM,
+               terms=lambda a, ww, bb: np.abs(a) @ np.abs(ww) + np.abs(bb), grad=True))
+    add(Sample("nn.Linear", _layer_fn(lambda: nn.Linear(4, 3, bias_attr=False)),
+               (rand((2, 4), F64), rand((4, 3), F64, seed=1)), lambda a, ww: a @ ww, SUM,
+               terms=lambda a, ww: np.abs(a) @ np.abs(ww), grad=True, label="|no-bias"))
+    invalid("nn.Linear", lambda x: nn.Linear(3, 2)(x), [np.ones((2, 4), np.float32)],
+            cc.ShapeError)
+
+    # Sequential, LayerList: the layers in order
+    def mlp(a, w1, b1, w2, b2):
+        return (np.maximum(f64(a) @ w1 + b1, 0) @ w2 + b2).astype(a.dtype)
+    for dtype in FLOATS:
+        ws = (rand((4, 6), dtype, seed=1), rand((6,), dtype, seed=2),
+              rand((6, 2), dtype, seed=3), rand((2,), dtype, seed=4))
+        add(Sample("nn.Sequential", _layer_fn(lambda: nn.Sequential(
+            nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))), (rand((3, 4), dtype), *ws), mlp,
+            CLOSE, apis=("nn.ReLU",), always=dtype == F32))
+
+    class Stack(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.LayerList([nn.Linear(4, 6)])
+            self.layers.append(nn.Linear(6, 2))
+
+        def forward(self, x):
+            for k, layer in enumerate(self.layers):
+                x = layer(x).relu() if k == 0 else layer(x)
+            return x
+    ws = (rand((4, 6), F64, seed=1), rand((6,), F64, seed=2), rand((6, 2), F64, seed=3),
+          rand((2,), F64, seed=4))
+    add(Sample("nn.LayerList", _layer_fn(Stack), (rand((3, 4), F64), *ws), mlp, CLOSE,
+               grad=True))
+
+    # Conv2D: stride, padding, dilation, groups, no bias; zero-size batch; gradients
+    def conv_want(stride, padding, dilation, groups):
+        def want(x, w, b=None):
+            g = groups
+            ci, co = x.shape[1] // g, w.shape[0] // g
+            parts = [conv2d_loops(f64(x)[:, k * ci:(k + 1) * ci], f64(w)[k * co:(k + 1) * co],
+                                  (stride, stride), (padding,) * 4, (dilation, dilation))
+                     for k in range(g)]
+            out = np.concatenate(parts, axis=1)
+            if b is not None:
+                out = out + f64(b)[None, :, None, None]
+            return out.astype(x.dtype)
+        return want
+    for stride, padding, dilation, groups, bias in [(1, 0, 1, 1, True), (2, 1, 1, 1, True),
+                                                    (1, 2, 2, 1, False), (1, 1, 1, 2, True)]:
+        want = conv_want(stride, padding, dilation, groups)
+
+        def make(s=stride, p=padding, d=dilation, g=groups, bias=bias):
+            return nn.Conv2D(4, 6, 3, stride=s, padding=p, dilation=d, groups=g,
+                             bias_attr=None if bias else False)
+        for dtype in FLOATS:
+            for n in (2, 0):
+                args = (rand((n, 4, 7, 6), dtype, seed=1), rand((6, 4 // groups, 3, 3), dtype,
+                                                                 seed=2))
+                args += (rand((6,), dtype, seed=3),) if bias else ()
+                add(Sample("nn.Conv2D", _layer_fn(make), args, want, CLOSE,
+                           always=n == 2 and stride == 2))
+        args = (rand((1, 4, 5, 5), F64, seed=1), rand((6, 4 // groups, 3, 3), F64, seed=2))
+        args += (rand((6,), F64, seed=3),) if bias else ()
+        add(Sample("nn.Conv2D", _layer_fn(make), args, want, CLOSE, grad=True))
+    invalid("nn.Conv2D", lambda x: nn.Conv2D(4, 6, 3, groups=4)(x),
+            [np.ones((1, 4, 5, 5), np.float32)], cc.ShapeError)
+    invalid("nn.Conv2D", lambda x: nn.Conv2D(3, 2, 3)(x), [np.ones((1, 4, 5, 5), np.float32)],
+            cc.ShapeError)
+
+    # BatchNorm2D: batch statistics in training mode (gradients through them), the running
+    # statistics (bound as arguments here) in eval mode
+    for dtype in FLOATS:
+        x = rand((3, 2, 4, 5), dtype, seed=1) * 2 + 1
+        w, b = rand((2,), dtype, seed=2), rand((2,), dtype, seed=3)
+        add(Sample("nn.BatchNorm2D", _layer_fn(lambda: nn.BatchNorm2D(2), train=True),
+                   (x, w, b), lambda v, ww, bb: _np_bn_train(v, ww, bb).astype(v.dtype), CLOSE,
+                   always=True))
+        rm, rv = rand((2,), dtype, seed=4), rand((2,), dtype, 0.5, 2.0, seed=5)
+        add(Sample("nn.BatchNorm2D", _layer_fn(lambda: nn.BatchNorm2D(2, epsilon=1e-3)),
+                   (x, w, b, rm, rv),
+                   lambda v, ww, bb, m, s: ((f64(v) - m[None, :, None, None])
+                                            / np.sqrt(f64(s)[None, :, None, None] + 1e-3)
+                                            * ww[None, :, None, None] + bb[None, :, None, None]
+                                            ).astype(v.dtype), CLOSE, label="|eval"))
+    add(Sample("nn.BatchNorm2D", _layer_fn(lambda: nn.BatchNorm2D(2), train=True),
+               (rand((2, 2, 3, 3), F64, seed=1), rand((2,), F64, seed=2),
+                rand((2,), F64, seed=3)), _np_bn_train, CLOSE, grad=True))
+    invalid("nn.BatchNorm2D", lambda x: nn.BatchNorm2D(3)(x), [np.ones((2, 2, 3, 3),
+                                                                        np.float32)],
+            cc.ShapeError)
+
+    # BatchNorm1D: [N, C] and [N, C, L]
+    def bn1d(v, ww, bb):
+        v = f64(v)
+        axes = (0,) if v.ndim == 2 else (0, 2)
+        shape = (1, -1) if v.ndim == 2 else (1, -1, 1)
+        mu = v.mean(axis=axes, keepdims=True)
+        var = ((v - mu) ** 2).mean(axis=axes, keepdims=True)
+        return (v - mu) / np.sqrt(var + 1e-5) * f64(ww).reshape(shape) + \
+            f64(bb).reshape(shape)
+    for dtype in FLOATS:
+        for xs in [(5, 2), (3, 2, 4)]:
+            add(Sample("nn.BatchNorm1D", _layer_fn(lambda: nn.BatchNorm1D(2), train=True),
+                       (rand(xs, dtype, seed=1), rand((2,), dtype, seed=2),
+                        rand((2,), dtype, seed=3)),
+                       lambda v, ww, bb: bn1d(v, ww, bb).astype(v.dtype), CLOSE, always=True))
+    add(Sample("nn.BatchNorm1D", _layer_fn(lambda: nn.BatchNorm1D(2), train=True),
+               (rand((4, 2, 3), F64, seed=1), rand((2,), F64, seed=2), rand((2,), F64, seed=3)),
+               bn1d, CLOSE, grad=True))
+    invalid("nn.BatchNorm1D", lambda x: nn.BatchNorm1D(2)(x), [np.ones((2, 2, 3, 3),
+                                                                        np.float32)],
+            cc.ShapeError)
+
+    # LayerNorm
+    for dtype in FLOATS:
+        for xs in [(2, 3, 4), (0, 4), (4,)]:
+            add(Sample("nn.LayerNorm", _layer_fn(lambda: nn.LayerNorm(4)),
+                       (rand(xs, dtype, seed=1) * 2 + 1, rand((4,), dtype, seed=2),
+                        rand((4,), dtype, seed=3)),
+                       lambda v, ww, bb: _np_layer_norm(f64(v), ww, bb).astype(v.dtype), CLOSE,
+                       always=xs == (2, 3, 4)))
+    add(Sample("nn.LayerNorm", _layer_fn(lambda: nn.LayerNorm(4)),
+               (rand((3, 4), F64, seed=1), rand((4,), F64, seed=2), rand((4,), F64, seed=3)),
+               lambda v, ww, bb: _np_layer_norm(v, ww, bb), CLOSE, grad=True))
+    invalid("nn.LayerNorm", lambda x: nn.LayerNorm(3)(x), [np.ones((2, 4), np.float32)],
+            cc.ShapeError)
+
+    # Embedding, padding_idx (negative: from the end) looks up zeros and gets no gradient
+    ids = np.array([[1, 4], [0, 3], [4, 4]], np.int64)
+    for dtype in FLOATS:
+        for pad in (None, 0, -1):
+            def want(i, w, pad=pad):
+                w = w.copy()
+                if pad is not None:
+                    w[pad] = 0
+                return w[i]
+            add(Sample("nn.Embedding", _layer_fn(lambda p=pad: nn.Embedding(5, 3,
+                                                                            padding_idx=p)),
+                       (ids, rand((5, 3), dtype, seed=1)), want, always=pad == -1))
+    add(Sample("nn.Embedding", _layer_fn(lambda: nn.Embedding(5, 3, padding_idx=1)),
+               (np.array([1, 2, 2], np.int32), rand((5, 3), F64, seed=1)),
+               lambda i, w: np.where(i[:, None] == 1, 0.0, w[i]), grad=True, wrt=(1,),
+               grad_want=None))
+    invalid("nn.Embedding", lambda x: nn.Embedding(5, 3, padding_idx=5)(x),
+            [np.array([1], np.int64)], cc.ShapeError)
+
+    # Dropout: the identity in eval mode and for p = 0, zeros for p = 1
+    for dtype in FLOATS:
+        x = rand((3, 4), dtype, seed=1)
+        add(Sample("nn.Dropout", _layer_fn(lambda: nn.Dropout(0.5)), (x,), lambda v: v,
+                   label="|eval", always=True))
+        add(Sample("nn.Dropout", _layer_fn(lambda: nn.Dropout(0.0), train=True), (x,),
+                   lambda v: v, label="|p0"))
+        add(Sample("nn.Dropout", _layer_fn(lambda: nn.Dropout(1.0), train=True), (x,),
+                   lambda v: v * np.zeros((), v.dtype), label="|p1"))
+    invalid("nn.Dropout", lambda x: nn.Dropout(1.5)(x), [np.ones(2, np.float32)],
+            cc.TraceError)
+
+    # activations and shape layers, 0-d to 4-d
+    acts = [("nn.ReLU", nn.ReLU, _relu, EXACT),
+            ("nn.GELU", nn.GELU, lambda v: 0.5 * v * (1 + _erf(v / math.sqrt(2))), CLOSE),
+            ("nn.Tanh", nn.Tanh, np.tanh, ULP),
+            ("nn.Sigmoid", nn.Sigmoid, lambda v: 1 / (1 + np.exp(-v)), CLOSE),
+            ("nn.Silu", nn.Silu, lambda v: v / (1 + np.exp(-v)), CLOSE),
+            ("nn.ELU", lambda: nn.ELU(0.5), lambda v: np.where(v > 0, v, 0.5 * np.expm1(v)),
+             CLOSE),
+            ("nn.LeakyReLU", lambda: nn.LeakyReLU(0.1), lambda v: np.where(v > 0, v, 0.1 * v),
+             CLOSE),
+            ("nn.Hardtanh", lambda: nn.Hardtanh(-0.5, 1.0), lambda v: np.clip(v, -0.5, 1.0),
+             EXACT),
+            ("nn.Identity", nn.Identity, lambda v: v, EXACT)]
+    for api, make, formula, tol in acts:
+        for dtype in FLOATS:
+            for xs in [(), (1,), (2, 0), (3, 4)]:
+                add(Sample(api, _layer_fn(make), (rand(xs, dtype, seed=1),),
+                           lambda v, f=formula: np.asarray(f(f64(v))).astype(v.dtype), tol,
+                           always=xs == (3, 4)))
+        x = rand((2, 3), F64, seed=1) + 0.05  # (no kinks at 0)
+        if api != "nn.Hardtanh":
+            add(Sample(api, _layer_fn(make), (x,), lambda v, f=formula: np.asarray(f(v)), tol,
+                       grad=True))
+    for api, make, axis in [("nn.Softmax", nn.Softmax, -1), ("nn.LogSoftmax",
+                                                             lambda: nn.LogSoftmax(0), 0)]:
+        log = api == "nn.LogSoftmax"
+        for dtype in FLOATS:
+            add(Sample(api, _layer_fn(make), (rand((3, 4), dtype, seed=1),),
+                       lambda v, a=axis, lg=log: (np.log(_np_softmax(f64(v), a)) if lg else
+                                                  _np_softmax(f64(v), a)).astype(v.dtype),
+                       CLOSE, always=True))
+        add(Sample(api, _layer_fn(make), (rand((3, 4), F64, seed=1),),
+                   lambda v, a=axis, lg=log: np.log(_np_softmax(v, a)) if lg else
+                   _np_softmax(v, a), CLOSE, grad=True))
+    for dtype in FLOATS:
+        x = rand((2, 3, 4, 5), dtype, seed=1)
+        add(Sample("nn.Flatten", _layer_fn(nn.Flatten), (x,), lambda v: v.reshape(2, 60),
+                   always=True))
+        add(Sample("nn.Flatten", _layer_fn(lambda: nn.Flatten(0, 1)), (x,),
+                   lambda v: v.reshape(6, 4, 5)))
+        add(Sample("nn.MaxPool2D", _layer_fn(lambda: nn.MaxPool2D(2)), (x,),
+                   lambda v: v[:, :, :4, :4].reshape(2, 3, 2, 2, 2, 2).max(axis=(3, 5)),
+                   always=True))
+    invalid("nn.MaxPool2D", lambda x: nn.MaxPool2D(2, return_mask=True)(x),
+            [np.ones((1, 1, 2, 2), np.float32)], cc.TraceError)
+
+    # MultiHeadAttention: Paddle's q/k/v/out projections, bool and additive masks
+    for dtype in FLOATS:
+        q, k = rand((2, 3, 8), dtype, seed=1), rand((2, 4, 8), dtype, seed=2)
+        ws = tuple(rand(s, dtype, -0.5, 0.5, seed=10 + i) for i, s in
+                   enumerate([(8, 8), (8,)] * 4))
+        mask = rand((2, 1, 3, 4), B, seed=3)
+        mask[..., 0] = True  # (each row keeps one key)
+
+        def mha(query, *w):
+            layer = _bind(nn.MultiHeadAttention(8, 2), w).eval()
+            return layer(query, query, query)
+        add(Sample("nn.MultiHeadAttention", _layer_fn(lambda: nn.MultiHeadAttention(8, 2)),
+                   (q, *ws), lambda v, *w: _np_mha(v, v, v, 2, w).astype(v.dtype), CLOSE,
+                   always=True))
+
+        def cross(query, key, m, *w):
+            with _nn_dtype(query.dtype):
+                layer = _bind(nn.MultiHeadAttention(8, 2), w).eval()
+            return layer(query, key, key, attn_mask=m)
+        add(Sample("nn.MultiHeadAttention", cross, (q, k, mask, *ws),
+                   lambda v, kk, m, *w: _np_mha(v, kk, kk, 2, w, m).astype(v.dtype), CLOSE,
+                   label="|mask"))
+    ws = tuple(rand(s, F64, -0.5, 0.5, seed=10 + i) for i, s in enumerate([(4, 4), (4,)] * 4))
+    add(Sample("nn.MultiHeadAttention", _layer_fn(lambda: nn.MultiHeadAttention(4, 2)),
+               (rand((1, 3, 4), F64, seed=1), *ws), lambda v, *w: _np_mha(v, v, v, 2, w),
+               CLOSE, grad=True))
+    invalid("nn.MultiHeadAttention", lambda x: nn.MultiHeadAttention(6, 4)(x),
+            [np.ones((1, 2, 6), np.float32)], cc.ShapeError)
+
+    # TransformerEncoderLayer (post- and pre-norm, relu and gelu) and TransformerEncoder, in
+    # eval mode (dropout off)
+    def enc_weights(dtype, d, ff, seed):
+        shapes = [(d, d), (d,)] * 4 + [(d, ff), (ff,), (ff, d), (d,), (d,), (d,), (d,), (d,)]
+        return tuple(rand(s, dtype, -0.5, 0.5, seed=seed + i) for i, s in enumerate(shapes))
+    gelu = lambda v: 0.5 * v * (1 + _erf(v / math.sqrt(2)))  # noqa: E731
+    for pre, act, actf in [(False, "relu", _relu), (True, "gelu", gelu)]:
+        for dtype in FLOATS:
+            add(Sample("nn.TransformerEncoderLayer", _layer_fn(
+                lambda p=pre, a=act: nn.TransformerEncoderLayer(8, 2, 16, activation=a,
+                                                                normalize_before=p)),
+                (rand((2, 3, 8), dtype, seed=1), *enc_weights(dtype, 8, 16, 20)),
+                lambda v, *w, p=pre, f=actf: _np_encoder_layer(v, 2, w, p, f).astype(v.dtype),
+                CLOSE, label=f"|{act}", always=True))
+        add(Sample("nn.TransformerEncoderLayer", _layer_fn(
+            lambda p=pre, a=act: nn.TransformerEncoderLayer(4, 2, 6, activation=a,
+                                                            normalize_before=p)),
+            (rand((1, 2, 4), F64, seed=1), *enc_weights(F64, 4, 6, 20)),
+            lambda v, *w, p=pre, f=actf: _np_encoder_layer(v, 2, w, p, f), CLOSE, grad=True,
+            label=f"|{act}"))
+    for dtype in FLOATS:
+        ws = enc_weights(dtype, 8, 16, 20) + enc_weights(dtype, 8, 16, 40) + \
+            (rand((8,), dtype, seed=60), rand((8,), dtype, seed=61))
+
+        def encoder_want(v, *w):
+            h = _np_encoder_layer(_np_encoder_layer(v, 2, w[:16]), 2, w[16:32])
+            return _np_layer_norm(h, f64(w[32]), f64(w[33])).astype(v.dtype)
+        add(Sample("nn.TransformerEncoder", _layer_fn(lambda: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16), 2, nn.LayerNorm(8))),
+            (rand((2, 3, 8), dtype, seed=1), *ws), encoder_want, CLOSE, always=True))
+    invalid("nn.TransformerEncoderLayer",
+            lambda x: nn.TransformerEncoderLayer(4, 2, 8, activation="tanh")(x),
+            [np.ones((1, 2, 4), np.float32)], cc.TraceError)
+
+
+build_nn_layers()

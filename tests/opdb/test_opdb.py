@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import compiler as cc
+import compiler.nn as nn
 import compiler.nn.functional as F
 from compiler.ops import COMM_OPS, REGISTRY
 
@@ -343,7 +344,7 @@ NOT_OPS = {
     "cc": {"compile", "trace", "pipeline", "no_grad", "distributed", "CompiledFunction",
            "CompilerError",
            "Graph", "InplaceError", "Loc", "Node", "Program", "ShapeError", "Tensor",
-           "TraceError", "Value"},
+           "TraceError", "Value", "save", "load"},
 }
 OPERATORS = ("__abs__", "__add__", "__and__", "__eq__", "__floordiv__", "__ge__", "__getitem__",
              "__gt__", "__iadd__", "__ifloordiv__", "__imod__", "__imul__", "__invert__",
@@ -362,6 +363,8 @@ def public_api() -> set[str]:
               and not inspect.ismodule(getattr(cc, n)) and not inspect.isclass(getattr(cc, n))
               and n not in NOT_OPS["cc"]}
     names |= {f"F.{n}" for n in F.__all__}
+    names |= {f"nn.{n}" for n in nn.__all__ if inspect.isclass(getattr(nn, n))  # the layers
+              and issubclass(getattr(nn, n), nn.Layer) and n != "Layer"}
     return names
 
 
