@@ -34,7 +34,7 @@ __all__ = [
     "zeros_like", "ones_like", "concat", "where", "where_", "stack", "rand", "randn",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
     "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
-    "save", "load",
+    "save", "load", "jit",
 ]
 
 
