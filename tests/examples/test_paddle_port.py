@@ -225,3 +225,22 @@ def test_the_example_is_paddle_code_below_its_imports():
     assert "@paddle.jit.to_static" in body
     paddle_code = body.split("# -- end of the Paddle code")[0]
     assert "compiler" not in paddle_code and "cc." not in paddle_code
+
+
+def test_to_static_is_compile_with_paddles_arguments():
+    import compiler as cc
+
+    def double(x):
+        return x * 2.0
+
+    # Paddle's backend values (its compilers) mean ours by default; ours pick one
+    assert cc.jit.to_static(double).backend == "cpu"
+    assert cc.jit.to_static(double, backend="CINN").backend == "cpu"
+    assert cc.jit.to_static(backend="numpy", full_graph=True)(double).backend == "numpy"
+    step = cc.jit.to_static(double, inplace="off")
+    assert step.inplace == "off"                         # cc.compile's options pass through
+    np.testing.assert_array_equal(step(np.arange(3.0)), [0.0, 2.0, 4.0])
+    with pytest.raises(TypeError, match="input_spec=.* leave it out"):
+        cc.jit.to_static(double, input_spec=[None])
+    with pytest.raises(TypeError, match="build_strategy"):
+        cc.jit.to_static(build_strategy=object())
