@@ -233,3 +233,23 @@ def test_update_readme_takes_the_screenshot_and_writes_its_address(tmp_path):
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     assert (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) == \
         (1440, 1000)
+
+
+def test_mlp_layer_step_is_the_loose_array_step():
+    # the example trains an nn.Layer with cc.optimizer.SGD; the plans and benchmarks study
+    # train_step over loose arrays: the same step (losses bit for bit; the weights within an
+    # ulp, as SGD multiplies by its rate as a float32 array (0.1f) where train_step scales by
+    # the Python float 0.1)
+    import compiler as cc
+    mlp = load_example("mlp")
+    x, labels, *weights = mlp.example_inputs()       # make_net's weights
+    net, opt = mlp.make_net()
+    layer_step = cc.compile(mlp.layer_train_step_for(net, opt), backend="numpy")
+    loose_step = cc.compile(mlp.train_step, backend="numpy")
+    for _ in range(2):
+        assert layer_step(x, labels).tobytes() == loose_step(x, labels, *weights).tobytes()
+    initial = mlp.example_inputs()[2:]
+    for key, w, w0 in zip(("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"), weights, initial):
+        assert not np.array_equal(w, w0), key            # both steps trained
+        np.testing.assert_allclose(net.state_dict()[key], w, rtol=2.4e-7, atol=7.5e-9,  # ulp(0.1f)
+                                   err_msg=key)
