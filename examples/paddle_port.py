@@ -117,7 +117,8 @@ if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="Train a LeNet and a transformer, Paddle's way.")
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"))
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
+                    help="where the steps run (default: cpu, the compiler's default)")
     args = ap.parse_args()
     nn.initializer.seed(0)
     for name, model, batches in (
