@@ -67,7 +67,10 @@ def load_example(path: str):
 
 def _check_against_reference(prog, args) -> bool:
     """Run the planned program in sanitizer mode and compare with the op-by-op reference."""
-    arrays = [a.copy() for a in args if isinstance(a, np.ndarray)]
+    # the arrays read as state (a layer's parameters, an optimizer's moments) are the graph's
+    # last inputs
+    arrays = [a.copy() for a in args if isinstance(a, np.ndarray)] + \
+        [a.copy() for a in prog.state_arrays]
     want_outs, want_muts = evaluate(prog.graph, arrays)
     got_outs, got_muts = ArenaExecutable(prog.graph, prog.plan, sanitize=True).run(
         [a.copy() for a in arrays])
@@ -77,8 +80,9 @@ def _check_against_reference(prog, args) -> bool:
 
 def _check_backend(prog, args) -> bool:
     """The program's results on its backend against the op-by-op reference (within 1e-4)."""
-    arrays = [a.copy() for a in args if isinstance(a, np.ndarray)]
-    want_outs, _ = evaluate(prog.graph, [a.copy() for a in arrays])
+    arrays = [a.copy() for a in args if isinstance(a, np.ndarray)] + \
+        [a.copy() for a in prog.state_arrays]   # (prog() appends the state arrays itself)
+    want_outs, _ = evaluate(prog.graph, arrays)
     got = prog(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
     got = got if isinstance(got, (tuple, list)) else (got,)
     flat = [g for g in got if isinstance(g, np.ndarray)]

@@ -1,9 +1,11 @@
-"""A small CNN trained on synthetic 32x32 images: conv2d, relu_, max_pool2d, linear, SGD with
-momentum (cc.optimizer.SGD, the velocities in the caller's arrays, the learning rate a 0-d
-array argument).
+"""A small CNN trained on synthetic 32x32 images, written as Paddle writes it: an `nn.Layer`
+with Conv2D, BatchNorm2D, relu_, max_pool2d and Linear, trained by `cc.optimizer.Momentum(
+parameters=net.parameters())`.
 
-The task: which of four quadrants holds a bright blob, on noisy images. Run:
-`python examples/cnn.py [--steps N] [--plot plan.png]`.
+One compiled program per step holds the forward pass, the backward pass, the momentum update
+of the net's arrays and BatchNorm2D's running statistics, all updated in place. The task: which
+of four quadrants holds a bright blob, on noisy images. Run:
+`python examples/cnn.py [--steps N] [--backend numpy] [--plot plan.png]`.
 """
 import argparse
 import time
@@ -11,6 +13,7 @@ import time
 import numpy as np
 
 import compiler as cc
+import compiler.nn as nn
 import compiler.nn.functional as F
 
 BATCH, SIZE, CLASSES = 32, 32, 4
@@ -28,65 +31,70 @@ def images(rng, n=BATCH):
     return x, labels.astype(np.int64)
 
 
-def init_params(seed=0):
-    rng = np.random.default_rng(seed)
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2D(1, 8, 3, padding=1), nn.BatchNorm2D(8)
+        self.conv2, self.bn2 = nn.Conv2D(8, 16, 3, padding=1), nn.BatchNorm2D(16)
+        self.fc = nn.Linear(16 * 8 * 8, CLASSES)
 
-    def w(*shape, fan_in):
-        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
-    return [w(8, 1, 3, 3, fan_in=9), np.zeros(8, np.float32),
-            w(16, 8, 3, 3, fan_in=72), np.zeros(16, np.float32),
-            w(16 * 8 * 8, CLASSES, fan_in=16 * 8 * 8), np.zeros(CLASSES, np.float32)]
-
-
-def logits(x, c1, b1, c2, b2, wl, bl):
-    h = F.max_pool2d(F.relu_(F.conv2d(x, c1, b1, padding=1)), 2)      # [B, 8, 16, 16]
-    h = F.max_pool2d(F.relu_(F.conv2d(h, c2, b2, padding=1)), 2)      # [B, 16, 8, 8]
-    return F.linear(h.flatten(1), wl, bl)
+    def forward(self, x):
+        h = F.max_pool2d(F.relu_(self.bn1(self.conv1(x))), 2)     # [B, 8, 16, 16]
+        h = F.max_pool2d(F.relu_(self.bn2(self.conv2(h))), 2)     # [B, 16, 8, 8]
+        return self.fc(h.flatten(1))
 
 
-def train_step(x, labels, lr, *state):
-    params, velocity = state[:6], state[6:]
-    for p in params:
-        p.stop_gradient = False
-    opt = cc.optimizer.SGD(list(params), learning_rate=lr, momentum=MOMENTUM,
-                           velocity=list(velocity))
-    loss = F.cross_entropy(logits(x, *params), labels)
-    loss.backward()
-    opt.step()
-    opt.clear_grad()
-    return loss
+def make_net(seed=0):
+    """The net and its optimizer, initialised as Paddle does (seeded)."""
+    nn.initializer.seed(seed)
+    net = Net()
+    return net, cc.optimizer.Momentum(learning_rate=LR, momentum=MOMENTUM,
+                                      parameters=net.parameters())
 
 
-def accuracy(x, labels, *params):
-    return (logits(x, *params).argmax(axis=1) == labels).cast("float32").mean()
+def train_step_for(net, opt):
+    def train_step(x, labels):
+        loss = F.cross_entropy(net(x), labels)
+        loss.backward()
+        opt.step()          # velocities and parameters updated in place
+        opt.clear_grad()
+        return loss
+    return train_step
+
+
+def accuracy_for(net):
+    def accuracy(x, labels):
+        return (net(x).argmax(axis=1) == labels).cast("float32").mean()
+    return accuracy
 
 
 def example_inputs():
-    params = init_params()
-    x, labels = images(np.random.default_rng(0))
-    return (x, labels, np.array(LR, np.float32), *params, *cc.optimizer.SGD.init_state(params))
+    return images(np.random.default_rng(0))
 
 
 def build_program(backend="numpy", inplace="auto"):
     # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
     # default (unfused, every op as written); training runs on the default backend, cpu.
-    return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
+    return cc.compile(train_step_for(*make_net()), backend=backend,
+                      inplace=inplace).lower(*example_inputs())
 
 
 def train(steps=100, backend="cpu", log=print):
-    params = init_params()
-    velocity = cc.optimizer.SGD.init_state(params)
-    step = cc.compile(train_step, backend=backend)
+    """(the net, the losses, held-out accuracy in eval mode)."""
+    net, opt = make_net()
+    step = cc.compile(train_step_for(net, opt), backend=backend)
     rng = np.random.default_rng(1)
     losses, start = [], time.perf_counter()
+    net.train()
     for i in range(steps):
         x, labels = images(rng)
-        losses.append(float(step(x, labels, np.array(LR, np.float32), *params, *velocity)))
+        losses.append(float(step(x, labels)))
         if log and (i % 25 == 0 or i == steps - 1):
             log(f"step {i:4d}  loss {losses[-1]:.3f}  ({time.perf_counter() - start:.1f} s)")
+    net.eval()    # BatchNorm2D normalises with its running statistics
     x, labels = images(np.random.default_rng(99), 256)
-    acc = float(cc.compile(accuracy, backend=backend)(x, labels, *params))
-    return params, losses, acc
+    acc = float(cc.compile(accuracy_for(net), backend=backend)(x, labels))
+    return net, losses, acc
 
 
 def main(argv=None):

@@ -1,13 +1,15 @@
 """A character-level GPT trained on text this program generates from a small grammar.
 
-Embedding + learned positions, 2 pre-norm blocks (causal scaled-dot-product attention, a GELU
-MLP), AdamW. One compiled program per step holds the forward pass, the backward pass and the
-AdamW update; the parameters and AdamW's moments are the caller's arrays, updated in place;
-the learning rate, step count and dropout seed are 0-d array arguments, so nothing retraces.
+Written as Paddle writes it: `nn.Layer`s (Embedding, learned positions, Dropout, 2 pre-norm
+blocks with causal scaled-dot-product attention and a GELU MLP, LayerNorm, Linear) trained by
+`cc.optimizer.AdamW(learning_rate=LinearWarmup(...), parameters=model.parameters())`. One
+compiled program per step holds the forward pass, the backward pass and the AdamW update; the
+model's parameters, AdamW's moments and beta powers, the learning rate and the dropout seed are
+arrays the program updates in place, so nothing retraces.
 
-Run: `python examples/gpt.py [--steps N] [--plot plan.png]`. It prints the unigram entropy of
-the text (the loss of a model that only knows character frequencies); the loss falls below it
-within the run, and a few generated characters show what the model learned.
+Run: `python examples/gpt.py [--steps N] [--backend numpy] [--plot plan.png]`. It prints the
+unigram entropy of the text (the loss of a model that only knows character frequencies); the
+loss falls below it within the run, and a few generated characters show what the model learned.
 """
 import argparse
 import math
@@ -17,6 +19,7 @@ import time
 import numpy as np
 
 import compiler as cc
+import compiler.nn as nn
 import compiler.nn.functional as F
 
 BATCH, CONTEXT, DIM, HEADS, LAYERS = 16, 32, 48, 4, 2
@@ -53,63 +56,74 @@ def unigram_entropy(data=DATA) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def init_params(seed=0):
-    """[(name, array)] in the order the step takes them."""
-    rng = np.random.default_rng(seed)
-    v, d = len(VOCAB), DIM
-
-    def w(*shape, scale=0.02):
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-    params = [("wte", w(v, d)), ("wpe", w(CONTEXT, d))]
-    for i in range(LAYERS):
-        params += [(f"ln1_w{i}", np.ones(d, np.float32)), (f"ln1_b{i}", np.zeros(d, np.float32)),
-                   (f"wqkv{i}", w(d, 3 * d)), (f"wo{i}", w(d, d, scale=0.02 / math.sqrt(2))),
-                   (f"ln2_w{i}", np.ones(d, np.float32)), (f"ln2_b{i}", np.zeros(d, np.float32)),
-                   (f"w1_{i}", w(d, 4 * d)), (f"w2_{i}", w(4 * d, d, scale=0.02 / math.sqrt(2)))]
-    params += [("lnf_w", np.ones(d, np.float32)), ("lnf_b", np.zeros(d, np.float32)),
-               ("head", w(d, v))]
-    return params
+def _normal(std):
+    # GPT-2's initialisation (Paddle's default for Linear is XavierUniform)
+    return nn.ParamAttr(initializer=nn.initializer.Normal(0.0, std))
 
 
-N_PARAMS = len(init_params())
+class Block(nn.Layer):
+    """Pre-norm: x + attention(ln1(x)), then x + mlp(ln2(x)); no biases in the projections."""
 
+    def __init__(self):
+        super().__init__()
+        out_std = 0.02 / math.sqrt(2)    # the residual projections, scaled for 2 sums
+        self.ln1 = nn.LayerNorm(DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM, weight_attr=_normal(0.02), bias_attr=False)
+        self.proj = nn.Linear(DIM, DIM, weight_attr=_normal(out_std), bias_attr=False)
+        self.ln2 = nn.LayerNorm(DIM)
+        self.fc1 = nn.Linear(DIM, 4 * DIM, weight_attr=_normal(0.02), bias_attr=False)
+        self.fc2 = nn.Linear(4 * DIM, DIM, weight_attr=_normal(out_std), bias_attr=False)
 
-def forward(ids, params, seed=None):
-    """Logits [B, T, V]; dropout on the embeddings when a seed is given (training)."""
-    wte, wpe = params[0], params[1]
-    b, t = ids.shape
-    x = F.embedding(ids, wte) + wpe[:t]
-    if seed is not None:
-        x = F.dropout(x, 0.1, seed=seed)
-    for i in range(LAYERS):
-        ln1_w, ln1_b, wqkv, wo, ln2_w, ln2_b, w1, w2 = params[2 + 8 * i: 10 + 8 * i]
-        h = F.layer_norm(x, DIM, ln1_w, ln1_b)
-        q, k, v = (a.reshape([b, t, HEADS, DIM // HEADS]) for a in (h @ wqkv).split(3, -1))
+    def forward(self, x):
+        b, t = x.shape[0], x.shape[1]
+        q, k, v = (a.reshape([b, t, HEADS, DIM // HEADS])
+                   for a in self.qkv(self.ln1(x)).split(3, -1))
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + att.reshape([b, t, DIM]) @ wo
-        h = F.layer_norm(x, DIM, ln2_w, ln2_b)
-        x = x + F.gelu(h @ w1) @ w2
-    lnf_w, lnf_b, head = params[-3:]
-    return F.layer_norm(x, DIM, lnf_w, lnf_b) @ head
+        x = x + self.proj(att.reshape([b, t, DIM]))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
-def train_step(ids, targets, lr, step, seed, *state):
-    """state: the parameters, then AdamW's first moments, then its second moments."""
-    params, m1, m2 = state[:N_PARAMS], state[N_PARAMS:2 * N_PARAMS], state[2 * N_PARAMS:]
-    for p in params:
-        p.stop_gradient = False
-    opt = cc.optimizer.AdamW(list(params), learning_rate=lr, weight_decay=0.01,
-                             moment1=list(m1), moment2=list(m2), step=step)
-    logits = forward(ids, params, seed)
-    loss = F.cross_entropy(logits.reshape([-1, len(VOCAB)]), targets.reshape([-1]))
-    loss.backward()
-    opt.step()
-    opt.clear_grad()
-    return loss
+class GPT(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(len(VOCAB), DIM, weight_attr=_normal(0.02))
+        self.wpe = nn.Embedding(CONTEXT, DIM, weight_attr=_normal(0.02))
+        self.drop = nn.Dropout(0.1)     # training mode only; a new mask each step
+        self.blocks = nn.LayerList([Block() for _ in range(LAYERS)])
+        self.ln_f = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, len(VOCAB), weight_attr=_normal(0.02), bias_attr=False)
+
+    def forward(self, ids):
+        """Logits [B, T, V]."""
+        x = self.drop(self.wte(ids) + self.wpe(cc.arange(ids.shape[1])))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
 
 
-def predict(ids, *params):
-    return forward(ids, params)[:, -1]
+def make_model(seed=0):
+    """The model, its AdamW and the warm-up schedule (stepped after each step), seeded."""
+    nn.initializer.seed(seed)
+    model = GPT()
+    sched = cc.optimizer.lr.LinearWarmup(LR, warmup_steps=20, start_lr=LR / 20, end_lr=LR)
+    opt = cc.optimizer.AdamW(learning_rate=sched, parameters=model.parameters(),
+                             weight_decay=0.01)
+    return model, opt, sched
+
+
+# wte, wpe; per block 2 LayerNorms (weight, bias) and 4 weights; ln_f's weight, bias; head
+N_PARAMS = 2 + 8 * LAYERS + 3
+
+
+def train_step_for(model, opt):
+    def train_step(ids, targets):
+        logits = model(ids)
+        loss = F.cross_entropy(logits.reshape([-1, len(VOCAB)]), targets.reshape([-1]))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        return loss
+    return train_step
 
 
 def batch(rng):
@@ -119,44 +133,44 @@ def batch(rng):
 
 
 def example_inputs():
-    params = [a for _, a in init_params()]
-    m1, m2, t = cc.optimizer.AdamW.init_state(params)
-    ids, targets = batch(np.random.default_rng(0))
-    return (ids, targets, np.array(LR, np.float32), t, np.array(0, np.uint64),
-            *params, *m1, *m2)
+    return batch(np.random.default_rng(0))
 
 
 def build_program(backend="numpy", inplace="auto"):
     # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
     # default (unfused, every op as written); training runs on the default backend, cpu.
-    return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
+    model, opt, _ = make_model()
+    return cc.compile(train_step_for(model, opt), backend=backend,
+                      inplace=inplace).lower(*example_inputs())
 
 
-def generate(params, prompt, n, backend="cpu"):
-    """`n` characters after `prompt` (at least CONTEXT long), greedy."""
-    fn = cc.compile(predict, backend=backend)
+def generate(model, prompt, n, backend="cpu"):
+    """`n` characters after `prompt` (at least CONTEXT long), greedy, in eval mode."""
+    model.eval()
+    fn = cc.compile(lambda ids: model(ids)[:, -1], backend=backend)
     out = [ENCODE[c] for c in prompt]
     for _ in range(n):
         ids = np.array([out[-CONTEXT:]], np.int64)
-        out.append(int(np.argmax(fn(ids, *params)[0])))
+        out.append(int(np.argmax(fn(ids)[0])))
     return "".join(VOCAB[i] for i in out[len(prompt):])
 
 
 def train(steps=600, backend="cpu", log=print):
-    params = [a for _, a in init_params()]
-    m1, m2, t = cc.optimizer.AdamW.init_state(params)
-    step = cc.compile(train_step, backend=backend)
+    """(the model, the losses)."""
+    model, opt, sched = make_model()
+    step = cc.compile(train_step_for(model, opt), backend=backend)
     rng = np.random.default_rng(1)
     losses = []
     start = time.perf_counter()
+    model.train()
     for i in range(steps):
         ids, targets = batch(rng)
-        lr = np.array(LR * min(1.0, (i + 1) / 20), np.float32)  # warm-up: no retrace
-        loss = float(step(ids, targets, lr, t, np.array(i, np.uint64), *params, *m1, *m2))
+        loss = float(step(ids, targets))
+        sched.step()          # the rate is an array the program reads: no retrace
         losses.append(loss)
         if log and (i % 50 == 0 or i == steps - 1):
             log(f"step {i:4d}  loss {loss:.3f}  ({time.perf_counter() - start:.1f} s)")
-    return params, losses
+    return model, losses
 
 
 def main(argv=None):
@@ -168,12 +182,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     h = unigram_entropy()
     print(f"text: {len(TEXT)} characters, {len(VOCAB)} symbols; unigram entropy {h:.3f} nats")
-    params, losses = train(args.steps, args.backend)
+    model, losses = train(args.steps, args.backend)
     final = float(np.mean(losses[-20:]))
     print(f"mean loss of the last 20 steps {final:.3f} "
           f"({'below' if final < h else 'NOT below'} the unigram entropy {h:.3f})")
     prompt = TEXT[:CONTEXT]
-    print(f"generated after {prompt!r}: {generate(params, prompt, 60, args.backend)!r}")
+    print(f"generated after {prompt!r}: {generate(model, prompt, 60, args.backend)!r}")
     prog = build_program(args.backend)
     plan = prog.plan
     print(f"plan: peak {plan.peak_bytes} B, lower bound {plan.lower_bound_bytes} B, "

@@ -3035,6 +3035,7 @@ def _build_paddle_methods():
 
 build_paddle_methods()
 
+
 # -- compiler.nn layers (issue 24 item 1) ---------------------------------------------------------
 # Each sample's fn builds the layer inside the trace and binds its weights to the sample's
 # arguments (so values and float64 gradients are checked against the arguments, on every
