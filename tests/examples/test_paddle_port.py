@@ -22,7 +22,8 @@ import compiler.nn as cnn
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "paddle_port.py"
 SOURCE = EXAMPLE.read_text()
-OUR_IMPORTS = "import compiler as paddle\nimport compiler.nn as nn\nimport compiler.nn.functional as F\n"
+OUR_IMPORTS = ("import compiler as paddle\nimport compiler.nn as nn\n"
+               "import compiler.nn.functional as F\n")
 PADDLE_IMPORTS = "import paddle\nimport paddle.nn as nn\nimport paddle.nn.functional as F\n"
 STEPS = 5
 TRAIN = {"learning_rate": 1e-3, "warmup_steps": 2, "total_steps": STEPS}
