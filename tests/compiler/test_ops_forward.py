@@ -791,6 +791,8 @@ EXPR_ATTRS = {
     "layer_norm": [dict(n=0, weight=True, bias=False)],
     # uint64 operands only: checked bit for bit in tests/compiler/test_random.py
     "philox": [dict(stream=3, dist="uniform", dtype=np.dtype("float32"))],
+    # the operand is only the buffer it overwrites (fill_, zero_, x[i] = v)
+    "fill": [dict(value=2.0), dict(value=-1.0)],
 }
 SAMPLES = {
     "float32": np.array([-2.5, -1.0, -0.25, 0.0, 0.5, 1.0, 1.75, 3.0, 2.0, -0.5], np.float32),
@@ -802,6 +804,8 @@ SAMPLES = {
 
 
 def _arity(op):
+    if op.name == "fill":  # one operand its expression never reads (the overwritten buffer)
+        return 1
     expr = expr_for(op, EXPR_ATTRS.get(op.name, [{}])[0], [np.dtype("float32")] * 3,
                     np.dtype("float32"))
 
@@ -867,7 +871,7 @@ def test_every_elementwise_op_has_an_expression(name):
     attrs = EXPR_ATTRS.get(name, [{}])[0]
     expr = expr_for(op, attrs, [np.dtype("float32")] * 3, np.dtype("float32"))
     assert isinstance(expr, S.Expr), f"elementwise op {name} has no scalar expression"
-    if name not in ("scale", "cast"):  # their expression depends on attrs
+    if name not in ("scale", "cast", "fill"):  # their expression depends on attrs
         assert op.expr is not None, f"elementwise op {name} has no scalar expression"
 
     def names(e):
