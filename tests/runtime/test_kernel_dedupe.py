@@ -163,17 +163,19 @@ def test_parallel_kernels_and_their_chunk_and_after_functions_are_shared(fresh, 
 
 
 def test_kernels_with_other_layouts_or_shapes_stay_apart(fresh, monkeypatch):
-    def f(x, y):
-        # same op, same element count: a transposed operand, another shape, another dtype
-        return x + 1.0, x.t() + 1.0, y + 1.0, x.cast("float64") + 1.0
+    def f(x, y, z):
+        # same op: a transposed operand, another shape, another dtype stay apart; another
+        # array of x's shape (z) shares x's kernel
+        return x + 1.0, x.t() + 1.0, y + 1.0, x.cast("float64") + 1.0, z + 1.0
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     y = np.arange(10, dtype=np.float32)
+    z = -x
     monkeypatch.setattr(emitter, "DEDUPE", True)
-    prog = cc.compile(f, backend="cpu", sanitize=True, fuse=False).lower(x, y)
+    prog = cc.compile(f, backend="cpu", sanitize=True, fuse=False).lower(x, y, z)
     adds = [k for k in defines(prog.source) if k.endswith("_add")]
     assert len(adds) == 4
-    out = prog(x, y)
-    for got, want in zip(out, (x + 1, x.T + 1, y + 1, x.astype(np.float64) + 1)):
+    out = prog(x, y, z)
+    for got, want in zip(out, (x + 1, x.T + 1, y + 1, x.astype(np.float64) + 1, z + 1)):
         assert_same_bits(got, want)
 
 
