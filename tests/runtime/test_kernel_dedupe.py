@@ -56,7 +56,7 @@ def fresh(monkeypatch):
 
 
 def defines(source):
-    return re.findall(r'^define [^@]*@"([^"]+)"', source, re.M)
+    return re.findall(r'^define [^@]*@"([^"]+)"', source, re.MULTILINE)
 
 
 def calls(source, name):
