@@ -60,6 +60,15 @@ bit-identical for any `threads`. Not parallel yet: copies (concat, slice_scatter
 constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
 generated matmul loops.
 
+Identical kernels once (`_unique`, `DEDUPE`): a kernel (and a parallel kernel's `.chunk` and
+`.after` functions) whose IR is the same as an earlier one's but for names (the function's,
+its parameters', which name the node's buffers, and its loops' metadata nodes, numbered
+module-wide) is not added: the node calls the earlier one. Shapes, strides, offsets, dtypes
+and attributes are constants in the body, so equal text is equal code; every layer of a stack
+shares its kernels, and LLVM optimises and compiles each distinct body once (a 24-layer MLP
+step: 322 kernels -> 31, `benchmarks/compile_scaling.py --mlp`). The first node's name stays
+(`k<t>_<op>`).
+
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
 same program points as the numpy arena executor: a wrong plan gives a wrong (NaN) answer.
