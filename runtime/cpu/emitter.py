@@ -60,11 +60,22 @@ bit-identical for any `threads`. Not parallel yet: copies (concat, slice_scatter
 constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
 generated matmul loops.
 
+Identical kernels once (`_unique`, `DEDUPE`): a kernel (and a parallel kernel's `.chunk` and
+`.after` functions) whose IR is the same as an earlier one's but for names (the function's,
+its parameters', which name the node's buffers, and its loops' metadata nodes, numbered
+module-wide) is not added: the node calls the earlier one. Shapes, strides, offsets, dtypes
+and attributes are constants in the body, so equal text is equal code; every layer of a stack
+shares its kernels, and LLVM optimises and compiles each distinct body once (a 24-layer MLP
+step: 322 kernels -> 31, `benchmarks/compile_scaling.py --mlp`). The first node's name stays
+(`k<t>_<op>`).
+
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
 same program points as the numpy arena executor: a wrong plan gives a wrong (NaN) answer.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from llvmlite import ir
@@ -109,6 +120,12 @@ MAX_CHUNKS = 64
 ROW_COST = 8        # work per element of a softmax row (max, exp, sum, divide)
 CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers, + scratch)
 SCRATCH_SLOTS = MAX_CHUNKS
+# Kernels whose IR is identical but for their names (every layer of a stack: same shapes,
+# strides, dtypes and attributes) are emitted once per module and called from every node
+# that needs one, so LLVM optimises and compiles each distinct body once (`_unique`).
+# False: one function per node (the tests compare both builds).
+DEDUPE = True
+_MD_REF = re.compile(r"!(\d+)\b")
 
 
 def chunking(n: int, work: float):
@@ -147,6 +164,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         self.module.data_layout = jit.target_data()
         self.blas_ok = jit.has_blas()
         self._consts = 0
+        self._bodies: dict[str, ir.Function] = {}  # normalised IR -> its first function
         self.const_data: dict[int, bytearray] = {}
         self._emit_entry()
         self.ir_text = str(self.module)
@@ -349,9 +367,11 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         emit(b, ptrs)
         if not checked:
             b.ret_void()
+            fn = self._unique(fn)
             self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
             return
         b.ret(i64(0))
+        fn = self._unique(fn)
         e = self.entry_builder
         status = e.call(fn, [self.slot_ptr(s) for s in slots])
         with e.if_then(e.icmp_signed("!=", status, i64(0)), likely=False):
@@ -392,6 +412,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         if not b.split.used:
             raise AssertionError(f"{name}: the split loop was never emitted")
         b.ret_void()
+        body = self._unique(body)  # (before the chunk: an identical body, an identical chunk)
 
         chunk = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64]),
                             f"{name}.chunk")
@@ -405,6 +426,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         end = c.select(c.icmp_signed("<", end, i64(n)), end, i64(n))
         c.call(body, args + [start, end])
         c.ret_void()
+        chunk = self._unique(chunk)
 
         pf = self.module.globals.get("inplace_parallel_for") or ir.Function(
             self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
@@ -423,7 +445,33 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             fb = ir.IRBuilder(fin.append_basic_block("entry"))
             after(fb, fptrs)
             fb.ret_void()
-            e.call(fin, vals)
+            e.call(self._unique(fin), vals)
+
+    def _unique(self, fn: ir.Function) -> ir.Function:
+        """`fn`, or the function emitted earlier whose IR is the same as fn's but for the
+        names of the function, its parameters (named after the node's buffers) and its loops'
+        metadata nodes (numbered module-wide); then fn is removed from the module."""
+        if not DEDUPE:
+            return fn
+        key = str(fn).replace(fn.get_reference(), '@"\0"', 1)  # (first: the define line)
+        for j, a in enumerate(fn.args):
+            key = key.replace(a.get_reference(), f'%"\0{j}"')
+        # Metadata references renumbered in order of first use, and the referenced nodes'
+        # own text (a loop's hints) appended, renumbered the same way.
+        order: dict[str, int] = {}
+
+        def ref(m):
+            return f"!\0{order.setdefault(m.group(1), len(order))}"
+        key = _MD_REF.sub(ref, key)
+        seen = 0
+        while seen < len(order):
+            n = list(order)[seen]
+            key += "\n" + _MD_REF.sub(ref, str(self.module.metadata[int(n)]))
+            seen += 1
+        first = self._bodies.setdefault(key, fn)
+        if first is not fn:
+            del self.module.globals[fn.name]
+        return first
 
     def _emit_fallback(self, t, node, cb, cb_type):
         """Hand the node to the numpy reference: an array of (operand..., output) buffer
