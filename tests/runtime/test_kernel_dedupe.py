@@ -22,7 +22,8 @@ LAYERS = 6
 
 
 def deep_mlp_step(x, labels, *params):
-    """A training step of a stack of identical hidden layers (relu), SGD into the caller's arrays."""
+    """A training step of a stack of identical hidden layers (relu), SGD into the caller's
+    arrays."""
     for p in params:
         p.stop_gradient = False
     ws, bs = params[0::2], params[1::2]
