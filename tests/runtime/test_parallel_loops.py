@@ -89,25 +89,37 @@ def test_chunks_are_fixed_by_the_shape_not_the_thread_count():
     assert sources[1] == sources[2] == sources[8]  # the thread count is the entry's argument
 
 
+def _cnn():
+    """The cnn example's layer step, on a fresh net (its parameters, running statistics and
+    velocities are the arrays the step updates)."""
+    net, opt = ex_cnn.make_net()
+    arrays = list(net.state_dict().values()) + list(opt.state_dict().values())
+    return ex_cnn.train_step_for(net, opt), list(ex_cnn.example_inputs()), arrays
+
+
+def _fresh(step, inputs):
+    return lambda: (step, [np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                           for a in inputs], [])
+
+
 def _steps():
-    """(name, train_step, inputs) of the examples, at sizes where every kernel is cut."""
+    """(name, make) of the examples, at sizes where every kernel is cut; make() gives a fresh
+    (train_step, inputs, the arrays it owns and updates besides the inputs)."""
     return [
-        ("mlp", ex_mlp.train_step, ex_mlp.example_inputs(batch=32, sizes=(48, 64, 10))),
-        ("transformer", ex_tf.train_step,
-         ex_tf.example_inputs(batch=2, seq=16, d_model=32, d_mlp=64)),
-        ("cnn", ex_cnn.train_step, ex_cnn.example_inputs()),
+        ("mlp", _fresh(ex_mlp.train_step, ex_mlp.example_inputs(batch=32, sizes=(48, 64, 10)))),
+        ("transformer", _fresh(ex_tf.train_step,
+                               ex_tf.example_inputs(batch=2, seq=16, d_model=32, d_mlp=64))),
+        ("cnn", _cnn),
     ]
 
 
-@pytest.mark.parametrize("name, step, inputs", _steps(), ids=lambda v: v
-                         if isinstance(v, str) else "")
-def test_example_steps_are_bit_identical_for_any_thread_count(name, step, inputs,
-                                                              split_everything):
+@pytest.mark.parametrize("name, make", _steps(), ids=lambda v: v if isinstance(v, str) else "")
+def test_example_steps_are_bit_identical_for_any_thread_count(name, make, split_everything):
     """Three training steps each (loss, then the parameters the step updated with its
     gradients), threads 1, 2, 3, 8: the same bits; and close to the numpy backend's."""
     results = {}
     for threads in (1, 2, 3, 8):
-        args = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in inputs]
+        step, args, owned = make()
         fn = cc.compile(step, threads=threads)
         assert _parallel_calls(fn.lower(*args)) > 0
         seen = []
@@ -115,15 +127,15 @@ def test_example_steps_are_bit_identical_for_any_thread_count(name, step, inputs
             out = fn(*args)
             seen.append([np.asarray(o).tobytes() for o in (out if isinstance(out, tuple)
                                                            else (out,))])
-            seen.append([a.tobytes() for a in args if isinstance(a, np.ndarray)])
+            seen.append([a.tobytes() for a in args + owned if isinstance(a, np.ndarray)])
         results[threads] = seen
     assert results[1] == results[2] == results[3] == results[8]
-    args = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in inputs]
-    ref = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in inputs]
+    step, args, owned = make()
+    ref_step, ref, ref_owned = make()
     np.testing.assert_allclose(np.asarray(cc.compile(step, threads=2)(*args)),
-                               np.asarray(cc.compile(step, backend="numpy")(*ref)),
+                               np.asarray(cc.compile(ref_step, backend="numpy")(*ref)),
                                rtol=1e-4, atol=1e-5)
-    for a, r in zip(args, ref):
+    for a, r in zip(args + owned, ref + ref_owned):
         if isinstance(a, np.ndarray):
             np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)
 
