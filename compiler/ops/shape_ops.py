@@ -395,7 +395,7 @@ defop("fill", ELEMENTWISE,
                             _full_infer((), (), value, types[0][1])[1]),
       lambda x, value: np.full(x.shape, value, dtype=x.dtype),
       into=lambda out, x, value: np.copyto(out, value, casting="unsafe"),
-      vjp={"none": lambda ctx, g: (None,)},
+      # no VJP: the result doesn't depend on x's values (not differentiable, as `full`)
       doc="fill(x, value): x's shape and dtype, every element value (fill_, zero_, x[i] = v)")
 
 

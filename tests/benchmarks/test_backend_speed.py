@@ -22,7 +22,7 @@ def test_quick_run_prints_the_tables_and_every_column_computes_the_same(tmp_path
     # exit status 1 would mean a column computed something else than our numpy backend
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert "| workload | cpu | numpy | numpy-hand |" in lines
+    assert "| workload | threads | cpu | numpy | numpy-hand |" in lines  # (1 and all cores)
     for w in ("add100", "add100_", "relu", "relu_", "mlp", "transformer"):
         row = next(line for line in lines if line.startswith(f"| {w} |"))
         assert row.count("×") == 3 and "**1.00×**" in row  # ratios to cpu, cpu's own is 1
@@ -30,9 +30,13 @@ def test_quick_run_prints_the_tables_and_every_column_computes_the_same(tmp_path
     assert any(line.startswith("| mlp |") and line.endswith(" s |")
                and line.count(" s |") == 3 for line in lines)  # compile: off, cold, warm
     data = json.loads(out_json.read_text())
-    assert data["runs"] == 3 and set(data["times"]["mlp"]) == {"cpu", "numpy", "numpy-hand"}
-    assert all(len(t) == 3 for t in data["times"]["mlp"].values())
-    assert not any(data["checks"].values())
+    # one section per environment, one run per thread count in each
+    runs = [r for section in data["sections"] for r in section["runs"]]
+    assert data["runs"] == 3 and runs
+    for r in runs:
+        assert set(r["times"]["mlp"]) == {"cpu", "numpy", "numpy-hand"}
+        assert all(len(t) == 3 for t in r["times"]["mlp"].values())
+        assert not any(r["checks"].values())
     assert out_png.stat().st_size > 0
 
 

@@ -29,14 +29,13 @@ graph program(x: f32[2,3], w: f32[3,4]) {{
   [0] %2:f32[2,4] = matmul %x, %w                       # {l1}
   [1] %3:f32[2,4] = relu %2  (inplace of %2)            # {l1}
   [2] %4:f32[4] = slice %3 {{index=[[i,0],[s,None,None,None]]}}  # {l2}
-  [3] %5:f32[] = full {{shape=[] value=1.0 dtype=f32}}    # {l2}
-  [4] %6:f32[4] = broadcast_to %5 {{shape=[4]}}           # {l2}
-  [5] %7:f32[2,4] = slice_scatter %3, %6 {{index=[[i,0],[s,None,None,None]]}}  (inplace of %3)  # {l2}
-  [6] %8:f32[2,3] = scale %x {{scale=2.0 bias=0.0 bias_after_scale=True}}  (inplace of %x)  # {l3}
-  [7] %9:f32[2,1] = sum %7 {{axis=[1] keepdim=True}}      # {l4}
-  [8] %10:f32[4,2] = transpose %7 {{perm=[1,0]}}          # {l4}
-  [9] return %9, %10
-  mutate %x <- %8  # {l3}
+  [3] %5:f32[4] = fill %4 {{value=1.0}}  (inplace of %4)  # {l2}
+  [4] %6:f32[2,4] = slice_scatter %3, %5 {{index=[[i,0],[s,None,None,None]]}}  (inplace of %3)  # {l2}
+  [5] %7:f32[2,3] = scale %x {{scale=2.0 bias=0.0 bias_after_scale=True}}  (inplace of %x)  # {l3}
+  [6] %8:f32[2,1] = sum %6 {{axis=[1] keepdim=True}}      # {l4}
+  [7] %9:f32[4,2] = transpose %6 {{perm=[1,0]}}           # {l4}
+  [8] return %8, %9
+  mutate %x <- %7  # {l3}
 }}"""
     assert str(_trace()) == expected
 
