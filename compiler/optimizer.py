@@ -382,7 +382,24 @@ def _in_trace_form(args, kwargs):
             and all(isinstance(x, Tensor) for x in first))
 
 
-class SGD(Optimizer):
+class _InTraceForm:
+    """SGD's and AdamW's older in-trace form (built inside the trace over tensors, with
+    explicit state arrays): when `_legacy` holds one, step and clear_grad are its."""
+
+    _legacy = None
+
+    def step(self):
+        if self._legacy is not None:
+            return self._legacy.step()
+        return super().step()
+
+    def clear_grad(self, set_to_zero=True):
+        if self._legacy is not None:
+            return self._legacy.clear_grad(set_to_zero)
+        return super().clear_grad(set_to_zero)
+
+
+class SGD(_InTraceForm, Optimizer):
     """Paddle's SGD: `p -= lr * g`, `weight_decay` a float L2 coefficient (`g += wd * p`).
 
     Also the in-trace form `SGD(tensors, learning_rate=..., momentum=0.0, velocity=None,
@@ -407,16 +424,6 @@ class SGD(Optimizer):
     def init_state(parameters):
         """(In-trace form) zero velocities for a list of parameter arrays."""
         return _InTraceSGD.init_state(parameters)
-
-    def step(self):
-        if self._legacy is not None:
-            return self._legacy.step()
-        return super().step()
-
-    def clear_grad(self, set_to_zero=True):
-        if self._legacy is not None:
-            return self._legacy.clear_grad(set_to_zero)
-        return super().clear_grad(set_to_zero)
 
 
 class Momentum(Optimizer):
@@ -495,7 +502,7 @@ class Adam(Optimizer):
         raise NotImplementedError
 
 
-class AdamW(Adam):
+class AdamW(_InTraceForm, Adam):
     """Paddle's AdamW (Loshchilov and Hutter, ICLR 2019): Adam's update after the decoupled
     decay `p *= 1 - lr * weight_decay` (default 0.01), applied only to the parameters whose
     name `apply_decay_param_fun(name)` accepts (all when it is None); `lr_ratio(param)`
@@ -540,16 +547,6 @@ class AdamW(Adam):
         """(In-trace form) (moment1, moment2, step) for a list of parameter arrays: zeros,
         and a float32 0."""
         return _InTraceAdamW.init_state(parameters)
-
-    def step(self):
-        if self._legacy is not None:
-            return self._legacy.step()
-        return super().step()
-
-    def clear_grad(self, set_to_zero=True):
-        if self._legacy is not None:
-            return self._legacy.clear_grad(set_to_zero)
-        return super().clear_grad(set_to_zero)
 
 
 # -- the in-trace form (issue 10): the step function's tensors, state the caller passes -------

@@ -583,14 +583,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         def inner(ridx):
             v = convert(b, load(b, elem_ptr(b, ptrs[x.slot], xd, index(b, x.offset, rx, ridx)),
                                 xd), xd, acc_d)
-            a = b.load(slot, typ=acc_t)
-            if op == "max":
-                r = select_max(b, a, v, acc_d)
-            elif acc_d.kind == "f":
-                r = b.fadd(a, v, flags=["reassoc"])
-            else:
-                r = b.add(a, v)
-            b.store(r, slot)
+            b.store(_accumulate(b, op, b.load(slot, typ=acc_t), v, acc_d), slot)
         loop_nest(b, rshape, inner, "r")
         # chunk number = lo / per: the scratch holds float64 bits (an i64 or a float
         # accumulator is stored through its own type in that 8-byte cell)
@@ -640,14 +633,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 v = load(b, elem_ptr(b, ptrs[x.slot], xd, b.add(xoff, index(b, 0, rx, ridx))),
                          xd)
                 v = convert(b, v, xd, acc_d)
-                a = b.load(slot, typ=acc_t)
-                if op == "max":
-                    r = select_max(b, a, v, acc_d)
-                elif acc_d.kind == "f":
-                    r = b.fadd(a, v, flags=["reassoc"])
-                else:
-                    r = b.add(a, v)
-                b.store(r, slot)
+                b.store(_accumulate(b, op, b.load(slot, typ=acc_t), v, acc_d), slot)
             loop_nest(b, rshape, inner, "r")
             a = b.load(slot, typ=acc_t)
             if op == "mean":
@@ -800,3 +786,13 @@ class _Callee:
 
     def get_reference(self):
         return self.value.get_reference()
+
+
+def _accumulate(b, op, acc, v, acc_d):
+    """One step of a sum or max reduction: `acc` combined with `v` (NaN-propagating max; a
+    float sum may reassociate, which the partition keeps fixed)."""
+    if op == "max":
+        return select_max(b, acc, v, acc_d)
+    if acc_d.kind == "f":
+        return b.fadd(acc, v, flags=["reassoc"])
+    return b.add(acc, v)
