@@ -68,8 +68,10 @@ class DeferredSignals:
             for signum, handler in python_handlers():
                 # (signal() first runs the handlers of signals already pending: one that raises
                 # interrupts the call here, before anything is written)
-                _setsignal(signum, self._record)
+                # Saved first: a pending handler that raises inside signal() may do so after
+                # the swap, and restoring one never swapped only sets it again.
                 self._saved.append((signum, handler))
+                _setsignal(signum, self._record)
         except BaseException:
             self._restore()
             raise
