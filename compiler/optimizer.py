@@ -40,6 +40,7 @@ from . import lr  # (cc.optimizer.lr)
 from . import tracer as _tr
 from .errors import DataError, ShapeError, TraceError
 from .lr import LRScheduler
+from .ops.registry import dkind
 from .tensor import Tensor, state_tensor
 
 __all__ = ["SGD", "Adam", "AdamW", "ClipGradByGlobalNorm", "ClipGradByNorm",
@@ -162,7 +163,7 @@ class Optimizer:
                                  "(a layer's parameters()); traced tensors only work with "
                                  "the in-trace form cc.optimizer.SGD(tensors, ...), whose "
                                  "state is passed in arrays", loc)
-            if not isinstance(p, np.ndarray) or p.dtype.kind != "f":
+            if not isinstance(p, np.ndarray) or dkind(p.dtype) != "f":
                 what = p.dtype if isinstance(p, np.ndarray) else type(p).__name__
                 raise TraceError(f"parameters must be float arrays, not {what}", loc)
             if id(p) not in seen:

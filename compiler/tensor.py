@@ -30,7 +30,7 @@ from .errors import InplaceError, ShapeError, TraceError
 from .ir import DataCheck, Value
 from .layout import apply_view, value_probe
 from .ops import BOOL, SUPPORTED_DTYPES, dtype_class
-from .ops.registry import DEFAULT_FLOAT, normalize_axes, promote
+from .ops.registry import DEFAULT_FLOAT, dkind, normalize_axes, promote
 from . import tensor_paddle as _paddle
 from . import tensor_writeback as _writeback
 from .tensor_methods import install_methods, user_errors  # noqa: F401 (importers name it here)
@@ -56,13 +56,13 @@ def _fills(value, dtype: np.dtype) -> bool:
     that fits an integer dtype, a bool into bool."""
     if isinstance(value, bool) or (isinstance(value, numbers.Integral)
                                    and not isinstance(value, np.number)):
-        if dtype.kind == "b":
+        if dkind(dtype) == "b":
             return isinstance(value, bool)
-        if dtype.kind in "iu":
+        if dkind(dtype) in "iu":
             info = np.iinfo(dtype)
             return info.min <= int(value) <= info.max
-        return dtype.kind == "f"
-    return isinstance(value, float) and dtype.kind == "f"
+        return dkind(dtype) == "f"
+    return isinstance(value, float) and dkind(dtype) == "f"
 
 
 def scalar_dtype(x, like: np.dtype | None) -> np.dtype:
@@ -72,7 +72,7 @@ def scalar_dtype(x, like: np.dtype | None) -> np.dtype:
         return like if like is not None else BOOL
     if isinstance(x, (numbers.Integral, np.integer)):
         return like if like is not None and like != BOOL else np.dtype(np.int64)
-    return like if like is not None and like.kind == "f" else DEFAULT_FLOAT
+    return like if like is not None and dkind(like) == "f" else DEFAULT_FLOAT
 
 
 def normalize_index(idx, shape) -> tuple:
@@ -317,7 +317,7 @@ class Tensor:
             return x._v()
         if _is_scalar(x):
             dtype = scalar_dtype(x, like if like is not None else self.dtype)
-            if isinstance(x, numbers.Integral) and dtype.kind in "iu" and not (
+            if isinstance(x, numbers.Integral) and dkind(dtype) in "iu" and not (
                     np.iinfo(dtype).min <= int(x) <= np.iinfo(dtype).max):
                 raise TraceError(f"the Python int {int(x)} doesn't fit the {dtype} tensor it is "
                                  f"used with (range {np.iinfo(dtype).min} to "
@@ -375,7 +375,7 @@ class Tensor:
         y_dtype = y.dtype if isinstance(y, Tensor) else \
             scalar_dtype(y, self.dtype) if _is_scalar(y) else None
         out = promote(self.dtype, y_dtype) if y_dtype is not None else DEFAULT_FLOAT
-        if out.kind == "f":
+        if dkind(out) == "f":
             if _is_scalar(y):
                 return y * alpha
             return Tensor._fresh(self._operand(y)).scale(alpha)
@@ -401,7 +401,7 @@ class Tensor:
         """Integer tensors keep their dtype (Paddle), so they are scaled in integer
         arithmetic: `scale` and `bias` must be whole numbers there (Paddle would truncate them
         silently; `add(alpha=)` refuses the same way)."""
-        if self.dtype.kind in "iu":
+        if dkind(self.dtype) in "iu":
             if not all(_is_scalar(v) and float(v).is_integer() for v in (scale, bias)):
                 raise TraceError(f"scale={scale!r}, bias={bias!r} on a {self.dtype} tensor: "
                                  "use whole numbers, or cast to a float dtype first",
@@ -425,7 +425,7 @@ class Tensor:
         Paddle does), a 0-d (or broadcastable) Tensor, or None for no bound."""
         if self.dtype == BOOL:
             raise TraceError("clip is not defined for bool tensors", _tr.user_loc())
-        big = np.inf if self.dtype.kind == "f" else None
+        big = np.inf if dkind(self.dtype) == "f" else None
         out = []
         for bound, default in ((lo, -big if big else np.iinfo(self.dtype).min),
                                (hi, big if big else np.iinfo(self.dtype).max)):
@@ -451,7 +451,7 @@ class Tensor:
 
     def pow(self, y):
         self._check_int_power(y)
-        if _is_scalar(y) and self.dtype.kind != "f" and isinstance(y, (float, np.floating)):
+        if _is_scalar(y) and dkind(self.dtype) != "f" and isinstance(y, (float, np.floating)):
             return self.cast(DEFAULT_FLOAT)._op("pow", y)
         return self._op("pow", y)
 
@@ -656,7 +656,7 @@ class Tensor:
     def _index(self, index, what):
         """An integer index tensor (a Tensor, an array or a list)."""
         index = index if isinstance(index, Tensor) else to_tensor(np.asarray(index))
-        if index.dtype.kind not in "iu":
+        if dkind(index.dtype) not in "iu":
             raise TraceError(f"{what}: indices must be integers, not {index.dtype}",
                              _tr.user_loc())
         return index
@@ -728,7 +728,7 @@ class Tensor:
     def _sort_axis(self, axis, what):
         """The tensor to sort and its axis (Paddle's range, [-R, R)); a 0-d tensor is sorted
         as a row of one element."""
-        if self.dtype.kind not in "fiu":
+        if dkind(self.dtype) not in "fiu":
             raise TraceError(f"{what}: {self.dtype} tensors can't be sorted (Paddle sorts "
                              "floats and integers)", _tr.user_loc())
         if isinstance(axis, bool) or not isinstance(axis, (numbers.Integral, np.integer)):
@@ -1172,10 +1172,10 @@ def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
     with its own stream."""
     tracer = _tr.current()
     dtype = np.dtype(dtype)
-    draw = dtype if dtype.kind == "f" else DEFAULT_FLOAT
+    draw = dtype if dkind(dtype) == "f" else DEFAULT_FLOAT
     uint64 = np.dtype(np.uint64)
     if isinstance(seed, Tensor):
-        if seed.shape != [] or seed.dtype.kind not in "iu":
+        if seed.shape != [] or dkind(seed.dtype) not in "iu":
             raise TraceError(f"{what}: the seed must be a 0-d integer tensor (uint64), not "
                              f"{seed.dtype}{seed.shape}", _tr.user_loc())
         s = seed if seed.dtype == uint64 else seed.cast(uint64)

@@ -16,12 +16,12 @@ import numpy as np
 from . import tracer as _tr
 from .errors import ShapeError, TraceError
 from .ops import BOOL
-from .ops.registry import normalize_axes
+from .ops.registry import dkind, normalize_axes
 
 
 def _float_only(x, what: str):
     # Paddle's var/std/logsumexp take float16/32/64 only; an integer input is refused, not cast.
-    if x.dtype.kind != "f":
+    if dkind(x.dtype) != "f":
         raise TraceError(f"{what} needs a floating-point tensor, not {x.dtype}: cast it first "
                          "(x.cast('float32'))", _tr.user_loc())
 
@@ -135,19 +135,19 @@ def all_(self, axis=None, keepdim=False):
 
 
 def isnan(self):
-    if self.dtype.kind != "f":
+    if dkind(self.dtype) != "f":
         return _full(self, self.shape, False, BOOL)
     return self != self
 
 
 def isinf(self):
-    if self.dtype.kind != "f":
+    if dkind(self.dtype) != "f":
         return _full(self, self.shape, False, BOOL)
     return self.abs() == float("inf")
 
 
 def isfinite(self):
-    if self.dtype.kind != "f":
+    if dkind(self.dtype) != "f":
         return _full(self, self.shape, True, BOOL)
     return self.abs() < float("inf")  # NaN compares false
 
@@ -198,12 +198,12 @@ def split_advanced(self, idx):
         item = items[k]
         if not isinstance(item, T):
             item = np.asarray(item)
-            if item.dtype.kind == "f" and item.size == 0:
+            if dkind(item.dtype) == "f" and item.size == 0:
                 item = item.astype(np.int64)  # `x[[]]`: NumPy reads an empty list as ints
             item = T._fresh(self._operand(item))  # a captured constant (cc.to_tensor)
         if item.dtype == BOOL:
             raise TraceError(MASK_READ, _tr.user_loc())
-        if item.dtype.kind not in "iu":
+        if dkind(item.dtype) not in "iu":
             raise TraceError(f"tensor indices must be integers (a gather) or bool (a mask), "
                              f"not {item.dtype}", _tr.user_loc())
         tensors.append(item)

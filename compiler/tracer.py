@@ -15,7 +15,7 @@ import sys
 from .errors import CompilerError, ShapeError, TraceError
 from .ir import Graph, Loc, Node, Value
 from .layout import apply_view, value_probe
-from .ops import REGISTRY
+from .ops import REGISTRY, dkind
 
 _PACKAGE_DIRS = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), pkg) + os.sep
@@ -198,7 +198,7 @@ class Tracer:
         # graph instead of passing a gradient through the rounding.
         grad_mode = self.grad_enabled if record_grad is None else record_grad
         node.out.requires_grad = (grad_mode and opdef.differentiable
-                                  and node.out.dtype.kind == "f"
+                                  and dkind(node.out.dtype) == "f"
                                   and any(v.requires_grad for v in inputs))
         return node.out
 

@@ -29,7 +29,7 @@ from compiler.layout import apply_view
 from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, scratch_offsets, scratch_specs
 from compiler.ops.shape_ops import numpy_index
 
-from .reference import run_node
+from .reference import run_node, widened
 
 POISON = 0xFF
 # The generic elementwise path evaluates an op's reference on chunks of this many elements,
@@ -381,6 +381,9 @@ def compute(node, dest: np.ndarray, args: list[np.ndarray], scratch=None) -> Non
     dtype, or for an inplace decision the operand it takes), bit-identical to the reference
     interpreter. `scratch`: the arrays of the node's workspace, when its op declares one."""
     op = REGISTRY[node.op]
+    if widened(node, args) is not None:  # a 16-bit float: float32 math, one rounding
+        np.copyto(dest, run_node(node, args))
+        return
     try:
         if op.into is not None:
             kw = node.attrs if scratch is None else {**node.attrs, "scratch": scratch}

@@ -16,7 +16,7 @@ from ..errors import DataError, ShapeError, TraceError
 from ..ir import DataCheck
 from ..layout import apply_view
 from ..ops.nn_ops import bad_label, label_range_message
-from ..ops.registry import normalize_axes
+from ..ops.registry import dkind, normalize_axes
 from ..creation import arange as cc_arange
 from ..creation import concat as cc_concat
 from ..creation import full as cc_full
@@ -425,7 +425,7 @@ def one_hot(x, num_classes, name=None) -> Tensor:
             or num_classes < 1:
         raise TraceError(f"one_hot: num_classes must be a positive int, got {num_classes!r}",
                          loc)
-    if labels.dtype.kind not in "iu":
+    if dkind(labels.dtype) not in "iu":
         raise TraceError(f"one_hot: labels must be integers, not {labels.dtype}", loc)
     out = labels.primitive("one_hot", num_classes=int(num_classes), dtype=np.dtype(np.float32),
                            ignore_index=None)
@@ -548,7 +548,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusiv
                          loc)
     if x.ndim != 4:
         raise ShapeError(f"avg_pool2d expects a 4-D input, got shape {x.shape}", loc)
-    if x.dtype.kind != "f":
+    if dkind(x.dtype) != "f":
         raise TraceError(f"avg_pool2d needs a float input, not {x.dtype}", loc)
     if data_format == "NHWC":
         x = x.transpose([0, 3, 1, 2])
@@ -616,7 +616,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                          f"{', '.join(formats)})", loc)
     if x.ndim < 2:
         raise ShapeError(f"batch_norm expects an input of rank >= 2, got shape {x.shape}", loc)
-    if x.dtype.kind != "f":
+    if dkind(x.dtype) != "f":
         raise TraceError(f"batch_norm needs a float input, not {x.dtype}", loc)
     axis = 1 if data_format[1] == "C" else x.ndim - 1
     channels = x.shape[axis]
@@ -679,7 +679,7 @@ def binary_cross_entropy_with_logits(logit, label, weight=None, reduction="mean"
     if reduction not in ("mean", "sum", "none"):
         raise TraceError(f"unknown reduction {reduction!r}: use 'mean', 'sum' or 'none'", loc)
     x = _as_tensor(logit)
-    if x.dtype.kind != "f":
+    if dkind(x.dtype) != "f":
         raise TraceError(f"binary_cross_entropy_with_logits: logit must be a float tensor, "
                          f"not {x.dtype}", loc)
     y = _as_tensor(label, x.dtype)
@@ -715,13 +715,13 @@ def nll_loss(input, label, weight=None, ignore_index=-100, reduction="mean",
     if x.ndim < 2:
         raise ShapeError(f"nll_loss expects input [N, C] or [N, C, d1, ...], got {x.shape}",
                          loc)
-    if x.dtype.kind != "f":
+    if dkind(x.dtype) != "f":
         raise TraceError(f"nll_loss: input must be a float tensor, not {x.dtype}", loc)
     want = [x.shape[0]] + x.shape[2:]
     if labels.shape != want:
         raise ShapeError(f"nll_loss: labels of shape {labels.shape} don't match input of "
                          f"shape {x.shape} (want {want})", loc)
-    if labels.dtype.kind not in "iu":
+    if dkind(labels.dtype) not in "iu":
         raise TraceError(f"nll_loss: labels must be integers, not {labels.dtype}", loc)
     classes = x.shape[1]
     if x.ndim > 2:
@@ -753,7 +753,7 @@ def softplus(x, beta=1, threshold=20, name=None) -> Tensor:
     `beta * x > threshold`. The exp sees 0 there, so an unselected branch never overflows
     (its NaN would reach the gradient through the where)."""
     x = _as_tensor(x)
-    if x.dtype.kind != "f":
+    if dkind(x.dtype) != "f":
         raise TraceError(f"softplus needs a float input, not {x.dtype}", _tr.user_loc())
     beta, threshold = float(beta), float(threshold)
     xb = x * beta if beta != 1.0 else x

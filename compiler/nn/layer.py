@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import tracer as _tr
 from ..errors import ShapeError, TraceError
+from ..ops.registry import dkind
 from ..tensor import state_tensor
 from . import initializer as _init
 
@@ -36,7 +37,7 @@ def set_default_dtype(dtype) -> None:
     """The dtype of the parameters of layers built from now on (Paddle's
     `paddle.set_default_dtype`): float32 unless changed."""
     dtype = np.dtype(dtype)
-    if dtype.kind != "f":
+    if dkind(dtype) != "f":
         raise TraceError(f"set_default_dtype: {dtype} is not a float dtype", _tr.user_loc())
     _DEFAULT_DTYPE[0] = dtype
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import tracer as _tr
 from ..errors import ShapeError, TraceError
+from ..ops.registry import dkind
 from ..creation import concat
 from ..tensor import Tensor, to_tensor
 from ..tracer import no_grad
@@ -473,7 +474,7 @@ def _attention_mask(mask, dtype):
     adding (mask - 1) * 1e9 (a fully masked row stays finite); a float mask is added."""
     if not isinstance(mask, Tensor):
         mask = to_tensor(np.asarray(mask))
-    if mask.dtype.kind in "biu":
+    if dkind(mask.dtype) in "biu":
         return (mask.cast(dtype) - 1.0) * 1e9
     return mask
 

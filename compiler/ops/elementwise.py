@@ -12,7 +12,7 @@ import numpy as np
 
 from . import scalar as S
 from ..errors import ShapeError, TraceError
-from .registry import (BOOL, ELEMENTWISE, broadcast_shapes, defop, dtype_class, float_of,
+from .registry import (BOOL, ELEMENTWISE, dkind, broadcast_shapes, defop, dtype_class, float_of,
                        promote)
 
 # -- dtype rules ---------------------------------------------------------------------------
@@ -194,7 +194,7 @@ unary("atanh", np.arctanh, S.call("atanh", a), dtype=_float,
 # -- issue 10: rounding, reciprocal forms, more logarithms, hyperbolic and inverse trig -------
 def _float_only(t):
     """Paddle's rounding ops take floating-point tensors only."""
-    if t[1].kind != "f":
+    if dkind(t[1]) != "f":
         raise TraceError(f"defined for floating-point tensors only, not {t[1]}: cast first")
     return t[1]
 
@@ -324,7 +324,7 @@ binary("divide", np.true_divide, a / b, vjp={"input": _divide_vjp},
 
 
 def _pow_ref(x, y):
-    if x.dtype.kind == "f" or y.dtype.kind == "f":
+    if dkind(x.dtype) == "f" or dkind(y.dtype) == "f":
         return np.power(x, y)
     # Integers: a negative exponent gives what integer arithmetic gives for 1 / x**n (0),
     # except 1 for base 1 and +-1 for base -1; numpy would raise mid-run (ARCHITECTURE.md §4).
@@ -404,7 +404,7 @@ binary("logical_xor", np.logical_xor, S.cast(a, BOOL).ne(S.cast(b, BOOL)),
 def _lerp_infer(types, **attrs):
     (sx, dx), (sy, dy), (sw, dw) = types
     out = promote(dx, dy, dw)
-    if out.kind != "f":
+    if dkind(out) != "f":
         raise TraceError(f"lerp needs floating-point operands, not {out}")
     return broadcast_shapes(sx, sy, sw), out
 
@@ -484,9 +484,9 @@ def expr_for(op, attrs, in_dtypes, out_dtype):
     expr = op.expr(attrs) if callable(op.expr) else op.expr
     if op.random:
         return expr  # typed throughout: uint64 words, then its own float conversion
-    if op.name == "pow" and out_dtype.kind in "iu":
+    if op.name == "pow" and dkind(out_dtype) in "iu":
         return _int_pow_expr()
-    if out_dtype.kind != "f":
+    if dkind(out_dtype) != "f":
         return expr
     casts = {i: S.cast(S.arg(i), out_dtype) for i, d in enumerate(in_dtypes)
              if np.dtype(d) != out_dtype and not (op.name == "where" and i == 0)}

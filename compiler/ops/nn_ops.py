@@ -15,7 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from . import scalar as S
 from ..errors import DataError, ShapeError
-from .registry import (ELEMENTWISE, OTHER, broadcast_shapes, defop, float_of, normalize_axes,
+from .registry import (ELEMENTWISE, OTHER, dkind, broadcast_shapes, defop, float_of, normalize_axes,
                        promote)
 from .shape_ops import reduced_shape
 
@@ -153,7 +153,7 @@ defop("layer_norm", ELEMENTWISE, _layer_norm_infer, _expr_ref(_layer_norm_expr),
 def _rowwise_infer(types, axis):
     shape, dtype = types[0]
     normalize_axes(axis, len(shape))
-    if dtype.kind != "f":
+    if dkind(dtype) != "f":
         raise ShapeError("softmax needs a floating-point input")
     return shape, dtype
 
@@ -218,7 +218,7 @@ defop("log_softmax", OTHER, _rowwise_infer, _log_softmax_ref,
 
 def _one_hot_infer(types, num_classes, dtype, ignore_index=None):
     shape, d = types[0]
-    if d.kind not in "iu":
+    if dkind(d) not in "iu":
         raise ShapeError("one_hot needs integer labels")
     return tuple(shape) + (num_classes,), np.dtype(dtype)
 
@@ -497,7 +497,7 @@ def _max_pool2d_vjp(ctx, g):
 
 
 def _pool_low(dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min if dtype.kind in "iu" \
+    return -np.inf if dkind(dtype) == "f" else np.iinfo(dtype).min if dkind(dtype) in "iu" \
         else False
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import scalar as S
 from ..errors import ShapeError
-from .registry import ELEMENTWISE, UINT64, defop
+from .registry import ELEMENTWISE, UINT64, defop, dkind
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57          # the round multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85          # the Weyl key increments (golden ratio, sqrt(3)-1)
@@ -185,7 +185,7 @@ def _philox_infer(types, stream, dist, dtype):
     if di != UINT64 or ds != UINT64 or tuple(ss) != ():
         raise ShapeError(f"philox takes a uint64 counter and a 0-d uint64 seed, not {di} and "
                          f"{ds}{list(ss)}")
-    if dist not in ("uniform", "normal") or np.dtype(dtype).kind != "f":
+    if dist not in ("uniform", "normal") or dkind(np.dtype(dtype)) != "f":
         raise ShapeError(f"philox: bad distribution {dist!r} or dtype {dtype}")
     return tuple(si), np.dtype(dtype)
 

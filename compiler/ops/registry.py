@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import ShapeError
@@ -35,7 +36,8 @@ from ..errors import ShapeError
 # -- printed forms (the IR's printer and the fused op's operands) --------------------------------
 _DTYPE_SHORT = {
     "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
-    "uint64": "u64",
+    "uint64": "u64", "float16": "f16", "bfloat16": "bf16", "int8": "i8", "uint8": "u8",
+    "int16": "i16",
 }
 
 
@@ -70,8 +72,15 @@ KINDS = (ELEMENTWISE, REDUCTION, VIEW, SCATTER, MATMUL, CREATION, OTHER)
 
 VJP_NEEDS = ("none", "input", "output", "input+output")
 
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # NumPy has none: the ml_dtypes package's, as JAX's
+FLOAT16 = np.dtype(np.float16)
+# The 16-bit floats are storage types: every op computes in float32 and rounds once to nearest
+# even when it stores (PyTorch's CPU kernels do the same), so a result is the float32 result
+# rounded once.
+HALF_DTYPES = (FLOAT16, BFLOAT16)
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64)) + HALF_DTYPES
+INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int8), np.dtype(np.uint8),
+              np.dtype(np.int16))
 BOOL = np.dtype(np.bool_)
 # uint64 is the type of random seeds; it takes part in promotion as
 # NumPy says (uint64 with a signed integer is float64), which user code has no reason to meet.
@@ -80,11 +89,32 @@ SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (BOOL, UINT64)
 DEFAULT_FLOAT = np.dtype(np.float32)  # Paddle's default dtype
 
 
+def dkind(dtype) -> str:
+    """NumPy's kind letter, with bfloat16 a float ("f"): ml_dtypes gives it kind "V"."""
+    dtype = np.dtype(dtype)
+    return "f" if dtype == BFLOAT16 else dtype.kind
+
+
+def is_half(dtype) -> bool:
+    return np.dtype(dtype) in HALF_DTYPES
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype arithmetic on `dtype` values happens in: float32 for the 16-bit floats."""
+    dtype = np.dtype(dtype)
+    return DEFAULT_FLOAT if dtype in HALF_DTYPES else dtype
+
+
+def finfo(dtype):
+    """np.finfo, also for bfloat16."""
+    return ml_dtypes.finfo(np.dtype(dtype))
+
+
 def dtype_class(dtype) -> str:
     dtype = np.dtype(dtype)
     if dtype == BOOL:
         return "bool"
-    return "float" if dtype.kind == "f" else "int"
+    return "float" if dkind(dtype) == "f" else "int"
 
 
 @dataclass
@@ -198,19 +228,27 @@ def promote(*dtypes) -> np.dtype:
     """The result dtype of mixing `dtypes` (Paddle / PyTorch): the highest category present
     (float > int > bool) decides, and within it the widest dtype. So an int tensor times a
     weakly typed float scalar (a float32 `full`) stays float32, as `int / int` and
-    `int ** 0.5` do, where numpy would widen int32 + float32 to float64."""
+    `int ** 0.5` do, where numpy would widen int32 + float32 to float64. float16 with
+    bfloat16 is float32 (neither holds the other), as in Paddle and PyTorch; uint8 with int8 is
+    int16, as NumPy says."""
     dtypes = [np.dtype(d) for d in dtypes]
-    for kinds in ("f", "iu"):
-        top = [d for d in dtypes if d.kind in kinds]
-        if top:
-            return np.result_type(*top)
+    floats = [d for d in dtypes if dkind(d) == "f"]
+    if floats:
+        halves = {d for d in floats if d in HALF_DTYPES}
+        wide = [d for d in floats if d not in HALF_DTYPES]
+        if len(halves) == 2:
+            wide.append(DEFAULT_FLOAT)
+        return np.result_type(*wide) if wide else halves.pop()
+    ints = [d for d in dtypes if d.kind in "iu"]
+    if ints:
+        return np.result_type(*ints)
     return np.result_type(*dtypes)
 
 
 def float_of(dtype) -> np.dtype:
     """The float dtype an int/bool input computes in (Paddle: float32)."""
     dtype = np.dtype(dtype)
-    return dtype if dtype.kind == "f" else DEFAULT_FLOAT
+    return dtype if dkind(dtype) == "f" else DEFAULT_FLOAT
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:

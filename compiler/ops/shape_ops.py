@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 
 from ..errors import DataError, ShapeError, TraceError
-from .registry import (CREATION, ELEMENTWISE, MATMUL, OTHER, REDUCTION, SCATTER, VIEW,
+from .registry import (CREATION, ELEMENTWISE, dkind, MATMUL, OTHER, REDUCTION, SCATTER, VIEW,
                        broadcast_shapes, defop, normalize_axes, promote)
 
 # -- reductions ----------------------------------------------------------------------------
@@ -28,11 +28,11 @@ def _reduce_infer(dtype_rule):
 
 
 def _sum_dtype(d):
-    return d if d.kind == "f" else np.dtype(np.int64)
+    return d if dkind(d) == "f" else np.dtype(np.int64)
 
 
 def _mean_dtype(d):
-    return d if d.kind == "f" else np.dtype(np.float32)
+    return d if dkind(d) == "f" else np.dtype(np.float32)
 
 
 def _kept(ctx, t):
@@ -166,7 +166,7 @@ def _gemm_infer(types, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
     if tuple(sc) != (m, n):
         raise ShapeError(f"gemm: the accumulator is {list(sc)}, the product [{m}, {n}]")
     dtype = promote(da, db, dc)
-    if dtype.kind != "f":
+    if dkind(dtype) != "f":
         raise ShapeError("gemm computes in a float dtype")
     return (m, n), dtype
 
@@ -525,7 +525,7 @@ defop("cumsum", OTHER, _cumsum_infer,
 # -- issue 10: gathers and scatters along one axis (integer indices are data) --------------
 def _index_check(what, shape, dtype, index_types):
     for s, d in index_types:
-        if d.kind not in "iu":
+        if dkind(d) not in "iu":
             raise ShapeError(f"{what}: indices must be integers, not {d}")
 
 

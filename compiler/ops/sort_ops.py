@@ -18,13 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from .registry import OTHER, defop, normalize_axes
+from .registry import OTHER, defop, dkind, normalize_axes
 
 
 def _argsort_infer(types, axis, descending):
     shape, dtype = types[0]
     normalize_axes(axis, len(shape))
-    if dtype.kind not in "fiu":
+    if dkind(dtype) not in "fiu":
         raise ShapeError(f"argsort: {dtype} tensors can't be sorted (floats and integers can)")
     return tuple(shape), np.dtype(np.int64)
 
