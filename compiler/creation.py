@@ -92,12 +92,16 @@ def where(condition, x, y) -> Tensor:
 def rand(shape, dtype=None, seed=0) -> Tensor:
     """Numbers uniform in [0, 1) from Philox: `seed` a 0-d uint64 tensor (an argument: a new
     seed doesn't retrace) or an int; the same seed gives the same numbers on every backend."""
-    return random_tensor(_shape(shape), _dtype(dtype), seed, "uniform", "cc.rand")
+    dtype = _dtype(dtype)
+    out = random_tensor(_shape(shape), dtype, seed, "uniform", "cc.rand")
+    return out if out.dtype == dtype else out.cast(dtype)
 
 
 def randn(shape, dtype=None, seed=0) -> Tensor:
     """Standard normal numbers from Philox (Box-Muller); see `rand`."""
-    return random_tensor(_shape(shape), _dtype(dtype), seed, "normal", "cc.randn")
+    dtype = _dtype(dtype)
+    out = random_tensor(_shape(shape), dtype, seed, "normal", "cc.randn")
+    return out if out.dtype == dtype else out.cast(dtype)
 
 
 def where_(condition, x, y) -> Tensor:

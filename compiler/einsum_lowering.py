@@ -29,7 +29,7 @@ import numpy as np
 
 from . import tracer as _tr
 from .errors import ShapeError, TraceError
-from .tensor import Tensor, to_tensor, user_errors
+from .tensor import Tensor, in_float32, rounded, to_tensor, user_errors
 
 __all__ = ["einsum"]
 
@@ -82,6 +82,7 @@ def einsum(equation, *operands) -> Tensor:
     if not operands:
         raise TraceError("einsum needs at least one operand", loc)
     ops = [x if isinstance(x, Tensor) else to_tensor(np.asarray(x)) for x in operands]
+    ops, half = in_float32(ops)  # several products and sums: float32 inside, one rounding
     eq = equation.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     if "->" in rhs or "-" in lhs or ">" in lhs:
@@ -128,7 +129,7 @@ def einsum(equation, *operands) -> Tensor:
                 raise ShapeError(f"einsum: label {name} has size {have} in one operand and "
                                  f"{d} in operand {k} ({equation!r})", loc)
             size[lab] = d if have == 1 else have
-    return _contract(ops, labels, out, size)
+    return rounded(_contract(ops, labels, out, size), half)
 
 
 def _diagonals(x: Tensor, ls: list, k: int, term: str, loc):

@@ -30,7 +30,7 @@ from .errors import InplaceError, ShapeError, TraceError
 from .ir import DataCheck, Value
 from .layout import apply_view, value_probe
 from .ops import BOOL, SUPPORTED_DTYPES, dtype_class
-from .ops.registry import DEFAULT_FLOAT, dkind, normalize_axes, promote
+from .ops.registry import DEFAULT_FLOAT, dkind, is_half, normalize_axes, promote
 from . import tensor_paddle as _paddle
 from . import tensor_writeback as _writeback
 from .tensor_methods import install_methods, user_errors  # noqa: F401 (importers name it here)
@@ -1168,11 +1168,12 @@ install_methods(Tensor)
 
 def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
     """A fresh tensor of Philox numbers ("uniform" in [0, 1) or "normal") of a float `dtype`
-    (an integer or bool target draws in float32 and is cast). Each call is a new call site
+    (an integer, bool or 16-bit float target draws in float32). Each call is a new call site
     with its own stream."""
     tracer = _tr.current()
     dtype = np.dtype(dtype)
-    draw = dtype if dkind(dtype) == "f" else DEFAULT_FLOAT
+    # a 16-bit float draws in float32 (what its arithmetic computes in; one rounding later)
+    draw = dtype if dkind(dtype) == "f" and not is_half(dtype) else DEFAULT_FLOAT
     uint64 = np.dtype(np.uint64)
     if isinstance(seed, Tensor):
         if seed.shape != [] or dkind(seed.dtype) not in "iu":
@@ -1195,6 +1196,26 @@ def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
     out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
                                                             "dtype": draw}))
     return out
+
+
+def in_float32(tensors: list) -> tuple[list, np.dtype | None]:
+    """A composite function's 16-bit float operands widened to float32, and the dtype to round
+    its result to (None when no operand is a 16-bit float). A composite of several ops computes
+    in float32 and rounds once, as one op does (and as Paddle's kernels do): `softplus` of a
+    float16 `x = 12` would overflow in a float16 `exp`."""
+    halves = {t.dtype for t in tensors if isinstance(t, Tensor) and is_half(t.dtype)}
+    if not halves:
+        return tensors, None
+    wide = [t.cast(DEFAULT_FLOAT) if isinstance(t, Tensor) and is_half(t.dtype) else t
+            for t in tensors]
+    return wide, promote(*halves)
+
+
+def rounded(result: Tensor, dtype: np.dtype | None) -> Tensor:
+    """`in_float32`'s other half: a float32 result rounded once to `dtype`."""
+    if dtype is None or result.dtype != DEFAULT_FLOAT or dtype == DEFAULT_FLOAT:
+        return result
+    return result.cast(dtype)
 
 
 def check_dtype(dtype, loc=None):

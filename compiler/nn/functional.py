@@ -21,7 +21,7 @@ from ..creation import arange as cc_arange
 from ..creation import concat as cc_concat
 from ..creation import full as cc_full
 from ..creation import where as cc_where
-from ..tensor import Tensor, random_tensor, to_tensor, user_errors
+from ..tensor import Tensor, in_float32, random_tensor, rounded, to_tensor, user_errors
 
 __all__ = ["relu", "relu_", "gelu", "sigmoid", "softmax", "log_softmax", "cross_entropy",
            "mse_loss", "layer_norm", "linear", "dropout", "conv2d", "max_pool2d", "elu", "elu_",
@@ -756,12 +756,13 @@ def softplus(x, beta=1, threshold=20, name=None) -> Tensor:
     if dkind(x.dtype) != "f":
         raise TraceError(f"softplus needs a float input, not {x.dtype}", _tr.user_loc())
     beta, threshold = float(beta), float(threshold)
+    (x,), half = in_float32([x])
     xb = x * beta if beta != 1.0 else x
     linear = xb > threshold
     soft = cc_where(linear, 0.0, xb).exp().log1p()
     if beta != 1.0:
         soft = soft / beta
-    return cc_where(linear, x, soft)
+    return rounded(cc_where(linear, x, soft), half)
 # -- end of issue 24's section --------------------------------------------------------------
 
 
