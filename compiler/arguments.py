@@ -201,7 +201,7 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
         for p, (index, perm) in zip(group, shifted):
             if _covers_exactly(arrays[p], regions[g]):
                 index, perm = (), ()  # the storage itself: one Tensor, as `fn(x, x)` in eager
-            views[p] = ((g, box, regions[g].shape, regions[g].dtype.str), index, perm)
+            views[p] = ((g, box, regions[g].shape, regions[g].dtype), index, perm)
     sig = []
     for p, a in enumerate(args):
         if p in views:

@@ -100,3 +100,19 @@ def test_narrow_integer_overflow_wraps_as_numpy():
     got = cc.compile(lambda t: t + t, backend="numpy")(x)
     assert got.dtype == np.int8
     np.testing.assert_array_equal(got, x + x)
+
+
+def test_overlapping_bfloat16_arguments_keep_their_dtype():
+    # found by the random programs: the shared storage of aliased arguments was typed from
+    # its dtype's string ('<V2' for bfloat16), a raw void type
+    s = np.arange(16, dtype=np.float32).reshape(4, 4).astype(BF16)
+
+    def f(a, e):
+        e.add_(1.0)
+        return -a
+    out = cc.compile(f, backend="numpy")(s[0:3], s[1:4])
+    assert out.dtype == BF16
+    want = np.arange(16, dtype=np.float32).reshape(4, 4)
+    want[1:4] += 1
+    np.testing.assert_array_equal(out.astype(F32), -want[0:3])
+    np.testing.assert_array_equal(s.astype(F32), want)

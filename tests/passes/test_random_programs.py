@@ -52,6 +52,7 @@ import re
 import threading
 from contextlib import contextmanager
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, note, settings
@@ -588,3 +589,68 @@ def test_setitem_after_a_write_through_a_transpose_then_reshape_of_an_argument()
     out = cc.compile(program, sanitize=True)(args)
     np.testing.assert_array_equal(out, expected.reshape(12))
     np.testing.assert_array_equal(args, expected)
+
+
+# -- 16-bit floats (issue 26) ----------------------------------------------------------------------
+HALF = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
+# How far a 16-bit result may drift from the float64 reference run on the same (rounded) inputs:
+# each op rounds once (the compiled backends keep float32 inside a fused chain, so they round
+# less), a program has at most STEPS steps plus its backward, relative to the largest value.
+HALF_ULPS = 16
+
+
+def _assert_half_close(got, want, half, what):
+    if not isinstance(want, np.ndarray):
+        assert got is None if want is None else got == want, what
+        return
+    assert isinstance(got, np.ndarray) and got.shape == want.shape, (what, got)
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    # a float result is 16-bit unless the program mixed in a wider float (cc.eye(dtype='float64'))
+    assert got.dtype in (half, np.dtype(np.float32), np.dtype(np.float64)), (what, got.dtype)
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    eps = float(ml_dtypes.finfo(half).eps) if got.dtype == half else 1e-6
+    g = got.astype(np.float64)
+    assert np.all(np.isfinite(g)), f"{what}: non-finite values {g[~np.isfinite(g)][:4]}"
+    np.testing.assert_allclose(g, want, rtol=0, atol=HALF_ULPS * eps * (1.0 + scale),
+                               err_msg=what)
+
+
+def check_half_program(prog: RandomProgram, half: np.dtype, backend: str):
+    """The program on 16-bit float arguments, against the reference interpreter run in float64
+    on the same values (the 16-bit inputs widened): outputs and the caller's arrays after the
+    call, within HALF_ULPS of the 16-bit dtype's precision."""
+    assume(not prog.expect_error)
+    note(f"random_program.py ({half.name} arguments from default_rng({prog.seed})"
+         f".standard_normal):\n{prog}")
+    fn = prog.build()
+    wide = [s.astype(half).astype(np.float64) for s in prog.storages()]
+    graph = cc.trace(fn, *prog.arguments([s.copy() for s in wide]))
+    args64 = prog.arguments([s.copy() for s in wide])
+    outs, final = _reference_run(graph, prog, args64)
+    want = _flat(_rebuild(graph.output_tree, outs))
+    storages = [s.astype(half) for s in prog.storages()]
+    args = prog.arguments(storages)
+    got = _flat(cc.compile(fn, backend=backend, sanitize=True)(*args))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        _assert_half_close(g, w, half, f"{half.name} on {backend}: output {i}")
+    for k, (arr, w) in enumerate(zip(args, final)):
+        _assert_half_close(arr, w, half, f"{half.name} on {backend}: argument {k} after the call")
+
+
+@pytest.mark.parametrize("dtype", sorted(HALF))
+@_settings(25)
+@given(prog=programs(STEPS, errors=False))
+def test_half_programs_match_the_float64_reference(prog, dtype):
+    check_half_program(prog, HALF[dtype], "numpy")
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", sorted(HALF))
+@_settings(12)
+@given(prog=programs(STEPS, errors=False))
+def test_half_programs_on_cpu_match_the_float64_reference(prog, dtype, threads):
+    with _split_everything(threads):
+        check_half_program(prog, HALF[dtype], "cpu")
