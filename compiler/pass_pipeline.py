@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 
+from passes import recompute_gemm
 from passes.budget import BudgetSearch
 from passes.cse import cse
 from passes.fusion import fuse
@@ -104,7 +105,8 @@ def _pack_masks(state):
 def _recompute(state):
     _pack_masks(state)
     search = BudgetSearch(state.graph, lambda g, st=copy.copy(state): _evaluate(g, st),
-                          recompute=state.recompute != "off")
+                          recompute=state.recompute != "off",
+                          more=(recompute_gemm.candidates,))  # GEMMs: under a budget only
     state.budget_search = search   # plan.budget_curve() runs it on demand
     budget = state.options.memory_budget
     if budget is not None:
