@@ -13,7 +13,13 @@ An update `u` folds when all five hold, each a named predicate returning the sen
 shows when it does not:
   1. `not_an_update`: `u` is the user's inplace `subtract`/`add` (`w.subtract_(lr * g)`,
      `w -= lr * g`, `w.add_(g, alpha=-lr)`) into a caller's array `w`, and its other operand is
-     `g`, `s * g`, `g * s` or `scale(g, s)` with `s` a scalar constant;
+     `g`, `s * g`, `g * s` or `scale(g, s)` with `s` a scalar constant, or `g * lr` with `lr`
+     a 0-d float array (an argument or a state array: `SGD(parameters=)` passes its rate so;
+     `rate_wider_than_gradient` refuses an f64 rate over an f32 gradient). The gemm's alpha
+     is a constant, so such a rate first scales one matmul operand (`_operand_to_scale`: a
+     computed one before an argument, the smaller first; the multiply may run in place once
+     that operand's other readers ran) and alpha is the sign: the product rounds as
+     `a @ (b * lr)` rather than `(a @ b) * lr`, within the same 1e-6 * max|ref|;
   2. `not_a_matmul`: `g` is a 2-D matmul of 2-D operands with `w`'s shape and dtype;
   3. `gradient_read_elsewhere`: nothing else reads `g` (or `s * g`): not a returned `w.grad`,
      not a gradient read twice;
