@@ -417,11 +417,21 @@ class MaskDecision:
                 "packed": self.packed, "reason": self.reason}
 
 
+def _computed(v: Value) -> bool:
+    """Is `v` a value the program computes into a buffer of its own (C-contiguous), so that
+    a reshape of it is a view? Not an argument, a view, or an inplace write into one (those
+    may be strided)."""
+    while v.producer is not None and v.producer.inplace_of is not None:
+        v = v.producer.inputs[v.producer.inplace_of]
+    return v.producer is not None and REGISTRY[v.producer.op].kind != VIEW
+
+
 def mask_candidates(graph: Graph) -> list[tuple[Node, list[Node]]]:
     """(mask node, its `where` readers) per bool value that can be kept as bits: made by an
-    elementwise op from one value of its shape (other operands scalar arguments or constants),
-    at least MASK_MIN_BYTES, a size divisible by WORD, not returned, and read only by backward
-    `where(mask, g, z)` nodes whose `g` has its shape (relu's `out > 0`, leaky_relu's, ...)."""
+    elementwise op from one computed value (`_computed`) of its shape (other operands scalar
+    arguments or constants), at least MASK_MIN_BYTES, a size divisible by WORD, not returned,
+    and read only by backward `where(mask, g, z)` nodes whose `g` is a computed value of its
+    shape (relu's `out > 0`, leaky_relu's, ...)."""
     users = graph.users()
     final = {id(v) for v in graph.live_outputs()}
     out = []
@@ -431,13 +441,14 @@ def mask_candidates(graph: Graph) -> list[tuple[Node, list[Node]]]:
                 or REGISTRY[node.op].kind != ELEMENTWISE or REGISTRY[node.op].random:
             continue
         big = [x for x in node.inputs if x.size > 1]
-        if len(big) != 1 or big[0].shape != v.shape or any(
+        if len(big) != 1 or not _computed(big[0]) or big[0].shape != v.shape or any(
                 x.shape != () or x.producer is not None and x.producer.op != "full"
                 for x in node.inputs if x is not big[0]):
             continue  # scalar operands: arguments or constants, so the pack can run early
         readers = users.get(v, [])
         if readers and all(r.op == "where" and r.inputs[0] is v and r.inputs[1] is not v
-                           and r.inputs[1].shape == v.shape and r.inputs[2].shape == ()
+                           and r.inputs[1].shape == v.shape and _computed(r.inputs[1])
+                           and r.inputs[2].shape == ()
                            and r.out.shape == v.shape and r.phase in LATE
                            and r.inplace_of is None for r in readers):
             out.append((node, readers))

@@ -101,9 +101,9 @@ def relu_grad(x, g):
     return x.grad
 
 
-def leaky_relu_grad(x, g):      # two masks, x > 0 and x <= 0
+def leaky_relu_grad(x, g):      # two masks, y > 0 and y <= 0 of a computed y
     x.stop_gradient = False
-    (F.leaky_relu(x, 0.25) * g).sum().backward()
+    (F.leaky_relu(x * 1.0, 0.25) * g).sum().backward()
     return x.grad
 
 
@@ -153,6 +153,13 @@ def test_masks_that_cant_be_bits_are_not_candidates():
         m = x > 0
         return cc.where(m, g, 0.0) + cc.where(m, x, 1.0)
     assert mask_candidates(cc.trace(mask_read_forward, x, g)) == []
+
+    def mask_of_an_argument(x, g):  # leaky_relu's masks are x > 0, x <= 0: x may be strided
+        x.stop_gradient = False
+        (F.leaky_relu(x, 0.25) * g).sum().backward()
+        return x.grad
+    assert mask_candidates(cc.trace(mask_of_an_argument, x, g)) == []
+    assert len(mask_candidates(cc.trace(leaky_relu_grad, x, g))) == 2
 
 
 # -- GEMM-accumulate with a 0-d rate array (SGD(parameters=) passes its rate as one) ----------
