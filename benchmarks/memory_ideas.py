@@ -11,7 +11,9 @@ The ideas, each a pass or an op form that the default pipeline uses:
     their input (gelu) or x, the per-row mean and 1/std and the weight (layer_norm). The rows
     without it trace the examples with the decomposed forms these functions had before
     (`composed_gelu`, `composed_layer_norm` below, patched over `F.gelu`/`F.layer_norm`);
-  - recomputation: passes/recompute.py (`recompute="auto"`).
+  - recomputation: passes/recompute.py (`recompute="auto"`), with bool masks the backward
+    reads kept as bits where that plans lower (`pack_masks`: only fused, so the last row,
+    "default, planned for cpu", shows it: the mlp's relu mask).
 The first block adds the ideas one at a time, in pipeline order; the second removes one at a
 time from the default pipeline, so "share" (the growth without it) is each idea's share at the
 default. Each figure is `fn.lower()`'s plan (numpy backend); "bound" is `lower_bound_bytes -
@@ -80,10 +82,10 @@ def load(name):
     return mod
 
 
-def plan_of(mod, ideas):
+def plan_of(mod, ideas, backend="numpy"):
     with composed_functions() if "compact" not in ideas else contextlib.nullcontext():
         graph, sig = _trace(mod.train_step, mod.example_inputs(), user_loc())
-    options = Options.make("numpy", schedule="auto" if "schedule" in ideas else "off",
+    options = Options.make(backend, schedule="auto" if "schedule" in ideas else "off",
                            recompute="auto" if "recompute" in ideas else "off")
     state = CompileState(graph, options, donated_names(graph, sig, ()))
     t0 = time.perf_counter()
@@ -100,6 +102,7 @@ def rows():
         yield "+ " + NAMES[IDEAS[k - 1]], IDEAS[:k]
     for idea in IDEAS:
         yield f"default without {NAMES[idea]}", tuple(i for i in IDEAS if i != idea)
+    yield "default, planned for cpu (fused)", IDEAS
 
 
 def main() -> int:
@@ -111,7 +114,7 @@ def main() -> int:
         default = plan_of(mod, IDEAS)[0]
         base = default.peak_bytes - default.input_bytes
         for row, ideas in rows():
-            plan, seconds = plan_of(mod, ideas)
+            plan, seconds = plan_of(mod, ideas, "cpu" if "cpu" in row else "numpy")
             extra = plan.peak_bytes - plan.input_bytes
             bound = plan.lower_bound_bytes - plan.input_bytes
             share = f"{extra - base:,}" if row.startswith("default without") else ""

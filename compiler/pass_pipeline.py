@@ -14,12 +14,13 @@ from __future__ import annotations
 import copy
 import os
 
+from passes import recompute_gemm
 from passes.budget import BudgetSearch
 from passes.cse import cse
 from passes.fusion import fuse
 from passes.gemm_accumulate import gemm_accumulate
 from passes.memory_plan import plan_memory
-from passes.recompute import recompute
+from passes.recompute import MaskDecision, mask_candidates, pack_masks, recompute
 from passes.reinplace import reinplace
 from passes.schedule import schedule
 from passes.simplify import dce
@@ -46,6 +47,7 @@ class CompileState:
         self.schedule = options.schedule    # "auto" | "off"
         self.recompute = options.recompute  # "auto" | "off"
         self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
+        self.mask_decisions = []       # passes.recompute.MaskDecision, per bool mask
         self.decisions = None
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
@@ -84,9 +86,27 @@ def _evaluate(graph, state):
     return s.plan
 
 
+def _pack_masks(state):
+    """Bool masks the backward pass reads kept as bits (passes.recompute.pack_masks) when the
+    planned peak falls; one MaskDecision per candidate either way."""
+    found = mask_candidates(state.graph) if state.recompute != "off" else []
+    if not found:
+        return
+    packed = pack_masks(state.graph, found)
+    bits, bytes_ = (_evaluate(g, state).peak_bytes for g in (packed, state.graph))
+    keep = bits < bytes_
+    how = f"the planned peak is {bits} B with bits, {bytes_} B with bytes"
+    state.mask_decisions = [MaskDecision(m, m.out.ref(), m.op, str(m.loc), m.out.nbytes, keep,
+                                         how) for m, _ in found]
+    if keep:
+        state.graph = packed
+
+
 def _recompute(state):
+    _pack_masks(state)
     search = BudgetSearch(state.graph, lambda g, st=copy.copy(state): _evaluate(g, st),
-                          recompute=state.recompute != "off")
+                          recompute=state.recompute != "off",
+                          more=(recompute_gemm.candidates,))  # GEMMs: under a budget only
     state.budget_search = search   # plan.budget_curve() runs it on demand
     budget = state.options.memory_budget
     if budget is not None:
@@ -147,6 +167,7 @@ def _plan_memory(state):
                              decisions=state.decisions)
     state.plan.gemm_decisions = state.gemm_decisions
     state.plan.recompute_decisions = state.recompute_decisions
+    state.plan.mask_decisions = state.mask_decisions
     if state.written_graph is None:
         state.plan.schedule = state.schedule_info
         _note_backend(state)
@@ -169,6 +190,7 @@ def _plan_memory(state):
         state.plan.schedule = state.schedule_info
         state.plan.gemm_decisions = state.gemm_decisions
         state.plan.recompute_decisions = state.recompute_decisions
+        state.plan.mask_decisions = state.mask_decisions
         _note_backend(state)
         return state
     state.plan.schedule = state.schedule_info

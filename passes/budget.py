@@ -23,7 +23,9 @@ Algorithm:
      `plan.budget_curve()`).
   2. Candidates: passes.recompute's (a cheap elementwise forward value the backward pass
      reads, at least MIN_BYTES, not returned, operands not overwritten before its backward
-     reader), the MAX_CANDIDATES largest; each priced by `recompute.extra_flops`.
+     reader) and those of the finders the pipeline adds (passes.recompute_gemm: matmul
+     outputs, under the same conditions), the MAX_CANDIDATES largest; each priced by its
+     decision's `extra_flops` (an elementwise op per element, a GEMM 2 * m * n * k).
   3. Greedy: from the recomputations chosen so far, plan each remaining candidate added;
      keep the one giving the lowest planned peak (fewer FLOPs on ties) while it lowers the
      peak; each step is a point. At most MAX_EVALS plans.
@@ -102,10 +104,13 @@ class BudgetSearch:
     """The search over one graph (module docstring). `evaluate(graph) -> MemoryPlan` plans a
     candidate graph as the pipeline would; `recompute=False` searches point 0 only."""
 
-    def __init__(self, graph: Graph, evaluate, recompute: bool = True):
+    def __init__(self, graph: Graph, evaluate, recompute: bool = True, more=()):
         self.graph = graph
         self.evaluate = evaluate
         self.allow_recompute = recompute
+        # further candidate finders, `(graph, facts, min_bytes) -> (considered, ok)`, each
+        # candidate priced by its own `extra_flops` (passes.recompute_gemm: GEMM outputs)
+        self.more = tuple(more)
         self._facts = None                # rc.candidates, made on first use
         self.saved: dict[int, int] = {}   # id(candidate decision) -> greedy bytes saved
         self.tried: dict[int, int] = {}   # id(candidate) -> best peak seen with it added
@@ -115,6 +120,10 @@ class BudgetSearch:
     def _find(self):
         if self._facts is None:
             f, considered, ok = rc.candidates(self.graph, MIN_BYTES)
+            for find in self.more:
+                c, o = find(self.graph, f, MIN_BYTES)
+                considered, ok = considered + c, ok + o
+            ok.sort(key=lambda d: -d.nbytes)
             self._facts = (f, considered, ok[:MAX_CANDIDATES] if self.allow_recompute else [])
         return self._facts
 

@@ -13,7 +13,13 @@ An update `u` folds when all five hold, each a named predicate returning the sen
 shows when it does not:
   1. `not_an_update`: `u` is the user's inplace `subtract`/`add` (`w.subtract_(lr * g)`,
      `w -= lr * g`, `w.add_(g, alpha=-lr)`) into a caller's array `w`, and its other operand is
-     `g`, `s * g`, `g * s` or `scale(g, s)` with `s` a scalar constant;
+     `g`, `s * g`, `g * s` or `scale(g, s)` with `s` a scalar constant, or `g * lr` with `lr`
+     a 0-d float array (an argument or a state array: `SGD(parameters=)` passes its rate so;
+     `rate_wider_than_gradient` refuses an f64 rate over an f32 gradient). The gemm's alpha
+     is a constant, so such a rate first scales one matmul operand (`_operand_to_scale`: a
+     computed one before an argument, the smaller first; the multiply may run in place once
+     that operand's other readers ran) and alpha is the sign: the product rounds as
+     `a @ (b * lr)` rather than `(a @ b) * lr`, within the same 1e-6 * max|ref|;
   2. `not_a_matmul`: `g` is a 2-D matmul of 2-D operands with `w`'s shape and dtype;
   3. `gradient_read_elsewhere`: nothing else reads `g` (or `s * g`): not a returned `w.grad`,
      not a gradient read twice;
@@ -81,8 +87,17 @@ def _scalar_constant(v: Value) -> float | None:
     return None
 
 
-def _split(u: Node) -> tuple[Value, float] | None:
-    """`u`'s gradient operand and alpha, for `w - s*g`, `w - g`, `w + scale(g, s)`, ..."""
+def _scalar_rate(v: Value) -> Value | None:
+    """`v` when it is a 0-d float array other than a constant (a rate passed as an argument
+    or a state array, as `SGD(parameters=)` passes it, or computed in the program)."""
+    if v.shape == () and v.dtype.kind == "f" and _scalar_constant(v) is None:
+        return v
+    return None
+
+
+def _split(u: Node) -> tuple[Value, float, Value | None]:
+    """`u`'s gradient operand, alpha and 0-d rate array (or None), for `w - s*g`, `w - g`,
+    `w + scale(g, s)`, `w - g * lr` (lr a 0-d array: alpha is the sign, lr the rate)..."""
     m = u.inputs[1]
     sign = -1.0 if u.op == "subtract" else 1.0
     p = m.producer
@@ -90,10 +105,14 @@ def _split(u: Node) -> tuple[Value, float] | None:
         for i in (0, 1):
             s = _scalar_constant(p.inputs[i])
             if s is not None:
-                return p.inputs[1 - i], sign * s
+                return p.inputs[1 - i], sign * s, None
+        for i in (0, 1):
+            r = _scalar_rate(p.inputs[i])
+            if r is not None and p.inputs[1 - i].shape == m.shape:
+                return p.inputs[1 - i], sign, r
     if p is not None and p.op == "scale" and p.attrs.get("bias", 0.0) == 0.0:
-        return p.inputs[0], sign * float(p.attrs["scale"])
-    return m, sign
+        return p.inputs[0], sign * float(p.attrs["scale"]), None
+    return m, sign, None
 
 
 def _untransposed(v: Value) -> tuple[Value, bool]:
@@ -185,6 +204,21 @@ def keeps_operands_alive(u: Node, g: Value, f: _Facts) -> str | None:
     return None
 
 
+def rate_wider_than_gradient(rate: Value | None, g: Value) -> str | None:
+    if rate is not None and rate.dtype.itemsize > g.dtype.itemsize:
+        return f"its rate {rate.ref()} is {rate.type}, wider than the gradient {g.type}"
+    return None
+
+
+def _operand_to_scale(a: Value, b: Value, f: _Facts) -> int:
+    """Which of the gemm's operands a rate array scales (0 or 1): one the program computes
+    (its scaled copy may take its buffer once its other readers ran) before an argument, then
+    the smaller."""
+    def key(v):
+        return (f.root[v].producer is None, v.nbytes)
+    return 0 if key(a) <= key(b) else 1
+
+
 def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
     """Fold every foldable weight update (module docstring). Returns the new graph (the input
     graph itself when nothing folds) and one decision per update considered."""
@@ -195,7 +229,7 @@ def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
         if not_an_update(u, f) is not None:
             continue
         w = u.inputs[0]
-        g, alpha = _split(u)
+        g, alpha, rate = _split(u)
         name = f.root[w].name
         if not_a_matmul(g, w) is not None:
             if g.producer is not None and g.producer.op == "matmul":
@@ -203,7 +237,7 @@ def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
                                               not_a_matmul(g, w), str(g.producer.loc)))
             continue
         reason = gradient_read_elsewhere(u, g, f) or reads_a_mutated_argument(g, f) \
-            or keeps_operands_alive(u, g, f)
+            or keeps_operands_alive(u, g, f) or rate_wider_than_gradient(rate, g)
         if reason is not None:
             decisions.append(GemmDecision(u, name, str(u.loc), False, reason,
                                           str(g.producer.loc)))
@@ -212,12 +246,16 @@ def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
         b, tb = _untransposed(g.producer.inputs[1])
         # alpha as the float32 (or float64) value the unfolded multiply used
         alpha = float(g.dtype.type(alpha))
-        folds[u] = (a, b, w, alpha, ta, tb)
+        scaled = None if rate is None else _operand_to_scale(a, b, f)
+        folds[u] = (a, b, w, alpha, ta, tb, rate, scaled)
         flags = "".join(f", trans_{n}" for n, t in (("a", ta), ("b", tb)) if t)
+        by = "" if rate is None else (
+            f"; operand {(a, b)[scaled].ref()} is multiplied by the rate {rate.ref()} first "
+            f"({(a, b)[scaled].nbytes} B, in place when nothing reads it later)")
         decisions.append(GemmDecision(
             u, name, str(u.loc), True,
-            f"alpha={alpha:g}, beta=1{flags}; the gradient (matmul at {g.producer.loc}) gets "
-            "no buffer", str(g.producer.loc)))
+            f"alpha={alpha:g}, beta=1{flags}{by}; the gradient (matmul at {g.producer.loc}) "
+            "gets no buffer", str(g.producer.loc)))
     if not folds:
         return graph, decisions
     out = _clone(graph, folds)  # Step 3
@@ -230,10 +268,20 @@ def _clone(graph: Graph, folds: dict) -> Graph:
     vmap: dict[int, Value] = {id(v): v for v in graph.inputs}
     nmap: dict[int, Node] = {}
     nodes: list[Node] = []
+    next_id = graph._next_id
     for node in graph.nodes:
         if node in folds:
-            a, b, w, alpha, ta, tb = folds[node]
-            new = Node("gemm", [vmap[id(a)], vmap[id(b)], vmap[id(w)]],
+            a, b, w, alpha, ta, tb, rate, scaled = folds[node]
+            ops = [vmap[id(a)], vmap[id(b)]]
+            if rate is not None:
+                # the 0-d rate scales one operand (the gemm's alpha is a constant)
+                s = Node("multiply", [ops[scaled], vmap[id(rate)]], {}, None, node.loc,
+                         node.phase, None, node.grad_of)
+                s.out = Value(next_id, ops[scaled].shape, ops[scaled].dtype, s)
+                next_id += 1
+                nodes.append(s)
+                ops[scaled] = s.out
+            new = Node("gemm", ops + [vmap[id(w)]],
                        {"alpha": alpha, "beta": 1.0, "trans_a": ta, "trans_b": tb},
                        None, node.loc, node.phase, 2, node.grad_of)
             shape, dtype = REGISTRY["gemm"].infer(
@@ -246,6 +294,6 @@ def _clone(graph: Graph, folds: dict) -> Graph:
             new = clone_node(node, [vmap[id(v)] for v in node.inputs])
         vmap[id(node.out)], nmap[id(node)] = new.out, new
         nodes.append(new)
-    out = rebuilt(graph, nodes, vmap, nmap)
+    out = rebuilt(graph, nodes, vmap, nmap, next_id)
     assert all(REGISTRY[n.op].kind != VIEW or n.inputs for n in out.nodes)
     return out

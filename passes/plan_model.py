@@ -88,6 +88,7 @@ class MemoryPlan:
     schedule: object = field(default=None, repr=False)  # passes.schedule.Schedule, if it ran
     gemm_decisions: list = field(default_factory=list, repr=False)  # passes.gemm_accumulate
     recompute_decisions: list = field(default_factory=list, repr=False)  # passes.recompute
+    mask_decisions: list = field(default_factory=list, repr=False)  # recompute.MaskDecision
     # Gradients computed straight into their slot of a bucket: Value -> byte offset there.
     packed: dict = field(default_factory=dict, repr=False)
     communication: list = field(default_factory=list)  # Bucket, one per all-reduced bucket

@@ -32,6 +32,9 @@ def report(plan) -> str:
         lines.append("recomputation (forward values the backward pass reads):")
         lines += [f"  {d.text}" for d in plan.recompute_decisions]
         lines.append("")
+    if plan.mask_decisions:
+        lines += ["masks the backward pass reads:"] + [f"  {d.text}"
+                                                        for d in plan.mask_decisions] + [""]
     if plan.communication:
         lines += communication_report(plan) + [""]
     if plan.schedule is not None:
@@ -78,6 +81,7 @@ def to_json(plan) -> str:
         "schedule": plan.schedule.to_dict() if plan.schedule is not None else None,
         "gemm_decisions": [d.to_dict() for d in plan.gemm_decisions],
         "recompute_decisions": [d.to_dict() for d in plan.recompute_decisions],
+        "mask_decisions": [d.to_dict() for d in plan.mask_decisions],
         "memory_budget": plan.memory_budget,
         "budget_point": plan.budget_point.to_dict() if plan.budget_point else None,
         "communication": [b.to_dict() for b in plan.communication],

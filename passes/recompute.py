@@ -48,6 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from compiler.ir import Graph, Node, Value
 from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
@@ -375,3 +377,170 @@ def recompute(graph: Graph, mode: str = "auto", scheduled: bool = True
         d.copy = copies.get(d.node)
     out.recomputed = graph.recomputed + list(copies.values())
     return out, decisions
+
+
+# -- masks kept as bits -------------------------------------------------------------------------
+# relu's backward reads only `out > 0`: the scheduler already keeps that bool mask (1 byte per
+# element) in place of the float value. Thirty-two elements per int32 word make it 8x smaller
+# again: one fused forward loop over 32 strided views of the value packs the mask's bits (the
+# last one as the word's sign: -2**31, so no sum overflows), placed right after the value is
+# made, and each backward `where(mask, g, z)` unpacks them in its own fused loop. Written
+# with existing ops only (slice, cast, multiply, add, floor_divide, remainder, where) on int32,
+# so every backend runs it; exact (a select of the same operands), so values are bit for bit the
+# byte mask's. The pipeline keeps it only where the planned peak falls: unfused (the numpy
+# backend) the unpacking materialises wide temporaries and it is refused.
+MASK_MIN_BYTES = MIN_BYTES
+WORD = 32          # mask elements per int32 word
+
+
+@dataclass
+class MaskDecision:
+    """One bool mask the backward pass reads: kept as bits, or as bytes and why."""
+
+    node: Node = field(repr=False)
+    value: str
+    op: str
+    loc: str
+    nbytes: int
+    packed: bool = False
+    reason: str = ""
+
+    @property
+    def text(self) -> str:
+        head = f"{self.value} = {self.op} ({self.loc}, {self.nbytes} B)"
+        if self.packed:
+            return f"{head}: kept as {self.nbytes // 8} B of bits (32 per int32): {self.reason}"
+        return f"{head}: kept as bytes: {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "op": self.op, "loc": self.loc, "nbytes": self.nbytes,
+                "packed": self.packed, "reason": self.reason}
+
+
+def _computed(v: Value) -> bool:
+    """Is `v` a value the program computes into a buffer of its own (C-contiguous), so that
+    a reshape of it is a view? Not an argument, a view, or an inplace write into one (those
+    may be strided)."""
+    while v.producer is not None and v.producer.inplace_of is not None:
+        v = v.producer.inputs[v.producer.inplace_of]
+    return v.producer is not None and REGISTRY[v.producer.op].kind != VIEW
+
+
+def mask_candidates(graph: Graph) -> list[tuple[Node, list[Node]]]:
+    """(mask node, its `where` readers) per bool value that can be kept as bits: made by an
+    elementwise op from one computed value (`_computed`) of its shape (other operands scalar
+    arguments or constants), at least MASK_MIN_BYTES, a size divisible by WORD, not returned,
+    and read only by backward `where(mask, g, z)` nodes whose `g` is a computed value of its
+    shape (relu's `out > 0`, leaky_relu's, ...)."""
+    users = graph.users()
+    final = {id(v) for v in graph.live_outputs()}
+    out = []
+    for node in graph.nodes:
+        v = node.out
+        if v.dtype != bool or v.nbytes < MASK_MIN_BYTES or v.size % WORD or id(v) in final \
+                or REGISTRY[node.op].kind != ELEMENTWISE or REGISTRY[node.op].random:
+            continue
+        big = [x for x in node.inputs if x.size > 1]
+        if len(big) != 1 or not _computed(big[0]) or big[0].shape != v.shape or any(
+                x.shape != () or x.producer is not None and x.producer.op != "full"
+                for x in node.inputs if x is not big[0]):
+            continue  # scalar operands: arguments or constants, so the pack can run early
+        readers = users.get(v, [])
+        if readers and all(r.op == "where" and r.inputs[0] is v and r.inputs[1] is not v
+                           and r.inputs[1].shape == v.shape and _computed(r.inputs[1])
+                           and r.inputs[2].shape == ()
+                           and r.out.shape == v.shape and r.phase in LATE
+                           and r.inplace_of is None for r in readers):
+            out.append((node, readers))
+    return out
+
+
+def pack_masks(graph: Graph, chosen: list[tuple[Node, list[Node]]]) -> Graph:
+    """`graph` with each chosen mask kept as bits (int32 words of WORD elements, element k
+    of a word in bit k) and each of its `where` readers unpacking them."""
+    if not chosen:
+        return graph
+    packs = {id(m): readers for m, readers in chosen}
+    wheres = {id(r): m for m, readers in chosen for r in readers}
+    next_id = graph._next_id
+    vmap: dict[int, Value] = {id(v): v for v in graph.inputs}
+    nmap: dict[int, Node] = {}
+    nodes: list[Node] = []
+    bits_of: dict[int, Value] = {}
+
+    def add(op, inputs, phase, loc, **attrs) -> Value:
+        nonlocal next_id
+        shape, dtype = REGISTRY[op].infer([(v.shape, v.dtype) for v in inputs], **attrs)
+        n = Node(op, list(inputs), attrs, None, loc, phase)
+        n.out = Value(next_id, shape, dtype, n)
+        next_id += 1
+        nodes.append(n)
+        return n.out
+
+    def const(value, dtype, phase, loc) -> Value:
+        return add("full", [], phase, loc, shape=[], value=value, dtype=np.dtype(dtype))
+
+    def scalar(v):
+        # the mask's scalar operand where x is made: an argument, or its constant made again
+        if v.producer is None:
+            return v
+        p = v.producer
+        return add("full", [], "forward", p.loc, **p.attrs)
+
+    def pack(node):
+        # word[i] = sum_k cmp(x[WORD*i + k]) * 2**k (bit 31: -2**31), a forward value placed
+        # right after x is made (x lives on for its other readers, so fusing the 32 reads is
+        # free; not a compact stand-in, which fusion leaves alone)
+        ph, loc = "forward", node.loc
+        x = next(v for v in node.inputs if v.size > 1)
+        rows = x.size // WORD
+        xv = add("reshape", [vmap[id(x)]], ph, loc, shape=[rows, WORD])
+        acc = None
+        for k in range(WORD):
+            xk = add("slice", [xv], ph, loc, index=(("s", 0, rows, 1), ("i", k)))
+            ck = add(node.op, [xk if v is x else scalar(v) for v in node.inputs], ph, loc,
+                     **node.attrs)
+            bk = add("cast", [ck], ph, loc, dtype=np.dtype(np.int32))
+            if k:
+                weight = -(1 << k) if k == WORD - 1 else 1 << k
+                bk = add("multiply", [bk, const(weight, np.int32, ph, loc)], ph, loc)
+            acc = bk if acc is None else add("add", [acc, bk], ph, loc)
+        bits_of[id(node)] = acc
+
+    made = {}    # id(x) -> the masks to pack once x is made (their other operands exist)
+    for m, _ in chosen:
+        x = next(v for v in m.inputs if v.size > 1)
+        made.setdefault(id(x), []).append(m)
+    for v in graph.inputs:
+        for m in made.get(id(v), ()):
+            pack(m)
+    for node in graph.nodes:
+        if id(node) in packs:
+            continue
+        if id(node) in wheres:
+            m = wheres[id(node)]
+            ph, loc = node.phase, node.loc
+            bits = bits_of[id(m)]
+            rows = bits.size
+            # bit k of word w: (w // 2**k) % 2; the sign bit (k = 31): (w // 2**30) % 4 >= 2
+            # (floor division: w // 2**30 is -2 or -1 exactly when w < 0)
+            w = add("reshape", [bits], ph, loc, shape=[rows, 1])
+            div, mod, low = (add("constant", [], ph, loc, value=np.array(c, np.int32)) for c in (
+                [1 << min(k, WORD - 2) for k in range(WORD)],
+                [2] * (WORD - 1) + [4], [1] * (WORD - 1) + [2]))
+            c = add("greater_equal", [add("remainder", [add("floor_divide", [w, div], ph, loc),
+                                                        mod], ph, loc), low], ph, loc)
+            g = add("reshape", [vmap[id(node.inputs[1])]], ph, loc, shape=[rows, WORD])
+            y = add("where", [c, g, vmap[id(node.inputs[2])]], ph, loc)
+            new = Node("reshape", [y], {"shape": list(node.out.shape)}, None, loc, ph,
+                       None, node.grad_of)
+            v = Value(node.out.id, node.out.shape, node.out.dtype, new, node.out.name)
+            v.requires_grad = node.out.requires_grad
+            new.out = v
+        else:
+            new = clone_node(node, [vmap[id(v)] for v in node.inputs])
+        vmap[id(node.out)], nmap[id(node)] = new.out, new
+        nodes.append(new)
+        for m in made.get(id(node.out), ()):
+            pack(m)
+    return rebuilt(graph, nodes, vmap, nmap, next_id)

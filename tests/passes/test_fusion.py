@@ -9,7 +9,7 @@ import pytest
 import compiler as cc
 import compiler.nn.functional as F
 from compiler import passes
-from compiler.ops import REGISTRY, scratch_specs
+from compiler.ops import REGISTRY, VIEW, scratch_specs
 from compiler.ops.fused import expr_cost
 from passes.fusion import MAX_COST, fuse, fused_nodes
 from runtime.arena import compute
@@ -307,7 +307,10 @@ def test_plan_bytes_fall_for_the_examples(name):
     assert fused.plan.peak_bytes <= plain.plan.peak_bytes, (fused.plan.summary(),
                                                             plain.plan.summary())
     assert fused.plan.lower_bound_bytes <= plain.plan.lower_bound_bytes
-    assert len(fused.graph.nodes) < len(plain.graph.nodes)
+    # fewer kernels (views are free: a mask kept as bits adds 32 slices of its value)
+    kernels = [len([n for n in r.graph.nodes if REGISTRY[n.op].kind != VIEW])
+               for r in (fused, plain)]
+    assert kernels[0] < kernels[1]
     passes.verify_plan(fused.graph, fused.plan)
 
 
