@@ -38,9 +38,29 @@ def _numpy(fn, *args):
         return cc.compile(fn, backend="numpy")(*[a.copy() for a in args])
 
 
-def _gpu(fn, *args, schedule="forward"):
+def _device_count() -> int:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+# Each value test runs its program through the harness and, where there is a CUDA device
+# (`benchmarks/gpu_check.sh`'s "half" part: `-m gpu`), on the device through CuPy.
+WHERE = pytest.mark.parametrize("where", [
+    "harness", pytest.param("device", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        _device_count() < 1, reason="no CUDA device (or no CuPy) here")])])
+
+
+def _gpu(fn, *args, schedule="forward", where="harness"):
     prog = cc.compile(fn, backend="gpu").lower(*[a.copy() for a in args])
-    return harness.on_host(prog, schedule)(*[a.copy() for a in args]), prog
+    run = prog if where == "device" else harness.on_host(prog, schedule)
+    return run(*[a.copy() for a in args]), prog
+
+
+def _schedules(where):
+    return harness.SCHEDULES if where == "harness" else ("device",)
 
 
 def _tuple(x):
@@ -111,34 +131,38 @@ def _tricky_floats():
 
 @pytest.mark.parametrize("bits", [False, True], ids=["_Float16", "bit-operations"])
 @HALVES
-def test_the_harness_converts_as_ml_dtypes_and_numpy_bit_for_bit(half, bits, monkeypatch):
+@WHERE
+def test_the_harness_converts_as_ml_dtypes_and_numpy_bit_for_bit(half, bits, monkeypatch, where):
     """float32 -> half (round to nearest even, denormals, overflow to inf) and every one of
     the 65,536 patterns half -> float32, through the rendered casts run on the host; for
     float16 both host implementations (gcc's _Float16 and the bit operations without it)."""
     if bits:
+        if where == "device":
+            pytest.skip("the host's float16 without _Float16: a harness matter")
         monkeypatch.setattr(harness, "FLAGS", harness.FLAGS + ("-DCUDA_HOST_F16_BITS",))
     x = _tricky_floats()
-    (got,), _ = _gpu(lambda t: (t.astype(half),), x)
+    (got,), _ = _gpu(lambda t: (t.astype(half),), x, where=where)
     with np.errstate(over="ignore"):
         assert_bitwise(got, x.astype(half))
     nan_in = x.copy()
     nan_in[:3] = np.nan
-    (got,), _ = _gpu(lambda t: (t.astype(half),), nan_in)
+    (got,), _ = _gpu(lambda t: (t.astype(half),), nan_in, where=where)
     assert np.isnan(got[:3].astype(F32)).all()   # (the device's canonical NaN, 0x7fff)
     every = np.arange(2 ** 16, dtype=np.uint16).view(half)
-    (wide,), _ = _gpu(lambda t: (t.astype("float32"),), every)
+    (wide,), _ = _gpu(lambda t: (t.astype("float32"),), every, where=where)
     with np.errstate(invalid="ignore"):
         assert_bitwise(wide, every.astype(F32))
 
 
-def test_double_and_integer_casts_round_as_numpy_and_ml_dtypes():
+@WHERE
+def test_double_and_integer_casts_round_as_numpy_and_ml_dtypes(where):
     """float64 -> float16 is one rounding (NumPy), float64 -> bfloat16 goes through float32
     (ml_dtypes: two roundings), an integer -> bfloat16 through float32 (ml_dtypes)."""
     d = np.array([1 + 2.0 ** -11 + 2.0 ** -40, 1 + 2.0 ** -8 + 2.0 ** -30, 3.14159, -1e300, 0.0])
     i = np.array([16842753, -16842753, 257, 65519, 70000], np.int64)
     fn = lambda a, b: (a.astype("float16"), a.astype("bfloat16"), b.astype("float16"),  # noqa
                        b.astype("bfloat16"), b.astype("int32").astype("bfloat16"))
-    got, _ = _gpu(fn, d, i)
+    got, _ = _gpu(fn, d, i, where=where)
     assert_bitwise(got, _numpy(fn, d, i))
     with np.errstate(over="ignore"):   # (teeth: one rounding, not two)
         assert got[0][0] != d.astype(F32).astype(F16)[0]
@@ -146,14 +170,15 @@ def test_double_and_integer_casts_round_as_numpy_and_ml_dtypes():
 
 # -- elementwise chains and casts: bit for bit ------------------------------------------------
 @HALVES
-def test_a_fused_chain_computes_in_float32_and_rounds_each_nodes_value_once(half):
+@WHERE
+def test_a_fused_chain_computes_in_float32_and_rounds_each_nodes_value_once(half, where):
     x, y = _normal((33, 70), half, 1), _normal((33, 70), half, 2)
     z = _normal((70,), F32, 3)
 
     def f(a, b, c):
         h = cc.exp(a) * b + 1.0                     # all 16-bit: one kernel
         return h, (h * 0.1 - a).tanh() / 3.0, a + c, (a * b).astype("float32"), a.abs().sqrt()
-    got, prog = _gpu(f, x, y, z)
+    got, prog = _gpu(f, x, y, z, where=where)
     assert_bitwise(got, _numpy(f, x, y, z))
     storage = "__nv_bfloat16" if half == BF16 else "__half"
     rn = "__float2bfloat16_rn" if half == BF16 else "__float2half_rn"
@@ -166,13 +191,14 @@ def test_a_fused_chain_computes_in_float32_and_rounds_each_nodes_value_once(half
 
 
 @HALVES
-def test_an_integer_operand_meets_a_half_in_float32(half):
+@WHERE
+def test_an_integer_operand_meets_a_half_in_float32(half, where):
     """`i + h` with i int32: the reference converts i to float32 (promote(float32, int32)), adds
     and rounds once: 257 + 0.5 is 258 in bfloat16 (rounding 257 first would give 256)."""
     i = np.array([257, 1000001, -3, 65000], np.int32)
     h = np.array([0.5, 0.25, 0.75, 16.0], half)
     fn = lambda a, b: (a + b, b * a, cc.where(a > 0, b, a))  # noqa: E731
-    got, _ = _gpu(fn, i, h)
+    got, _ = _gpu(fn, i, h, where=where)
     want = _numpy(fn, i, h)
     assert_bitwise(got, want)
     if half == BF16:
@@ -180,7 +206,8 @@ def test_an_integer_operand_meets_a_half_in_float32(half):
 
 
 # -- narrow integers: numpy's wrapping and unsigned rules -----------------------------------------
-def test_narrow_integers_wrap_and_divide_as_numpy():
+@WHERE
+def test_narrow_integers_wrap_and_divide_as_numpy(where):
     a8 = np.array([127, -128, -7, 100, 0, -1], np.int8)
     b8 = np.array([1, -1, 2, -3, 5, 127], np.int8)
     u = np.array([200, 0, 255, 7, 1, 128], np.uint8)
@@ -192,25 +219,27 @@ def test_narrow_integers_wrap_and_divide_as_numpy():
         return (a + b, a - b, a * b, a // b, a % b, -a, a.abs(), c + d, c - d, c * d, c // d,
                 c % d, e * g, e // g, e % g, e + g, c.astype("int16") * e)
     with np.errstate(all="ignore"):
-        got, _ = _gpu(f, a8, b8, u, v, s, w)
+        got, _ = _gpu(f, a8, b8, u, v, s, w, where=where)
     want = _numpy(f, a8, b8, u, v, s, w)
     assert_bitwise(got, want)
     assert list(got[7][:3]) == [199, 1, 253] and got[10][0] == 0 and got[11][0] == 200
 
 
-def test_floats_convert_to_narrow_integers_through_int32_as_numpy():
+@WHERE
+def test_floats_convert_to_narrow_integers_through_int32_as_numpy(where):
     x = np.array([300.5, -200.7, 1e10, -1.0, 255.9, 127.5, -129.0, 40000.0, 0.0], F32)
     fn = lambda t: (t.astype("int8"), t.astype("uint8"), t.astype("int16"),  # noqa: E731
                     t.astype("bfloat16").astype("int16"), t.astype("float16").astype("uint8"))
-    got, prog = _gpu(fn, x)
+    got, prog = _gpu(fn, x, where=where)
     assert_bitwise(got, _numpy(fn, x))
     assert "np_f2i<int>" in prog.source
 
 
-def test_a_uint8_image_batch_goes_in_directly():
+@WHERE
+def test_a_uint8_image_batch_goes_in_directly(where):
     img = np.random.default_rng(4).integers(0, 256, (2, 3, 8, 8), dtype=np.uint8)
     fn = lambda t: (t.astype("float32") / 255, (t.astype("bfloat16") / 255) - 0.5)  # noqa
-    got, prog = _gpu(fn, img)
+    got, prog = _gpu(fn, img, where=where)
     assert_bitwise(got, _numpy(fn, img))
     assert "((unsigned char*)input0)" in prog.source
 
@@ -218,7 +247,8 @@ def test_a_uint8_image_batch_goes_in_directly():
 # -- reductions and rows: within 1 ulp ----------------------------------------------------------
 @HALVES
 @pytest.mark.parametrize("n", [40, 1000])   # a row longer than a warp, and than a block (256)
-def test_reductions_accumulate_in_float32_or_wider(half, n):
+@WHERE
+def test_reductions_accumulate_in_float32_or_wider(half, n, where):
     x = _normal((5, n), half, 5)
     x[1, 3] = np.nan
 
@@ -226,26 +256,28 @@ def test_reductions_accumulate_in_float32_or_wider(half, n):
         return (a.sum(axis=1), a.mean(axis=1), a.max(axis=1), a.min(axis=0), a.argmax(axis=1),
                 a.sum())
     want = _numpy(f, x)
-    for schedule in harness.SCHEDULES:
-        got, _ = _gpu(f, x, schedule=schedule)
+    for schedule in _schedules(where):
+        got, _ = _gpu(f, x, schedule=schedule, where=where)
         assert_within_ulp(got[:2] + got[5:], want[:2] + want[5:])
         assert_bitwise(got[2:4], want[2:4])
         np.testing.assert_array_equal(got[4], want[4])
 
 
 @HALVES
-def test_a_half_sum_of_many_terms_is_the_float32_sum_rounded_once(half):
+@WHERE
+def test_a_half_sum_of_many_terms_is_the_float32_sum_rounded_once(half, where):
     """4096 ones and a 1/256 each: a 16-bit accumulator would stop growing at 256 (bfloat16)
     or 2048 (float16)."""
     x = np.full((2, 4096), 1.0 + 2.0 ** -8, F32).astype(half)
-    (s,), _ = _gpu(lambda a: (a.sum(axis=1),), x)
+    (s,), _ = _gpu(lambda a: (a.sum(axis=1),), x, where=where)
     assert_within_ulp(s, x.astype(F32).sum(axis=1).astype(half))
     assert float(s[0].astype(F32)) > 4000
 
 
 @HALVES
 @pytest.mark.parametrize("n", [24, 700])
-def test_softmax_and_layer_norm_rows(half, n):
+@WHERE
+def test_softmax_and_layer_norm_rows(half, n, where):
     x = _normal((6, n), half, 6, scale=3.0)
     g, b = _normal((n,), half, 7), _normal((n,), half, 8)
 
@@ -253,18 +285,19 @@ def test_softmax_and_layer_norm_rows(half, n):
         return (F.softmax(a, axis=-1), F.log_softmax(a, axis=-1),
                 F.layer_norm(a, [n], gamma, beta))
     want = _numpy(f, x, g, b)
-    for schedule in harness.SCHEDULES:
-        got, prog = _gpu(f, x, g, b, schedule=schedule)
+    for schedule in _schedules(where):
+        got, prog = _gpu(f, x, g, b, schedule=schedule, where=where)
         assert_within_ulp(got[:2], want[:2])
         assert_within_ulp(got[2:], want[2:], ulps=2)   # (a composite: mean, var, scale)
 
 
 @HALVES
-def test_softmax_of_a_half_rounds_once_not_through_a_stored_exp(half):
+@WHERE
+def test_softmax_of_a_half_rounds_once_not_through_a_stored_exp(half, where):
     """The half softmax kernel recomputes exp(x - max) for the store instead of storing it
     and dividing the stored (rounded) value."""
     x = _normal((3, 300), half, 9)
-    got, prog = _gpu(lambda a: (F.softmax(a, axis=-1),), x)
+    got, prog = _gpu(lambda a: (F.softmax(a, axis=-1),), x, where=where)
     kernel = [k for k in prog.source.split("// node ") if "softmax" in k.split("\n")[0]][0]
     assert kernel.count("expf(") == 2
     assert_within_ulp(got, _numpy(lambda a: (F.softmax(a, axis=-1),), x))
@@ -272,7 +305,8 @@ def test_softmax_of_a_half_rounds_once_not_through_a_stored_exp(half):
 
 # -- gathers, scatters, cumsum, sorts: bit for bit --------------------------------------------------
 @HALVES
-def test_gathers_scatters_cumsum_and_sort(half):
+@WHERE
+def test_gathers_scatters_cumsum_and_sort(half, where):
     x = _normal((6, 50), half, 10)
     idx = np.array([5, 0, 2, 2, -1], np.int64)
     take = np.random.default_rng(11).integers(0, 50, (6, 7))
@@ -282,16 +316,17 @@ def test_gathers_scatters_cumsum_and_sort(half):
         return (a.index_select(i, axis=0), a.take_along_axis(j, axis=1),
                 F.embedding(i.abs(), a), a.cumsum(axis=1), a.index_add(i[:3] + 3, 1, v[:, :3]),
                 a.argsort(axis=1), a.sort(axis=1, descending=True))
-    got, _ = _gpu(f, x, idx, take, val)
+    got, _ = _gpu(f, x, idx, take, val, where=where)
     assert_bitwise(got, _numpy(f, x, idx, take, val))
 
 
 @HALVES
-def test_conv_and_pool(half):
+@WHERE
+def test_conv_and_pool(half, where):
     x = _normal((2, 3, 9, 9), half, 13)
     w = _normal((4, 3, 3, 3), half, 14)
     fn = lambda a, k: (F.conv2d(a, k, padding=1), F.max_pool2d(a, 2))  # noqa: E731
-    got, _ = _gpu(fn, x, w)
+    got, _ = _gpu(fn, x, w, where=where)
     want = _numpy(fn, x, w)
     assert_within_ulp(got[0], want[0])
     assert_bitwise(got[1], want[1])
@@ -299,11 +334,12 @@ def test_conv_and_pool(half):
 
 # -- the GEMM: cublasGemmEx, 16-bit operands, float32 accumulation --------------------------------
 @HALVES
-def test_a_half_matmul_is_one_gemm_ex_launch_with_float32_compute(half):
+@WHERE
+def test_a_half_matmul_is_one_gemm_ex_launch_with_float32_compute(half, where):
     x, y = _normal((3, 17, 40), half, 15), _normal((40, 23), half, 16)
     c = _normal((17, 23), half, 17)
     fn = lambda a, b, cc_: (a @ b, cc.addmm(cc_, a[0], b, beta=0.5, alpha=2.0))  # noqa: E731
-    got, prog = _gpu(fn, x, y, c)
+    got, prog = _gpu(fn, x, y, c, where=where)
     gemms = [ln for ln in prog._exec.module.launches if ln.library == "cublas"]
     assert gemms and {ln.dtype for ln in gemms} == {half.name}
     for ln in gemms:
@@ -374,7 +410,8 @@ def test_the_harness_refuses_a_half_gemm_without_float_alpha():
 
 
 # -- the whole model: a bfloat16 training step ----------------------------------------------------
-def test_a_bfloat16_mlp_training_step_matches_the_numpy_backend():
+@WHERE
+def test_a_bfloat16_mlp_training_step_matches_the_numpy_backend(where):
     rng = np.random.default_rng(22)
     x = rng.standard_normal((16, 32)).astype(BF16)
     w1 = (rng.standard_normal((32, 64)) * 0.2).astype(BF16)
@@ -396,12 +433,31 @@ def test_a_bfloat16_mlp_training_step_matches_the_numpy_backend():
     want = cc.compile(step, backend="numpy")(*want_args)
     got_args = [a.copy() for a in args]
     prog = cc.compile(step, backend="gpu").lower(*got_args)
-    got = harness.on_host(prog)(*got_args)
+    got = (prog if where == "device" else harness.on_host(prog))(*got_args)
     assert got.dtype == F32
     np.testing.assert_allclose(got, want, rtol=1e-2)
     for g, w in zip(got_args[1:3], want_args[1:3]):
         assert g.dtype == BF16
         assert_within_ulp(g, w, ulps=2)
+
+
+@WHERE
+def test_a_bfloat16_transformer_block_training_step(where):
+    """examples/transformer_block.py's step (attention, layer_norm, gelu, softmax cross
+    entropy, the SGD update in place) with every float32 argument in bfloat16."""
+    from examples import transformer_block as tb
+    args = [a.astype(BF16) if a.dtype == F32 else a
+            for a in tb.example_inputs(batch=2, seq=16, d_model=32, d_mlp=64)]
+    want_args = [a.copy() for a in args]
+    want = cc.compile(tb.train_step, backend="numpy")(*want_args)
+    got_args = [a.copy() for a in args]
+    prog = cc.compile(tb.train_step, backend="gpu").lower(*got_args)
+    got = (prog if where == "device" else harness.on_host(prog))(*got_args)
+    assert_within_ulp(np.asarray(got), np.asarray(want))
+    for g, w, a in zip(got_args, want_args, args):
+        if a.dtype == BF16:
+            assert_within_ulp(g, w, ulps=2)
+    assert any(not np.array_equal(g, a) for g, a in zip(got_args, args))   # it trained
 
 
 # -- NVRTC: the module compiles, the inline PTX assembles -------------------------------------------
