@@ -24,7 +24,7 @@ from runtime.gpu import nvrtc
 from runtime.gpu.launch import CUBLAS_COMPUTE_32F, CUDA_R_16BF, CUDA_R_16F
 from tests.gpu import harness
 
-pytestmark = pytest.mark.skipif(not harness.available(), reason="needs g++ on a POSIX host")
+needs_harness = pytest.mark.skipif(not harness.available(), reason="needs g++ on a POSIX host")
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(),
                                  reason="NVRTC from pip (cuda-bindings) is not installed")
 
@@ -49,7 +49,7 @@ def _device_count() -> int:
 # Each value test runs its program through the harness and, where there is a CUDA device
 # (`benchmarks/gpu_check.sh`'s "half" part: `-m gpu`), on the device through CuPy.
 WHERE = pytest.mark.parametrize("where", [
-    "harness", pytest.param("device", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    pytest.param("harness", marks=needs_harness), pytest.param("device", marks=[pytest.mark.gpu, pytest.mark.skipif(
         _device_count() < 1, reason="no CUDA device (or no CuPy) here")])])
 
 
@@ -396,6 +396,7 @@ def test_the_executable_calls_gemm_ex_with_16_bit_types_and_32_bit_compute(half,
     assert call[6] == exe._pointer(a, [buf(1 << 30), buf(1 << 31)], [buf(1 << 32)])
 
 
+@needs_harness
 def test_the_harness_refuses_a_half_gemm_without_float_alpha():
     x, y = _normal((4, 8), BF16, 20), _normal((8, 4), BF16, 21)
     prog = cc.compile(lambda a, b: a @ b, backend="gpu").lower(x, y)
