@@ -205,6 +205,21 @@ def test_an_integer_operand_meets_a_half_in_float32(half, where):
         assert float(got[0][0]) == 258.0
 
 
+@HALVES
+@WHERE
+def test_random_numbers_and_dropout_are_the_numpy_backends_bits(half, where):
+    """Philox in the graph: the float64 (or float32) draw converted once to the 16-bit
+    dtype, as the numpy backend's astype (float16 directly, bfloat16 through float32)."""
+    x = _normal((8, 50), half, 25)
+    name = half.name
+
+    def f(a):
+        return (cc.rand([8, 50], dtype=name, seed=3), cc.randn([8, 50], dtype=name, seed=4),
+                F.dropout(a, 0.3, training=True, seed=5))
+    got, _ = _gpu(f, x, where=where)
+    assert_bitwise(got, _numpy(f, x))
+
+
 # -- narrow integers: numpy's wrapping and unsigned rules -----------------------------------------
 @WHERE
 def test_narrow_integers_wrap_and_divide_as_numpy(where):
