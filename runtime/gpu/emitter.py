@@ -14,6 +14,12 @@ fiber harness run exactly it. As on cpu (`runtime/cpu/emitter.py`):
   - views emit no code: they are places (`runtime/lowering/places.py`, shared with cpu);
   - module constants (`constant`, `arange`) are `__device__` arrays in the source.
 
+16-bit floats (float16, bfloat16) are `__half` / `__nv_bfloat16` in memory and float in
+registers (`scalar.py`): every kernel loads them widened, computes as it does for float32 and
+rounds once, to nearest even, in its store (`_store`); a softmax of a 16-bit output recomputes
+exp(x - max) for the store rather than rounding it twice; a GEMM on them is cublasGemmEx with
+float32 accumulation (`launch.GEMM_EX`). int8, uint8 and int16 wrap as numpy's.
+
 Kernels by family (one or a few per node; `LOWERING` names the families, from the table in
 `runtime/lowering/families.py`):
   - elementwise, casts, copies, fills: grid-stride loops over the output's elements

@@ -7,6 +7,12 @@ launch over its grid, or a "cublas" GEMM through a reference GEMM) and one entry
 them in order over a host arena of `module.arena_bytes`. g++ -O1 builds a shared library,
 cached on disk by a hash of everything it was built from; ctypes loads and runs it.
 
+16-bit floats: `cuda_host.h` stands in for cuda_fp16.h / cuda_bf16.h (`__half`,
+`__nv_bfloat16` and their round-to-nearest-even conversions, bit for bit as the device's
+`cvt.rn`), so the module's own PTX definitions step aside; a float16 or bfloat16 GEMM launch
+is checked to be cublasGemmEx's (CUDA_R_16F / CUDA_R_16BF, CUBLAS_COMPUTE_32F, float alpha
+and beta) and run by the reference GEMM in double, rounded once.
+
 What the harness checks beyond the values (each a `HarnessError` naming the launch, kernel,
 block and thread):
   - a block whose threads can't all pass a barrier (`__syncthreads()` in a divergent branch,
