@@ -476,6 +476,65 @@ def test_a_bfloat16_transformer_block_training_step(where):
     assert any(not np.array_equal(g, a) for g, a in zip(got_args, args))   # it trained
 
 
+def _samples_in(half):
+    """For each registry op, the first opdb sample whose graph contains it, its float32
+    arrays given in `half`: (the sample, its args, the lowered gpu program)."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for sub in (root, os.path.join(root, "opdb")):
+        if sub not in sys.path:
+            sys.path.insert(0, sub)
+    from opdb.samples import SAMPLES
+    seen, picked = set(), []
+    for sample in SAMPLES:
+        with np.errstate(over="ignore"):
+            args = [a.astype(half) if isinstance(a, np.ndarray) and a.dtype == F32 else
+                    a.copy() if isinstance(a, np.ndarray) else a for a in sample.args]
+        if not any(isinstance(a, np.ndarray) and a.dtype == half for a in args):
+            continue
+        try:
+            prog = cc.compile(sample.fn, backend="gpu").lower(
+                *[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        except cc.CompilerError:
+            continue   # an op refused for the dtype: the front end's matter
+        ops = {n.op for n in prog.graph.nodes} - seen
+        if ops:
+            seen |= ops
+            picked.append((sample, args, prog))
+    return picked
+
+
+def _flat(tree):
+    if isinstance(tree, (tuple, list)):
+        return [x for t in tree for x in _flat(t)]
+    return [tree]
+
+
+@HALVES
+def test_every_op_sampled_in_the_16_bit_dtype_runs_within_2_ulp(half):
+    """Each registry op's first opdb sample with its float32 arguments in the 16-bit dtype:
+    the harness's values within 2 ulp of the numpy backend's (integers and bools exact)."""
+    picked = _samples_in(half)
+    assert len(picked) > 60
+    harness.prebuild([prog._exec.module for _, _, prog in picked])
+    for sample, args, prog in picked:
+        def copies():
+            return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        with np.errstate(all="ignore"):
+            want = _flat(cc.compile(sample.fn, backend="numpy")(*copies()))
+            got = _flat(harness.on_host(prog)(*copies()))
+        for g, w in zip(got, want, strict=True):
+            if not isinstance(w, np.ndarray):
+                continue
+            assert g.dtype == w.dtype, sample.id
+            if w.dtype in (BF16, F16):
+                assert_within_ulp(g, w, ulps=2)
+            elif w.dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2, err_msg=sample.id)
+            else:
+                np.testing.assert_array_equal(g, w, err_msg=sample.id)
+
+
 # -- NVRTC: the module compiles, the inline PTX assembles -------------------------------------------
 def _half_program():
     x, y = _normal((8, 300), BF16, 23), _normal((8, 300), F16, 24)
