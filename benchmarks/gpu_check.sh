@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything that needs an NVIDIA GPU, in one command, under 8 minutes:
+# Everything that needs an NVIDIA GPU, in one command, under 9 minutes:
 #
 #     bash benchmarks/gpu_check.sh [REPORT_DIR]
 #
@@ -9,8 +9,13 @@
 #                  backend-parametrized test, which runs on gpu where a device is found),
 #                  spread over the cores (pytest-xdist when installed); not the fiber
 #                  harness's tests, which need no device and run in the ordinary suite
+#   half      60   16-bit floats and narrow ints on the device: tests/gpu/test_harness_half.py's
+#                  programs (-m gpu: each against the numpy backend, bit for bit or within
+#                  1-2 ulp), then a bfloat16 gpt step beside the numpy backend's and the
+#                  bfloat16 and float32 step times (benchmarks/gpu_speed.py --gpt-half)
 #   examples  90   the examples trained on gpu beside cpu (benchmarks/gpu_examples.py)
-#   bench    110   speed and memory against PyTorch CUDA and CuPy (benchmarks/gpu_speed.py)
+#   bench    110   speed and memory against PyTorch CUDA and CuPy (benchmarks/gpu_speed.py),
+#                  with our launch list on bfloat16 inputs beside them (its gpu-bf16 column)
 # REPORT_DIR/gpu_report.md gets each part's status, time and summary, also when a part fails
 # or runs out of time; the report is printed at the end. REPORT_DIR defaults to $OUT when set,
 # else ./gpu_check_report. GPU_CHECK_SCALE (default 1) multiplies every limit. Without a GPU the
@@ -87,8 +92,17 @@ PER_TEST=""
 "$PY" -c "import pytest_timeout" >/dev/null 2>&1 && PER_TEST="--timeout=120"
 part tests 240 '(^|\] )(FAILED|ERROR) |[0-9]+ (passed|failed)|no tests ran' \
     "$PY" -m pytest tests -k "gpu or device" \
-    --ignore=tests/gpu/test_harness.py --ignore=tests/gpu/test_harness_programs.py $XDIST $PER_TEST -p no:cacheprovider -o addopts="" -v -rfE \
+    --ignore=tests/gpu/test_harness.py --ignore=tests/gpu/test_harness_programs.py \
+    --ignore=tests/gpu/test_harness_half.py $XDIST $PER_TEST -p no:cacheprovider -o addopts="" -v -rfE \
     --junitxml="$DIR/tests.xml"
+
+# (test_harness_half.py's device runs only: its harness runs need no device)
+part half 60 '(^|\] )(FAILED|ERROR) |[0-9]+ (passed|failed)|no tests ran|^gpt' bash -c "
+    rc=0
+    $PY -m pytest tests/gpu/test_harness_half.py -m gpu $PER_TEST -p no:cacheprovider \
+        -o addopts='' -v -rfE --junitxml='$DIR/half.xml' || rc=1
+    $PY benchmarks/gpu_speed.py --gpt-half || rc=1
+    exit \$rc"
 
 part examples 90 '^\|' "$PY" benchmarks/gpu_examples.py --scale 0.5 --json "$DIR/examples.json"
 

@@ -3,6 +3,7 @@
     python benchmarks/gpu_speed.py                 # every workload, every peer installed
     python benchmarks/gpu_speed.py --quick         # small shapes, a smoke test
     python benchmarks/gpu_speed.py --json out.json
+    python benchmarks/gpu_speed.py --gpt-half      # a bfloat16 gpt step: checked, timed
 
 Workloads: those of `benchmarks/backend_speed.py` (the same inputs and the same functions):
 `add100`/`add100_` (100 additions of 1.0 on [1000, 1000], out of place / in place), `relu`/
@@ -18,6 +19,10 @@ Columns, each timed once per round in a rotating order (interleaved), median and
 - `torch+copy`: PyTorch doing what `gpu` does: numpy to device, the step, results and updated
   parameters back to numpy (host wall clock).
 - `cupy`: the elementwise workloads written by hand in CuPy (CUDA events).
+- `gpu-bf16`: our launch list, as `gpu-device`, on the workload's inputs with every float32
+  array in bfloat16 (storage `__nv_bfloat16`, float32 arithmetic, GEMMs through cublasGemmEx
+  with float32 accumulation); its first whole call is checked against our numpy backend on
+  the same bfloat16 inputs (within 2 units of bfloat16's last place of the largest output).
 
 Before timing, `gpu` and `torch` run one step from the same inputs as our numpy backend and must
 agree with it (outputs, or each parameter's update), so a faster column is never another
@@ -38,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
+import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 import backend_speed as bs  # noqa: E402  (its inputs, our functions and PyTorch's)
@@ -45,6 +51,7 @@ import compiler as cc  # noqa: E402
 
 WORKLOADS = bs.WORKLOADS
 ELEMENTWISE = ("add100", "add100_", "relu", "relu_")
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _device():
@@ -99,6 +106,34 @@ def make_gpu(workload, quick, cupy):
     outputs = [cupy.empty(max(b.size, 1), cupy.uint8) for b in exe._output_buffers]
     device = Column(lambda: exe._run_launches(cupy, dev_in, outputs), True, memory)
     return call, device, compile_s
+
+
+def half_inputs(workload, quick):
+    """The workload's inputs with every float32 array in bfloat16 (labels stay integers)."""
+    return tuple(a.astype(BF16) if a.dtype == np.float32 else a
+                 for a in bs.inputs(workload, quick))
+
+
+def make_gpu_bf16(workload, quick, cupy):
+    """(the `gpu-bf16` column, None or why its first call differs from our numpy backend)."""
+    args = half_inputs(workload, quick)
+    fn = bs.OURS[workload]
+    prog = cc.compile(fn, backend="gpu").lower(*args)
+    got = np.asarray(prog(*[a.copy() for a in args]), np.float64)
+    with np.errstate(all="ignore"):
+        want = np.asarray(cc.compile(fn, backend="numpy")(*[a.copy() for a in args]),
+                          np.float64)
+    scale = float(np.abs(want).max()) if want.size else 0.0
+    err = float(np.abs(got - want).max()) if want.size else 0.0
+    why = None if err <= 2.0 ** -7 * max(scale, 1e-30) else \
+        f"bfloat16 output differs by {err:.3g} (max |output| {scale:.3g})"
+    exe = prog._exec
+    dev_in = [cupy.asarray(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+              if a.size else cupy.empty(1, cupy.uint8) for a in args]
+    outputs = [cupy.empty(max(b.size, 1), cupy.uint8) for b in exe._output_buffers]
+    plan = prog.plan
+    return Column(lambda: exe._run_launches(cupy, dev_in, outputs), True,
+                  plan.arena_bytes + plan.output_bytes), why
 
 
 def make_torch(workload, quick, torch):
@@ -184,6 +219,10 @@ def run_workload(workload, quick, runs, warmup, cupy, torch, log):
         except Exception as e:
             log(f"  {workload}/torch: can't run ({type(e).__name__}: {str(e)[:300]})")
             cols.pop("torch", None), cols.pop("torch+copy", None)
+    try:
+        cols["gpu-bf16"], checks["gpu-bf16"] = make_gpu_bf16(workload, quick, cupy)
+    except Exception as e:
+        log(f"  {workload}/gpu-bf16: can't run ({type(e).__name__}: {str(e)[:300]})")
     if workload in ELEMENTWISE:
         cols["cupy"] = make_cupy(workload, quick, cupy)
     for c, why in checks.items():
@@ -206,9 +245,9 @@ def fmt_time(s):
 
 
 def table(results) -> str:
-    cols = ["gpu", "gpu-device", "torch", "torch+copy", "cupy"]
+    cols = ["gpu", "gpu-device", "gpu-bf16", "torch", "torch+copy", "cupy"]
     lines = ["| workload | " + " | ".join(cols) + " | torch / gpu-device | "
-             "device bytes ours / torch |", "|---" * (len(cols) + 3) + "|"]
+             "device bytes ours / torch | ours in bf16 |", "|---" * (len(cols) + 4) + "|"]
     for w, r in results.items():
         med = {c: float(np.median(t)) for c, t in r["times"].items() if t}
         cells = []
@@ -222,8 +261,47 @@ def table(results) -> str:
                  if "torch" in med and "gpu-device" in med else "n/a")
         mem = r["memory"]
         mems = f"{mem.get('gpu')} / {mem.get('torch')}"
-        lines.append(f"| {w} | " + " | ".join(cells) + f" | {ratio} | {mems} |")
+        lines.append(f"| {w} | " + " | ".join(cells) + f" | {ratio} | {mems} | "
+                     f"{mem.get('gpu-bf16', 'n/a')} |")
     return "\n".join(lines)
+
+
+def gpt_half(calls=10) -> int:
+    """examples/gpt.py's step with its parameters in bfloat16 (no float32 master weights:
+    the first step is what compares; with AdamW's moments in bfloat16 the second is NaN on
+    every backend alike, so only the time of later calls means anything): the gpu's first
+    loss beside the numpy backend's, then the median whole-call time of float32 and bfloat16.
+    Exit status 1 when the losses differ by more than 2 bfloat16 ulp."""
+    from compiler import nn
+    from examples import gpt
+
+    def build(dtype, backend):
+        nn.set_default_dtype(dtype)
+        try:
+            model, opt, _ = gpt.make_model()
+        finally:
+            nn.set_default_dtype("float32")
+        return cc.compile(gpt.train_step_for(model, opt), backend=backend)
+    ids, targets = gpt.batch(np.random.default_rng(1))
+    want = float(build("bfloat16", "numpy")(ids, targets))
+    got = float(build("bfloat16", "gpu")(ids, targets))
+    ok = abs(got - want) <= 2 * 2.0 ** -8 * abs(want)
+    print(f"gpt bfloat16 first step: loss gpu {got!r}, numpy {want!r}"
+          f"{'' if ok else ' DIFFERS'}")
+    times = {}
+    for dtype in ("float32", "bfloat16"):
+        step = build(dtype, "gpu")
+        step(ids, targets)
+        ts = []
+        with np.errstate(all="ignore"):
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                step(ids, targets)
+                ts.append(time.perf_counter() - t0)
+        times[dtype] = float(np.median(ts))
+    print(f"gpt step on gpu, a whole call, median of {calls}: float32 "
+          f"{fmt_time(times['float32'])}, bfloat16 {fmt_time(times['bfloat16'])}")
+    return 0 if ok else 1
 
 
 def main(argv=None):
@@ -233,11 +311,16 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--json", help="write the raw times here")
+    ap.add_argument("--gpt-half", action="store_true",
+                    help="only: examples/gpt.py's training step in bfloat16 on the gpu beside "
+                         "the numpy backend's, and its time beside float32's")
     args = ap.parse_args(argv)
     cupy = _device()
     if cupy is None:
         print("gpu_speed: no CUDA device (or no CuPy) here; nothing to measure")
         return 0
+    if args.gpt_half:
+        return gpt_half()
     try:
         import torch
         torch = torch if torch.cuda.is_available() else None

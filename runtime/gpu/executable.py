@@ -38,6 +38,7 @@ from runtime.reference import run_node
 
 from . import nvrtc
 from .emitter import ModuleEmitter
+from .launch import CUBLAS_GEMM_DEFAULT, GEMM_EX
 
 _CUBLAS_OP = {"N": 0, "T": 1}  # CUBLAS_OP_N, CUBLAS_OP_T
 
@@ -172,13 +173,20 @@ class GpuExecutable:
                     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
                     cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
                 (ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = ln.args
+                ptrs = [self._pointer(p, inputs, outputs) for p in (a, b, c)]
+                if ln.dtype in GEMM_EX:   # 16-bit A, B, C; float32 alpha, beta, accumulation
+                    dtype, compute = GEMM_EX[ln.dtype]
+                    al, be = np.array(alpha[2], np.float32), np.array(beta[2], np.float32)
+                    cublas.gemmEx(handle, _CUBLAS_OP[ta], _CUBLAS_OP[tb], m, n, k,
+                                  al.ctypes.data, ptrs[0], dtype, lda, ptrs[1], dtype, ldb,
+                                  be.ctypes.data, ptrs[2], dtype, ldc, compute,
+                                  CUBLAS_GEMM_DEFAULT)
+                    continue
                 dt = np.dtype(ln.dtype)
                 al, be = np.array(alpha[2], dt), np.array(beta[2], dt)
                 gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm
                 gemm(handle, _CUBLAS_OP[ta], _CUBLAS_OP[tb], m, n, k, al.ctypes.data,
-                     self._pointer(a, inputs, outputs), lda,
-                     self._pointer(b, inputs, outputs), ldb, be.ctypes.data,
-                     self._pointer(c, inputs, outputs), ldc)
+                     ptrs[0], lda, ptrs[1], ldb, be.ctypes.data, ptrs[2], ldc)
                 continue
             args = []
             for a in ln.args:

@@ -15,14 +15,23 @@ A GEMM is a launch too, with `kernel` = "gemm" and `library` = "cublas": its arg
 BLAS call's (transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) with pointers given as
 above, so the harness can run it with a reference GEMM. They are cuBLAS's own, column-major:
 transa/transb are "N" or "T", m, n, k and the leading dimensions ints, alpha and beta
-("scalar", "float" | "double", value) in the GEMM's type, and `dtype` says which gemm
-("float32": sgemm, "float64": dgemm). As in BLAS, with
+("scalar", "float" | "double", value) in the GEMM's compute type, and `dtype` says which gemm
+("float32": sgemm, "float64": dgemm, "float16" / "bfloat16": cublasGemmEx with 16-bit A, B and
+C and float32 accumulation, `GEMM_EX`: alpha and beta are then floats). As in BLAS, with
 beta == 0 C is not read (it may hold anything, NaN included: a fresh arena buffer). (The
 emitter passes a row-major C = A @ B as C^T = B^T A^T, so no operand is copied.)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+# cublasGemmEx's arguments for a GEMM on 16-bit floats: (the cudaDataType_t of A, B and C, the
+# cublasComputeType_t): CUDA_R_16F = 2, CUDA_R_16BF = 14 (library_types.h), CUBLAS_COMPUTE_32F
+# = 68 (cublas_api.h): products and sums in float32, C rounded once to its type.
+CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F = 2, 14, 68
+CUBLAS_GEMM_DEFAULT = -1
+GEMM_EX = {"float16": (CUDA_R_16F, CUBLAS_COMPUTE_32F),
+           "bfloat16": (CUDA_R_16BF, CUBLAS_COMPUTE_32F)}
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,8 @@ class Launch:
     args: tuple                       # see the module docstring
     node: int | None = None           # index in the schedule of the node it implements
     library: str | None = None        # None: a kernel of the module; "cublas": a GEMM call
-    dtype: str | None = None          # a GEMM's element type ("float32" | "float64")
+    dtype: str | None = None          # a GEMM's element type ("float32" | "float64" |
+                                      # "float16" | "bfloat16")
 
 
 @dataclass

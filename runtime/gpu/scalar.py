@@ -15,20 +15,40 @@ Semantics (numpy's, as on cpu):
   - transcendental functions are CUDA's libdevice ones (`expf`, `erf`, ...: within 2 ulp, the
     4-ulp tolerance of CONVENTIONS.md); `rint` is round-half-even as numpy's `round`.
 Memory: numpy's bool is one byte (`unsigned char` in memory, `bool` in registers).
+
+16-bit floats (float16, bfloat16) are storage types, as in the numpy backend
+(`runtime/reference.widened`): in memory `__half` / `__nv_bfloat16` (HALF_PRELUDE), in registers
+`float`, so every node computes in float32 and rounds once, to nearest even, where it stores.
+A cast to a 16-bit float rounds (a fused body's inner values are rounded to their nodes'
+dtypes, as the numpy backend stores each node's value): from a float32, `__float2half_rn` /
+`__float2bfloat16_rn`; from a float64, float16 directly (`__double2half`, NumPy's single
+rounding) and bfloat16 through float32 (ml_dtypes' two roundings). An integer operand cast to a
+16-bit float becomes float32, not rounded: the reference converts it to promote(float32, int)
+= float32 before the op, and its result is rounded once.
+Narrow integers (int8, uint8, int16) wrap as numpy's do; a float converts to them through
+int32 (x86's cvttss2si, then the low bits), as numpy's casts.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from compiler.ops.fused import postorder
-from compiler.ops.scalar import Weak, common_dtype, d_value  # (typing shared by renderers)
+from compiler.ops.registry import BFLOAT16, FLOAT16, is_half
+from compiler.ops.scalar import Weak, d_value
+from compiler.ops.scalar import common_dtype as _common_dtype
 
 BOOL = np.dtype(np.bool_)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
 
-# register types (C spelling) and in-memory types
+# register types (C spelling) and in-memory types; a 16-bit float is a float in registers
 _C = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long",
       "bool": "bool", "uint64": "unsigned long long", "int8": "signed char",
-      "uint8": "unsigned char"}
+      "uint8": "unsigned char", "int16": "short", "float16": "float", "bfloat16": "float"}
+_HALF_MEM = {FLOAT16: "__half", BFLOAT16: "__nv_bfloat16"}
+# (from float32 to memory, from memory to float32)
+_HALF_CVT = {FLOAT16: ("__float2half_rn", "__half2float"),
+             BFLOAT16: ("__float2bfloat16_rn", "__bfloat162float")}
 
 
 def ctype(dtype) -> str:
@@ -36,8 +56,50 @@ def ctype(dtype) -> str:
 
 
 def mtype(dtype) -> str:
-    """The in-memory element type (bool is a byte)."""
-    return "unsigned char" if np.dtype(dtype) == BOOL else ctype(dtype)
+    """The in-memory element type (bool is a byte, a 16-bit float its CUDA storage type)."""
+    dtype = np.dtype(dtype)
+    if dtype == BOOL:
+        return "unsigned char"
+    return _HALF_MEM.get(dtype) or ctype(dtype)
+
+
+def kind(dtype) -> str:
+    """numpy's kind letter, bfloat16 a float (ml_dtypes says "V")."""
+    dtype = np.dtype(dtype)
+    return "f" if dtype == BFLOAT16 else dtype.kind
+
+
+def common_dtype(items) -> np.dtype:
+    """The dtype an operator computes in: numpy's result type (`compiler.ops.scalar`) with each
+    16-bit float read as the float32 it is in registers (this backend's own copy of the rule)."""
+    return _common_dtype([F32 if not isinstance(d, Weak) and is_half(d) else d
+                          for d in items])
+
+
+def load_value(ref: str, dtype) -> str:
+    """The register value of memory element `ref` of `dtype` (a 16-bit float widened, exact)."""
+    dtype = np.dtype(dtype)
+    if is_half(dtype):
+        return f"{_HALF_CVT[dtype][1]}({ref})"
+    return f"({ref} != 0)" if dtype == BOOL else ref
+
+
+def store_value(v: str, src, dst) -> str:
+    """The memory value (`mtype(dst)`) of register value `v` of dtype `src`: numpy's astype,
+    a 16-bit float rounded once to nearest even (see the module docstring)."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if is_half(dst):
+        rn = _HALF_CVT[dst][0]
+        if src == F64:
+            return f"__double2half({v})" if dst == FLOAT16 else f"{rn}((float)({v}))"
+        if src == BOOL:
+            return f"{rn}({v} ? 1.0f : 0.0f)"
+        if kind(src) != "f":
+            return f"{rn}((float)({v}))"
+        return f"{rn}({v})"
+    if dst == BOOL:
+        return f"(unsigned char)({convert(v, src, dst)})"
+    return convert(v, src, dst)
 
 
 def literal(value, dtype) -> str:
@@ -48,6 +110,8 @@ def literal(value, dtype) -> str:
         return "true" if bool(value) else "false"
     with np.errstate(all="ignore"):
         v = np.asarray(value).astype(dtype)
+    if is_half(dtype):  # its register value: the rounded value as a float
+        v, dtype = v.astype(F32), F32
     if dtype.kind == "f":
         bits = v.view(np.uint32 if dtype.itemsize == 4 else np.uint64)
         if np.isfinite(v):
@@ -73,11 +137,19 @@ def convert(v: str, src, dst) -> str:
     src, dst = np.dtype(src), np.dtype(dst)
     if src == dst:
         return v
+    if is_half(dst):   # rounded to it, in a float register
+        return f"{_HALF_CVT[dst][1]}({store_value(v, src, dst)})"
+    if is_half(src):   # a float32 value
+        src = F32
+        if src == dst:
+            return v
     if dst == BOOL:
         return f"({v} != 0)"
     if src == BOOL:
         return f"(({ctype(dst)})({v} ? 1 : 0))"
     if src.kind == "f" and dst.kind in "iu" and dst != np.uint64:
+        if dst.itemsize < 4:   # numpy: through int32, then the low bits
+            return f"(({ctype(dst)})np_f2i<int>({v}))"
         return f"np_f2i<{ctype(dst)}>({v})"
     return f"(({ctype(dst)})({v}))"
 
@@ -96,15 +168,16 @@ template <typename T> __device__ __forceinline__ T np_max(T x, T y) {
 template <typename T> __device__ __forceinline__ T np_min(T x, T y) {
   return (x <= y || x != x) ? x : y;
 }
+// (unsigned types: (T)-1 is their maximum, not -1: no INT_MIN // -1 case, no sign fix-up)
 template <typename T> __device__ __forceinline__ T np_ifloordiv(T x, T y) {
   const T minv = (T)((unsigned long long)1 << (8 * sizeof(T) - 1));
   if (y == 0) return 0;
-  if (x == minv && y == (T)-1) return minv;
+  if ((T)-1 < (T)0 && x == minv && y == (T)-1) return minv;
   T q = x / y, r = x % y;
   return (r != 0 && ((r < 0) != (y < 0))) ? q - 1 : q;
 }
 template <typename T> __device__ __forceinline__ T np_imod(T x, T y) {
-  if (y == 0 || y == (T)-1) return 0;
+  if (y == 0 || ((T)-1 < (T)0 && y == (T)-1)) return 0;
   T r = x % y;
   return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
 }
@@ -152,6 +225,37 @@ __device__ __forceinline__ double np_fmod(double x, double y) {
   double m; np_fdivmod(x, y, &m); return m;
 }
 """
+
+# 16-bit floats: storage types with cuda_fp16.h's and cuda_bf16.h's names and layouts, converted
+# by the PTX instructions those headers use (cvt.rn: round to nearest even; f16 -> f32 and
+# bf16 -> f32 are exact). Defined here because NVRTC has no include path to the CUDA headers on
+# an arbitrary machine; skipped where a header (or the test harness's host header) defines them.
+# NaN converts to the canonical NaN (0x7fff), as the headers' own conversions do.
+HALF_PRELUDE = r"""
+// -- 16-bit floats: float32 in registers, one rounding to nearest even at each store --
+#if !defined(__CUDA_FP16_H__)
+struct __align__(2) __half { unsigned short __x; };
+__device__ __forceinline__ float __half2float(const __half h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.__x)); return f;
+}
+__device__ __forceinline__ __half __float2half_rn(const float f) {
+  __half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.__x) : "f"(f)); return h;
+}
+__device__ __forceinline__ __half __double2half(const double d) {
+  __half h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h.__x) : "d"(d)); return h;
+}
+#endif
+#if !defined(__CUDA_BF16_H__)
+struct __align__(2) __nv_bfloat16 { unsigned short __x; };
+__device__ __forceinline__ float __bfloat162float(const __nv_bfloat16 h) {
+  return __uint_as_float(((unsigned int)h.__x) << 16);
+}
+__device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(const float f) {
+  __nv_bfloat16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.__x) : "f"(f)); return h;
+}
+#endif
+"""
+HALF_TYPES = tuple(_HALF_MEM.values())
 
 _UNARY_F = ("exp", "expm1", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt", "asinh",
             "acosh", "atanh", "log1p", "log2", "log10", "sinh", "cosh", "asin", "acos", "atan",
@@ -209,7 +313,10 @@ class Renderer:
             return w, w
         if e.op == "cast":
             dst = np.dtype(e.value)
-            return self._tmp(dst, self._mat(self._r(e.args[0]), dst)), dst
+            item = self._r(e.args[0])
+            if is_half(dst) and not isinstance(item[1], Weak) and kind(item[1]) != "f":
+                dst = F32   # an integer operand: float32, rounded where it is stored
+            return self._tmp(dst, self._mat(item, dst)), dst
         items = [self._r(a) for a in e.args]
         if e.op == "where":
             cond = self._mat(items[0], BOOL)

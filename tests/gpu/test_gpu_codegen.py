@@ -218,9 +218,9 @@ def test_every_registry_op_in_the_op_samples_compiles_to_ptx():
     missing = set(REGISTRY) - {op for op, _ in seen} - COMM_OPS
     assert not missing, f"no opdb sample lowers {sorted(missing)} for the gpu"
     # one module: every picked program's kernels, renamed apart (one NVRTC call)
-    from runtime.gpu.scalar import PRELUDE
+    from runtime.gpu.scalar import HALF_PRELUDE, PRELUDE
     from runtime.gpu.emitter import BLOCK_PRELUDE
-    parts = [PRELUDE, BLOCK_PRELUDE]
+    parts = [PRELUDE, HALF_PRELUDE, BLOCK_PRELUDE]
     for k, (_, prog) in enumerate(picked):
         body = prog.source.split(BLOCK_PRELUDE, 1)[1]
         parts.append(body.replace('void k', f'void p{k}_k').replace("const_", f"p{k}_const_"))

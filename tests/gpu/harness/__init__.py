@@ -7,6 +7,12 @@ launch over its grid, or a "cublas" GEMM through a reference GEMM) and one entry
 them in order over a host arena of `module.arena_bytes`. g++ -O1 builds a shared library,
 cached on disk by a hash of everything it was built from; ctypes loads and runs it.
 
+16-bit floats: `cuda_host.h` stands in for cuda_fp16.h / cuda_bf16.h (`__half`,
+`__nv_bfloat16` and their round-to-nearest-even conversions, bit for bit as the device's
+`cvt.rn`), so the module's own PTX definitions step aside; a float16 or bfloat16 GEMM launch
+is checked to be cublasGemmEx's (CUDA_R_16F / CUDA_R_16BF, CUBLAS_COMPUTE_32F, float alpha
+and beta) and run by the reference GEMM in double, rounded once.
+
 What the harness checks beyond the values (each a `HarnessError` naming the launch, kernel,
 block and thread):
   - a block whose threads can't all pass a barrier (`__syncthreads()` in a divergent branch,
@@ -39,7 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from runtime.gpu.executable import raise_data_error
-from runtime.gpu.launch import GpuModule, Launch
+from runtime.gpu.launch import (CUBLAS_COMPUTE_32F, CUDA_R_16BF, CUDA_R_16F, GEMM_EX, GpuModule,
+                               Launch)
 
 HEADER = Path(__file__).with_name("cuda_host.h")
 # (-ffp-contract=off: no a*b+c fused into one rounding, as on the device with --fmad=false)
@@ -146,15 +153,28 @@ def _gemm_call(launch: Launch, where: str) -> str:
     ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc = launch.args
     ta, tb = _trans(ta, where), _trans(tb, where)
     m, n, k, lda, ldb, ldc = (int(_plain(x, where)) for x in (m, n, k, lda, ldb, ldc))
-    # sgemm or dgemm: the launch's dtype (launch.py), else the type of a scalar alpha
+    # sgemm or dgemm: the launch's dtype (launch.py), else the type of a scalar alpha; a
+    # 16-bit dtype is cublasGemmEx: its data and compute types as the executable passes them
     dtype = getattr(launch, "dtype", None)
-    if dtype is not None:
+    elem = None
+    if dtype in GEMM_EX:
+        data_type, compute = GEMM_EX[dtype]
+        elem = {CUDA_R_16F: "__half", CUDA_R_16BF: "__nv_bfloat16"}.get(data_type)
+        ctype = "float" if compute == CUBLAS_COMPUTE_32F else None
+        if elem is None or ctype is None or any(
+                not (isinstance(x, tuple) and x[0] == "scalar" and x[1] == "float")
+                for x in (alpha, beta)):
+            raise HarnessError(f"{where}: a {dtype} GEMM is cublasGemmEx with CUDA_R_16F or "
+                               f"CUDA_R_16BF data, CUBLAS_COMPUTE_32F and float alpha and "
+                               f"beta, not {GEMM_EX[dtype]}, {alpha!r}, {beta!r}")
+    elif dtype is not None:
         ctype = {"float32": "float", "float64": "double"}.get(np.dtype(dtype).name)
     else:
         ctype = alpha[1] if isinstance(alpha, tuple) and alpha[0] == "scalar" else None
     if ctype not in _FLOAT_CTYPES:
         raise HarnessError(f"{where}: a GEMM of {dtype or 'unknown type'}: the launch needs "
-                           f"dtype float32 or float64 (sgemm, dgemm)")
+                           f"dtype float32, float64 (sgemm, dgemm), float16 or bfloat16 "
+                           f"(cublasGemmEx)")
     # cuBLAS's CUBLAS_STATUS_INVALID_VALUE conditions
     if min(m, n, k) < 0 or lda < max(1, k if ta else m) or ldb < max(1, n if tb else k) \
             or ldc < max(1, m):
@@ -163,7 +183,8 @@ def _gemm_call(launch: Launch, where: str) -> str:
                            f"transb={'T' if tb else 'N'}), cuBLAS would refuse it")
     alpha, beta = (_scalar(ctype, _plain(x, where)) for x in (alpha, beta))
     ptrs = [_argument(x, where) for x in (a, b, c)]
-    return (f"cuda_host::gemm<{ctype}>({int(ta)}, {int(tb)}, {m}, {n}, {k}, {alpha}, "
+    types = ctype if elem is None else f"{elem}, {ctype}"
+    return (f"cuda_host::gemm<{types}>({int(ta)}, {int(tb)}, {m}, {n}, {k}, {alpha}, "
             f"{ptrs[0]}, {lda}, {ptrs[1]}, {ldb}, {beta}, {ptrs[2]}, {ldc});")
 
 
@@ -394,10 +415,16 @@ def compile_module(module: GpuModule):
     return _LOADED[key]
 
 
+_DIRECTIVE = re.compile(r"^\s*#\s*(\w+)", re.M)
+
+
 def _batchable(module: GpuModule) -> bool:
-    """Whether the module can share a translation unit: no preprocessor lines (macros would
-    leak into the next module) and no `extern "C" {` block (a namespace can't hold it)."""
-    return "#" not in module.source and not re.search(r'extern\s+"C"\s*\{', module.source)
+    """Whether the module can share a translation unit: no preprocessor lines but
+    conditionals (a macro would leak into the next module; the 16-bit float types' `#if`
+    guards don't) and no `extern "C" {` block (a namespace can't hold it)."""
+    directives = set(_DIRECTIVE.findall(module.source))
+    return directives <= {"if", "ifdef", "ifndef", "else", "elif", "endif"} \
+        and not re.search(r'extern\s+"C"\s*\{', module.source)
 
 
 def _build_batch(group) -> None:

@@ -71,6 +71,74 @@ CUDA_HOST_VEC2(unsigned int, uint) CUDA_HOST_VEC4(unsigned int, uint)
 CUDA_HOST_VEC2(long long, longlong)
 inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
 
+// ---- 16-bit floats: cuda_fp16.h's and cuda_bf16.h's storage types and conversions ----------
+// The generated source defines these itself (runtime/gpu/scalar.py HALF_PRELUDE, PTX `cvt`)
+// unless a header did: these guards stand for the headers. Round to nearest even, bit for bit
+// as the device's cvt.rn (denormals kept); a NaN becomes the canonical NaN 0x7fff, as there.
+#define __CUDA_FP16_H__
+#define __CUDA_BF16_H__
+// (bit casts of their own: the header's __uint_as_float and friends come later)
+template <class To, class From> To cuda_host_cast16(From v) {
+    static_assert(sizeof(To) == sizeof(From), "size");
+    To t; memcpy(&t, &v, sizeof t); return t;
+}
+struct __align__(2) __half { unsigned short __x; };
+struct __align__(2) __nv_bfloat16 { unsigned short __x; };
+inline float __bfloat162float(__nv_bfloat16 h) {
+    return cuda_host_cast16<float>((unsigned)h.__x << 16);
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    const unsigned u = cuda_host_cast16<unsigned>(f);
+    __nv_bfloat16 h;
+    h.__x = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)0x7fffu
+          : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   // ties to even
+    return h;
+}
+#if defined(__FLT16_MAX__) && !defined(CUDA_HOST_F16_BITS)
+// gcc's _Float16 (x86-64, gcc >= 12): its conversions round to nearest even (libgcc or F16C)
+inline float __half2float(__half h) { return (float)cuda_host_cast16<_Float16>(h.__x); }
+inline __half __float2half_rn(float f) {
+    __half h;
+    h.__x = f != f ? (unsigned short)0x7fffu : cuda_host_cast16<unsigned short>((_Float16)f);
+    return h;
+}
+inline __half __double2half(double d) {   // one rounding, from the double
+    __half h;
+    h.__x = d != d ? (unsigned short)0x7fffu : cuda_host_cast16<unsigned short>((_Float16)d);
+    return h;
+}
+#else
+// without _Float16: bit operations (IEEE binary16: 1 sign, 5 exponent, 10 fraction bits)
+inline float __half2float(__half h) {
+    const unsigned s = (unsigned)(h.__x & 0x8000u) << 16, e = h.__x >> 10 & 0x1fu,
+                   m = h.__x & 0x3ffu;
+    if (e == 0x1f) return cuda_host_cast16<float>(s | 0x7f800000u | m << 13);   // inf, NaN
+    if (e) return cuda_host_cast16<float>(s | (e + 112) << 23 | m << 13);
+    return s ? -ldexpf((float)m, -24) : ldexpf((float)m, -24);           // 0, denormals
+}
+// the magnitude |d| rounded to binary16 bits: scale to units of the result's last place,
+// round to nearest even in double (exact for every input a float or double gives here)
+inline unsigned short cuda_host_half_bits(double a) {
+    if (a >= 65520.0) return 0x7c00u;                      // rounds to infinity
+    if (a == 0.0) return 0;
+    int e;
+    frexp(a, &e);                                          // a = f * 2^e, 0.5 <= f < 1
+    const int q = e - 11 < -24 ? -24 : e - 11;             // the last place's exponent
+    const double r = nearbyint(ldexp(a, -q));              // ties to even (default mode)
+    unsigned bits = (unsigned)r;
+    if (q == -24) return (unsigned short)bits;             // denormal (or the smallest normal)
+    // normal: r in [2^10, 2^11] (2^11 when rounding carried into the next binade)
+    return (unsigned short)(((unsigned)(q + 24) << 10) + bits);
+}
+inline __half __double2half(double d) {
+    __half h;
+    if (d != d) { h.__x = 0x7fffu; return h; }
+    h.__x = (unsigned short)((signbit(d) ? 0x8000u : 0u) | cuda_host_half_bits(fabs(d)));
+    return h;
+}
+inline __half __float2half_rn(float f) { return __double2half((double)f); }
+#endif
+
 // ---- the fiber scheduler -------------------------------------------------------------------
 // The linker's bounds of the `__shared__` variables' section (null when there is none).
 extern "C" char __start_cuda_shared[] __attribute__((weak, visibility("hidden")));
@@ -408,18 +476,29 @@ inline int launch(const char *name, dim3 grid, dim3 block, void (*fn)(void *), v
 // beta == 0 (BLAS semantics: a NaN in C does not survive). Accumulates in double, over p in
 // order, a column of C at a time, with op(B)'s column gathered first so that every inner
 // loop walks memory contiguously.
-template <class T>
-__attribute__((optimize("O3"))) void gemm(bool ta, bool tb, long m, long n, long k, T alpha,
-                                          const T *A, long lda, const T *B, long ldb, T beta,
+// The element type T is float or double (sgemm, dgemm) or a 16-bit float (cublasGemmEx with
+// CUBLAS_COMPUTE_32F: float alpha and beta, S; C rounded once to T at the end).
+inline double gemm_widen(float v) { return v; }
+inline double gemm_widen(double v) { return v; }
+inline double gemm_widen(__half v) { return __half2float(v); }
+inline double gemm_widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> T gemm_narrow(double v) { return (T)v; }
+template <> inline __half gemm_narrow<__half>(double v) { return __double2half(v); }
+template <> inline __nv_bfloat16 gemm_narrow<__nv_bfloat16>(double v) {
+    return __float2bfloat16_rn((float)v);
+}
+template <class T, class S = T>
+__attribute__((optimize("O3"))) void gemm(bool ta, bool tb, long m, long n, long k, S alpha,
+                                          const T *A, long lda, const T *B, long ldb, S beta,
                                           T *C, long ldc) {
     double *acc = new double[m + k + 1], *col = acc + m;
     for (long j = 0; j < n; j++) {
-        for (long p = 0; p < k; p++) col[p] = tb ? B[j + p * ldb] : B[p + j * ldb];
+        for (long p = 0; p < k; p++) col[p] = gemm_widen(tb ? B[j + p * ldb] : B[p + j * ldb]);
         if (ta) {
             for (long i = 0; i < m; i++) {
                 const T *a = A + i * lda;
                 double s = 0.0;
-                for (long p = 0; p < k; p++) s += (double)a[p] * col[p];
+                for (long p = 0; p < k; p++) s += gemm_widen(a[p]) * col[p];
                 acc[i] = s;
             }
         } else {
@@ -427,12 +506,13 @@ __attribute__((optimize("O3"))) void gemm(bool ta, bool tb, long m, long n, long
             for (long p = 0; p < k; p++) {
                 const T *a = A + p * lda;
                 const double b = col[p];
-                for (long i = 0; i < m; i++) acc[i] += (double)a[i] * b;
+                for (long i = 0; i < m; i++) acc[i] += gemm_widen(a[i]) * b;
             }
         }
         for (long i = 0; i < m; i++) {
             T &c = C[i + j * ldc];
-            c = beta == T(0) ? T(alpha * acc[i]) : T(alpha * acc[i] + (double)beta * c);
+            c = beta == S(0) ? gemm_narrow<T>(alpha * acc[i])
+                             : gemm_narrow<T>(alpha * acc[i] + (double)beta * gemm_widen(c));
         }
     }
     delete[] acc;
