@@ -20,6 +20,7 @@ from passes.fusion import fuse
 from passes.gemm_accumulate import gemm_accumulate
 from passes.memory_plan import plan_memory
 from passes.recompute import recompute
+from passes.recompute_attention import recompute_attention
 from passes.reinplace import reinplace
 from passes.schedule import schedule
 from passes.simplify import dce
@@ -46,6 +47,8 @@ class CompileState:
         self.schedule = options.schedule    # "auto" | "off"
         self.recompute = options.recompute  # "auto" | "off"
         self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
+        self.attention_decisions = []  # passes.recompute_attention.AttentionDecision
+        self.unrecomputed = None       # the graph before recompute_attention rewrote it
         self.decisions = None
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
@@ -84,8 +87,20 @@ def _evaluate(graph, state):
     return s.plan
 
 
+def _recompute_attention(state):
+    if state.options.memory_budget is not None:
+        return state   # the budget search prices these candidates with the others
+    graph, state.attention_decisions = recompute_attention(
+        state.graph, lambda g, st=copy.copy(state): _evaluate(g, st).peak_bytes,
+        state.recompute)
+    if graph is not state.graph:
+        state.unrecomputed, state.graph = state.graph, graph
+    return state
+
+
 def _recompute(state):
-    search = BudgetSearch(state.graph, lambda g, st=copy.copy(state): _evaluate(g, st),
+    search = BudgetSearch(state.unrecomputed or state.graph,
+                          lambda g, st=copy.copy(state): _evaluate(g, st),
                           recompute=state.recompute != "off")
     state.budget_search = search   # plan.budget_curve() runs it on demand
     budget = state.options.memory_budget
@@ -96,12 +111,13 @@ def _recompute(state):
         state.graph, state.budget_point = point.graph, point
         state.recompute_decisions = search.decisions(point, budget)
         return state
-    graph, state.recompute_decisions = recompute(state.graph, state.recompute,
-                                                 scheduled=state.schedule != "off")
+    graph, decisions = recompute(state.graph, state.recompute,
+                                 scheduled=state.schedule != "off")
+    state.recompute_decisions = state.attention_decisions + decisions
     if graph is not state.graph and _planned_peak(graph, state) >= \
             _planned_peak(state.graph, state):
         # the byte model's estimate did not survive real planning: keep every value
-        for d in state.recompute_decisions:
+        for d in decisions:
             if d.recomputed:
                 d.recomputed, d.copy = False, None
                 d.reason = ("kept: the estimate was lower with recomputation, but the planned "
@@ -205,6 +221,7 @@ def pipeline() -> list[tuple[str, object]]:
         ("dce", _dce),                     # drop what no output or mutation needs
         ("cse", _cse),                     # one node for identical constants and pure nodes
         ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
+        ("recompute_attention", _recompute_attention),  # softmax(q k^T) again, if lower
         ("recompute", _recompute),         # cheap forward values again in backward, if lower
         ("fuse", _fuse),                   # elementwise trees -> one fused node (state.fuse)
         ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)

@@ -1,0 +1,214 @@
+"""Attention probabilities recomputed in the backward pass: for `p = softmax(s)` over scores
+`s = matmul(q, k)` (then elementwise steps: a scale, an additive mask), the backward readers
+of `p` (softmax's own VJP and the value GEMM's gradient `p^T @ dO`) read a copy of
+`softmax(s')` with `s' = matmul(q, k)` ... computed again right before the first of them,
+so that the [batch, heads, seq, seq] probabilities die in the forward pass after `p @ v`
+while q and k, which the scores GEMM's own backward reads anyway, are all that stays.
+
+This is FlashAttention's recomputation idea (Dao et al. 2022: the backward rebuilds the
+probabilities from q, k and a saved row statistic, the log-sum-exp, instead of keeping
+them). Here the backward recomputes whole rows in one kernel, so the row statistic is
+recomputed too instead of saved: that costs the softmax's max and sum passes again (about 5
+FLOPs per score against the 2 * head_dim of the scores GEMM it needs anyway), keeps no
+extra [rows] vector alive from the forward pass, and makes the copy the same ops on the
+same bits: bit for bit, on every backend (`exp(s - lse)` would differ from the forward
+`exp(s - max) / sum` in the last bit).
+
+Guarantees: the returned graph computes the same outputs and input mutations, bit for bit:
+the copies are the same deterministic ops (matmul, elementwise, views, softmax) on the same
+SSA operands, none of which is overwritten between the forward nodes and the copies (a
+candidate condition), so each copy equals its original. A candidate is taken only when the
+planned peak (`planned_peak(graph)`: the rest of the pipeline's plan, as
+`compiler.pass_pipeline` passes it) is at least MIN_BYTES lower with it, so the pass never
+costs memory. The input graph is not changed (nodes are cloned by `passes.recompute`'s
+rewrite, which this pass shares: one rewrite for both kinds of recomputation, so the budget
+search (`passes.budget`) can price any mix).
+
+A forward node `n` is a candidate when all hold (each refusal is a sentence in the report):
+  1. `n` is `softmax` (or `softmax_`) and backward nodes read its value (through views too)
+     as well as forward ones (`recompute.not_read_late`); its value is at least MIN_BYTES
+     and not returned (`recompute.returned`);
+  2. `scores_chain`: its input is made by a `matmul`, then at most MAX_CHAIN elementwise
+     (deterministic) or view nodes, each reading the previous one's value (an in-place step
+     writes over that value, never over another operand);
+  3. `operand_overwritten`: no operand of the chain (q, k, a mask, a scale) is written by a
+     requested inplace write between the GEMM and the first backward reader of `n`.
+
+Algorithm: candidates in decreasing size (at most MAX_TRIES); each is planned added to
+those taken so far and taken when the planned peak falls by MIN_BYTES or more.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.ir import Graph, Node
+from compiler.ops import ELEMENTWISE, REGISTRY, VIEW
+
+from . import recompute as rc
+from .reinplace import describe_reader
+
+MIN_BYTES = 65536
+MAX_CHAIN = 8          # elementwise / view steps between the scores GEMM and softmax
+MAX_TRIES = 16         # candidates planned, at most (each try plans the whole graph)
+SOFTMAX_FLOPS = 5      # per element: max, subtract, exp, sum, divide
+
+
+@dataclass
+class AttentionDecision(rc.RecomputeDecision):
+    """A softmax over a GEMM's scores considered for recomputation: recomputed (with its
+    scores) before its first backward reader, or why not."""
+
+    chain: tuple = field(default=(), repr=False)   # the GEMM .. softmax's input, in order
+
+    @property
+    def extra_flops(self) -> int:
+        return attention_flops(self.node, self.chain)
+
+    @property
+    def text(self) -> str:
+        head = f"{self.value} = {self.op} ({self.loc}, {self.nbytes} B)"
+        if self.recomputed:
+            gemm = self.chain[0]
+            saved = f", saves {self.saved_bytes} B planned" if self.saved_bytes else ""
+            return (f"{head}: attention probabilities recomputed with their scores "
+                    f"({gemm.op} at {gemm.loc}) before {self.before} ({self.extra_flops} "
+                    f"extra FLOPs{saved}): {self.reason}")
+        return f"{head}: attention probabilities kept from the forward pass: {self.reason}"
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["kind"] = "attention"
+        d["chain"] = [c.out.ref() for c in self.chain]
+        return d
+
+
+def attention_flops(softmax: Node, chain) -> int:
+    """The price of the copy: the scores GEMM (2 K FLOPs per score, K the contracted
+    length), each elementwise step as `recompute.extra_flops` counts it, views nothing, and
+    SOFTMAX_FLOPS per probability."""
+    total = softmax.out.size * SOFTMAX_FLOPS
+    for c in chain:
+        kind = REGISTRY[c.op].kind
+        if c.op == "matmul":
+            a = c.inputs[0]
+            total += 2 * c.out.size * (a.shape[-1] if a.shape else 1)
+        elif kind != VIEW:
+            total += rc.extra_flops(c)
+    return total
+
+
+def scores_chain(node: Node) -> tuple[tuple, str | None]:
+    """Condition 2: (the nodes from the scores GEMM to softmax's input, in program order;
+    None) or ((), why not)."""
+    chain = []
+    v = node.inputs[0]
+    while True:
+        p = v.producer
+        if p is None:
+            return (), "its input is an argument, not a GEMM's scores"
+        if p.phase != "forward":
+            return (), f"its input comes from {p.op} outside the forward pass"
+        chain.append(p)
+        if p.op == "matmul":
+            return tuple(reversed(chain)), None
+        op = REGISTRY[p.op]
+        if len(chain) > MAX_CHAIN:
+            return (), f"no matmul within {MAX_CHAIN} steps before it"
+        if op.kind == VIEW:
+            v = p.inputs[0]
+            continue
+        if op.kind != ELEMENTWISE or op.random:
+            return (), (f"its scores come from {p.op} at {p.loc}, not a matmul followed by "
+                        "elementwise steps")
+        # the step's operand from the chain: the one it writes over, or its only computed
+        # operand of the output's shape and dtype
+        if p.inplace_of is not None:
+            v = p.inputs[p.inplace_of]
+        else:
+            same = [x for x in p.inputs if x.shape == p.out.shape and x.dtype == p.out.dtype
+                    and x.producer is not None]
+            if len(same) != 1:
+                return (), (f"{p.op} at {p.loc} before it combines {len(same)} values of "
+                            "the scores' shape")
+            v = same[0]
+
+
+def operand_overwritten(node: Node, chain, f: rc._Facts) -> str | None:
+    """Condition 3."""
+    start = f.index[id(chain[0])]
+    first = f.late_readers(node.out)[0]
+    inside = {id(c.out) for c in chain}
+    own = {id(c) for c in chain}
+    for c in chain:
+        for v in c.inputs:
+            if id(v) in inside:
+                continue
+            for w in f.writes.get(id(f.root[v]), ()):
+                if start < w < first and id(f.graph.nodes[w]) not in own:
+                    writer = f.graph.nodes[w]
+                    return (f"operand {v.ref()} of {c.op} at {c.loc} is overwritten by "
+                            f"{writer.op} at {writer.loc} before the backward pass reads "
+                            "the probabilities")
+    return None
+
+
+def candidates(graph: Graph, min_bytes: int = MIN_BYTES, f: rc._Facts | None = None
+               ) -> tuple[rc._Facts, list[AttentionDecision], list[AttentionDecision]]:
+    """(the facts, one decision per softmax the backward pass reads of at least
+    `min_bytes`, those that may be recomputed in decreasing size)."""
+    f = f or rc._Facts(graph)
+    considered, ok = [], []
+    for node in graph.nodes:
+        if node.op != "softmax" or rc.not_read_late(node, f) is not None \
+                or node.out.nbytes < min_bytes:
+            continue
+        chain, why = scores_chain(node)
+        d = AttentionDecision(node, node.out.ref(), node.op, str(node.loc), node.out.nbytes,
+                              False, "", chain=chain)
+        d.reason = rc.returned(node, f) or why or operand_overwritten(node, chain, f) or ""
+        considered.append(d)
+        if not d.reason:
+            d.before = describe_reader(graph.nodes[f.late_readers(node.out)[0]])
+            ok.append(d)
+    ok.sort(key=lambda d: -d.nbytes)
+    return f, considered, ok
+
+
+def chains_of(decisions) -> dict:
+    """The `chains` argument of `recompute.rewrite` for these decisions."""
+    return {id(d.node): d.chain for d in decisions if isinstance(d, AttentionDecision)}
+
+
+def recompute_attention(graph: Graph, planned_peak, mode: str = "auto"
+                        ) -> tuple[Graph, list[AttentionDecision]]:
+    """Recompute the attention probabilities that lower the planned peak (module
+    docstring). `planned_peak(graph) -> bytes`. Returns the new graph (`graph` itself when
+    nothing is recomputed) and one decision per softmax considered."""
+    if mode == "off":
+        return graph, []
+    f, considered, ok = candidates(graph)
+    if not ok:
+        return graph, considered
+    best = planned_peak(graph)
+    chosen: list[AttentionDecision] = []
+    out = graph
+    for k, d in enumerate(ok):
+        if k >= MAX_TRIES:
+            d.reason = f"not tried: past the pass's {MAX_TRIES} tries"
+            continue
+        trial, copies = rc.rewrite(graph, [c.node for c in chosen + [d]], f,
+                                   chains_of(chosen + [d]))
+        peak = planned_peak(trial)
+        d.estimated_peak = peak
+        if peak <= best - MIN_BYTES:
+            d.saved_bytes = best - peak
+            d.reason = f"the planned peak is {peak} B with it, {best} B without it"
+            d.recomputed = True
+            best, out = peak, trial
+            chosen.append(d)
+            for c in chosen:
+                c.copy = copies.get(c.node)
+        else:
+            d.reason = (f"recomputing it would not lower the planned peak by {MIN_BYTES} B "
+                        f"or more ({peak} B with it, {best} B without)")
+    return out, considered
