@@ -119,8 +119,11 @@ class BudgetSearch:
         if self._facts is None:
             f, considered, ok = rc.candidates(self.graph, MIN_BYTES)
             _, attention, attention_ok = ra.candidates(self.graph, MIN_BYTES, f)
-            considered = attention + considered
-            ok = sorted(attention_ok + ok, key=lambda d: -d.nbytes)
+            # an attention output's copy is its whole chain's, not the elementwise one's
+            taken = {id(d.node) for d in attention}
+            considered = attention + [d for d in considered if id(d.node) not in taken]
+            ok = sorted(attention_ok + [d for d in ok if id(d.node) not in taken],
+                        key=lambda d: -d.nbytes)
             self._facts = (f, considered, ok[:MAX_CANDIDATES] if self.allow_recompute else [])
         return self._facts
 
@@ -144,7 +147,7 @@ class BudgetSearch:
         graph, copies = rc.rewrite(self.graph, [d.node for d in chosen], self.facts,
                                    ra.chains_of(chosen))
         plan = self.evaluate(graph)
-        return BudgetPoint(tuple(chosen), sum(d.extra_flops for d in chosen),
+        return BudgetPoint(tuple(chosen), ra.total_flops(chosen),
                            _beyond_inputs(plan), how, graph, plan, copies)
 
     @property

@@ -232,6 +232,7 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts, chains: dict | None = 
     the returned graph's `recomputed` and never copied as requested inplace writes."""
     chains = chains or {}
     chain_copies: list[Node] = []
+    shared: dict[Value, Node] = {}   # a value copied once serves every chain that needs it
     before: dict[int, list[Node]] = {}
     for n in chosen:
         before.setdefault(f.late_readers(n.out)[0], []).append(n)
@@ -264,19 +265,28 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts, chains: dict | None = 
         for n in before.get(i, ()):
             local: dict[Value, Value] = {}
             for c in chains.get(id(n), ()):
+                if c.out in shared:
+                    local[c.out] = shared[c.out].out
+                    continue
                 new = clone_node(c, [local[x] if x in local else vmap[x] for x in c.inputs],
                                  next_id)
                 # a copy writes only over its own chain's values: reinplace decides that
                 new.phase, new.inplace_of = node.phase, None
                 next_id += 1
                 nodes.append(new)
-                local[c.out] = new.out
+                local[c.out], shared[c.out] = new.out, new
                 chain_copies.append(new)
+            if n.out in shared:   # copied already, as a step of another chain
+                new = shared[n.out]
+                chain_copies.remove(new)
+                late_map[n.out], copies[n] = new.out, new
+                continue
             new = clone_node(n, [local[x] if x in local else vmap[x] for x in n.inputs],
                              next_id)
             new.phase = node.phase
             if chains.get(id(n)):
                 new.inplace_of = None
+                shared[n.out] = new
             next_id += 1
             nodes.append(new)
             late_map[n.out] = new.out

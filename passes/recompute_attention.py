@@ -55,14 +55,16 @@ SOFTMAX_FLOPS = 5      # per element: max, subtract, exp, sum, divide
 
 @dataclass
 class AttentionDecision(rc.RecomputeDecision):
-    """A softmax over a GEMM's scores considered for recomputation: recomputed (with its
-    scores) before its first backward reader, or why not."""
+    """Attention probabilities (a softmax over a GEMM's scores), or the attention output
+    (their GEMM with the values, or a copy of it), considered for recomputation: recomputed
+    with the chain they are made from before the first backward reader, or why not."""
 
-    chain: tuple = field(default=(), repr=False)   # the GEMM .. softmax's input, in order
+    chain: tuple = field(default=(), repr=False)   # the scores GEMM .. node's input, in order
+    what: str = "probabilities"                    # or "output"
 
     @property
     def extra_flops(self) -> int:
-        return attention_flops(self.node, self.chain)
+        return node_flops((self.node,) + tuple(self.chain))
 
     @property
     def text(self) -> str:
@@ -70,31 +72,47 @@ class AttentionDecision(rc.RecomputeDecision):
         if self.recomputed:
             gemm = self.chain[0]
             saved = f", saves {self.saved_bytes} B planned" if self.saved_bytes else ""
-            return (f"{head}: attention probabilities recomputed with their scores "
-                    f"({gemm.op} at {gemm.loc}) before {self.before} ({self.extra_flops} "
-                    f"extra FLOPs{saved}): {self.reason}")
-        return f"{head}: attention probabilities kept from the forward pass: {self.reason}"
+            made = "with their scores" if self.what == "probabilities" else \
+                "with its probabilities and their scores"
+            return (f"{head}: attention {self.what} recomputed {made} ({gemm.op} at "
+                    f"{gemm.loc}) before {self.before} ({self.extra_flops} extra "
+                    f"FLOPs{saved}): {self.reason}")
+        return f"{head}: attention {self.what} kept from the forward pass: {self.reason}"
 
     def to_dict(self) -> dict:
         d = super().to_dict()
-        d["kind"] = "attention"
+        d["kind"] = f"attention {self.what}"
         d["chain"] = [c.out.ref() for c in self.chain]
         return d
 
 
-def attention_flops(softmax: Node, chain) -> int:
-    """The price of the copy: the scores GEMM (2 K FLOPs per score, K the contracted
-    length), each elementwise step as `recompute.extra_flops` counts it, views nothing, and
-    SOFTMAX_FLOPS per probability."""
-    total = softmax.out.size * SOFTMAX_FLOPS
-    for c in chain:
+def node_flops(nodes) -> int:
+    """The price of copying `nodes` (each counted once): a GEMM 2 K FLOPs per output
+    element (K the contracted length), softmax SOFTMAX_FLOPS per element, an elementwise
+    step as `recompute.extra_flops` counts it, views nothing."""
+    total, seen = 0, set()
+    for c in nodes:
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
         kind = REGISTRY[c.op].kind
         if c.op == "matmul":
             a = c.inputs[0]
             total += 2 * c.out.size * (a.shape[-1] if a.shape else 1)
+        elif c.op == "softmax":
+            total += c.out.size * SOFTMAX_FLOPS
         elif kind != VIEW:
             total += rc.extra_flops(c)
     return total
+
+
+def total_flops(decisions) -> int:
+    """The extra FLOPs of recomputing `decisions` together: copies that several attention
+    decisions share (the probabilities inside the output's chain) are made once."""
+    nodes = [n for d in decisions if isinstance(d, AttentionDecision)
+             for n in (d.node,) + tuple(d.chain)]
+    return node_flops(nodes) + sum(d.extra_flops for d in decisions
+                                   if not isinstance(d, AttentionDecision))
 
 
 def scores_chain(node: Node) -> tuple[tuple, str | None]:
@@ -133,6 +151,42 @@ def scores_chain(node: Node) -> tuple[tuple, str | None]:
             v = same[0]
 
 
+def _through_views(v, ops, limit=MAX_CHAIN):
+    """The nodes from `v` back through views (and copies: `contiguous`) to the first node
+    whose op is in `ops`, that one first; () when there is none within `limit` steps."""
+    out = []
+    while v.producer is not None and len(out) <= limit:
+        p = v.producer
+        out.append(p)
+        if p.op in ops:
+            return tuple(reversed(out))
+        if REGISTRY[p.op].kind != VIEW and p.op != "contiguous":
+            return ()
+        v = p.inputs[0]
+    return ()
+
+
+def output_chain(node: Node) -> tuple:
+    """The chain of an attention output: `node` is `matmul(p, v)` with `p` (through views) a
+    softmax over a GEMM's scores, or a view copy (`contiguous`) of that matmul. Returns
+    (the nodes from the scores GEMM to node's input, in program order) or () when `node`
+    is not one."""
+    if node.op not in ("matmul", "contiguous") or node.phase != "forward":
+        return ()
+    tail = (node,) if node.op == "matmul" else _through_views(node.inputs[0], ("matmul",))
+    if not tail or tail[0].phase != "forward":
+        return ()
+    pv = tail[0]
+    probs = _through_views(pv.inputs[0], ("softmax",))
+    if not probs or probs[0].phase != "forward":
+        return ()
+    scores, why = scores_chain(probs[0])
+    if why is not None:
+        return ()
+    chain = scores + probs + tail
+    return chain[:-1] if node.op == "matmul" else chain
+
+
 def operand_overwritten(node: Node, chain, f: rc._Facts) -> str | None:
     """Condition 3."""
     start = f.index[id(chain[0])]
@@ -159,12 +213,17 @@ def candidates(graph: Graph, min_bytes: int = MIN_BYTES, f: rc._Facts | None = N
     f = f or rc._Facts(graph)
     considered, ok = [], []
     for node in graph.nodes:
-        if node.op != "softmax" or rc.not_read_late(node, f) is not None \
-                or node.out.nbytes < min_bytes:
+        if node.op not in ("softmax", "matmul", "contiguous") \
+                or rc.not_read_late(node, f) is not None or node.out.nbytes < min_bytes:
             continue
-        chain, why = scores_chain(node)
+        if node.op == "softmax":
+            (chain, why), what = scores_chain(node), "probabilities"
+        else:
+            chain, why, what = output_chain(node), None, "output"
+            if not chain:
+                continue   # not an attention output: not worth a line in the report
         d = AttentionDecision(node, node.out.ref(), node.op, str(node.loc), node.out.nbytes,
-                              False, "", chain=chain)
+                              False, "", chain=chain, what=what)
         d.reason = rc.returned(node, f) or why or operand_overwritten(node, chain, f) or ""
         considered.append(d)
         if not d.reason:
