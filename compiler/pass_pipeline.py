@@ -49,6 +49,7 @@ class CompileState:
         self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
         self.attention_decisions = []  # passes.recompute_attention.AttentionDecision
         self.unrecomputed = None       # the graph before recompute_attention rewrote it
+        self.planned_peaks = {}        # id(graph) -> (graph, _planned_peak's answer)
         self.decisions = None
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
@@ -91,8 +92,8 @@ def _recompute_attention(state):
     if state.options.memory_budget is not None:
         return state   # the budget search prices these candidates with the others
     graph, state.attention_decisions = recompute_attention(
-        state.graph, lambda g, st=copy.copy(state): _evaluate(g, st).peak_bytes,
-        state.recompute)
+        state.graph, state.recompute, state.schedule != "off",
+        lambda g: _planned_peak(g, state))
     if graph is not state.graph:
         state.unrecomputed, state.graph = state.graph, graph
     return state
@@ -130,10 +131,14 @@ def _recompute(state):
 def _planned_peak(graph, state) -> int:
     """The peak `plan_memory` gives `graph` in the order the scheduler picks (or as written,
     with schedule="off"), without the inplace="off" baseline."""
+    if state.planned_peaks.get(id(graph), (None,))[0] is graph:   # recompute_attention's
+        return state.planned_peaks[id(graph)][1]
     g = schedule(graph)[0] if state.schedule != "off" else graph
     _, decisions = reinplace(g, state.inplace, state.donate)
-    return plan_memory(g, state.inplace, state.donate, state.alignment, decisions=decisions,
+    peak = plan_memory(g, state.inplace, state.donate, state.alignment, decisions=decisions,
                        baseline=False).peak_bytes
+    state.planned_peaks[id(graph)] = (graph, peak)
+    return peak
 
 
 def _fuse(state):

@@ -18,9 +18,10 @@ Guarantees: the returned graph computes the same outputs and input mutations, bi
 the copies are the same deterministic ops (matmul, elementwise, views, softmax) on the same
 SSA operands, none of which is overwritten between the forward nodes and the copies (a
 candidate condition), so each copy equals its original. A candidate is taken only when the
-planned peak (`planned_peak(graph)`: the rest of the pipeline's plan, as
-`compiler.pass_pipeline` passes it) is at least MIN_BYTES lower with it, so the pass never
-costs memory. The input graph is not changed (nodes are cloned by `passes.recompute`'s
+peak estimated by the scheduler's byte model is at least MIN_BYTES lower with it, and the
+choice is kept only when the planned peak (`planned_peak(graph)`, as
+`compiler.pass_pipeline` passes it) is at least MIN_BYTES lower too, so the pass never costs
+memory there. The input graph is not changed (nodes are cloned by `passes.recompute`'s
 rewrite, which this pass shares: one rewrite for both kinds of recomputation, so the budget
 search (`passes.budget`) can price any mix).
 
@@ -34,8 +35,10 @@ A forward node `n` is a candidate when all hold (each refusal is a sentence in t
   3. `operand_overwritten`: no operand of the chain (q, k, a mask, a scale) is written by a
      requested inplace write between the GEMM and the first backward reader of `n`.
 
-Algorithm: candidates in decreasing size (at most MAX_TRIES); each is planned added to
-those taken so far and taken when the planned peak falls by MIN_BYTES or more.
+Algorithm: candidates in decreasing size (at most MAX_TRIES); each is estimated added to
+those taken so far and taken when the estimated peak falls by MIN_BYTES or more; then the
+choice is planned once, against the graph without it (a plan costs ~10 byte-model
+estimates: examples/gpt.py's step plans in ~2 s, estimates in ~0.25 s).
 """
 from __future__ import annotations
 
@@ -238,36 +241,52 @@ def chains_of(decisions) -> dict:
     return {id(d.node): d.chain for d in decisions if isinstance(d, AttentionDecision)}
 
 
-def recompute_attention(graph: Graph, planned_peak, mode: str = "auto"
-                        ) -> tuple[Graph, list[AttentionDecision]]:
-    """Recompute the attention probabilities that lower the planned peak (module
-    docstring). `planned_peak(graph) -> bytes`. Returns the new graph (`graph` itself when
-    nothing is recomputed) and one decision per softmax considered."""
+def recompute_attention(graph: Graph, mode: str = "auto", scheduled: bool = True,
+                        planned_peak=None) -> tuple[Graph, list[AttentionDecision]]:
+    """Recompute the attention values that lower the peak (module docstring). `scheduled`:
+    estimate peaks in the order the scheduler would pick (else as written);
+    `planned_peak(graph) -> bytes`, when given, checks the choice against the real plan.
+    Returns the new graph (`graph` itself when nothing is recomputed) and one decision per
+    value considered."""
     if mode == "off":
         return graph, []
     f, considered, ok = candidates(graph)
     if not ok:
         return graph, considered
-    best = planned_peak(graph)
+    best = rc._estimate(graph, scheduled)[0]
     chosen: list[AttentionDecision] = []
-    out = graph
     for k, d in enumerate(ok):
         if k >= MAX_TRIES:
             d.reason = f"not tried: past the pass's {MAX_TRIES} tries"
             continue
-        trial, copies = rc.rewrite(graph, [c.node for c in chosen + [d]], f,
-                                   chains_of(chosen + [d]))
-        peak = planned_peak(trial)
+        trial, _ = rc.rewrite(graph, [c.node for c in chosen + [d]], f,
+                              chains_of(chosen + [d]))
+        peak = rc._estimate(trial, scheduled)[0]
         d.estimated_peak = peak
         if peak <= best - MIN_BYTES:
-            d.saved_bytes = best - peak
-            d.reason = f"the planned peak is {peak} B with it, {best} B without it"
-            d.recomputed = True
-            best, out = peak, trial
+            d.reason = (f"the estimated peak is {peak} B with it, {best} B without it (the "
+                        "scheduler's byte model, arena bytes)")
+            d.recomputed, best = True, peak
             chosen.append(d)
-            for c in chosen:
-                c.copy = copies.get(c.node)
         else:
-            d.reason = (f"recomputing it would not lower the planned peak by {MIN_BYTES} B "
+            d.reason = (f"recomputing it would not lower the estimated peak by {MIN_BYTES} B "
                         f"or more ({peak} B with it, {best} B without)")
+    if not chosen:
+        return graph, considered
+    out, copies = rc.rewrite(graph, [d.node for d in chosen], f, chains_of(chosen))
+    if planned_peak is not None:
+        with_them, without = planned_peak(out), planned_peak(graph)
+        if with_them > without - MIN_BYTES:
+            for d in chosen:
+                d.recomputed = False
+                d.reason = (f"kept: the estimate was lower with recomputation, but the planned "
+                            f"peak is not ({with_them} B with it, {without} B without)")
+            return graph, considered
+        for d in chosen:
+            if len(chosen) == 1:
+                d.saved_bytes = without - with_them
+            d.reason += (f"; planned: {with_them} B with the {len(chosen)} attention "
+                         f"recomputations, {without} B without")
+    for d in chosen:
+        d.copy = copies.get(d.node)
     return out, considered
