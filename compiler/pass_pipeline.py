@@ -27,6 +27,7 @@ from passes.simplify import dce
 from passes.verify import verify_graph, verify_plan
 
 from .arguments import graph_input_positions
+from .ops import ELEMENTWISE, REGISTRY
 from .errors import CompilerError, InplaceError
 from .options import Options
 
@@ -145,7 +146,20 @@ def _fuse(state):
     if not state.fuse:
         return state
     # Native code keeps a body's inner values in registers: no scratch rows to plan.
-    state.graph = fuse(state.graph, scratch=state.options.backend.fusion_scratch)
+    graph = fuse(state.graph, scratch=state.options.backend.fusion_scratch)
+    # recompute_attention's copies (a body rooted at its scale or mask step's copy, a
+    # softmax or GEMM copy that fusion rewired to read one) are still copies: the scheduler
+    # makes them right before their readers, not in the forward pass. (Only those: remapping
+    # the elementwise pass's copies too raised gpt's planned peak by 49 KB.)
+    rec = state.graph.recomputed
+    read, made = {id(v) for n in rec for v in n.inputs}, {id(n.out) for n in rec}
+    copies = {n.out.id for n in rec if id(n.out) in read or REGISTRY[n.op].kind != ELEMENTWISE
+              or any(id(v) in made for v in n.inputs)}
+    if graph is not state.graph and copies:
+        kept = {id(n) for n in graph.recomputed}
+        graph.recomputed = graph.recomputed + [n for n in graph.nodes if n.out.id in copies
+                                               and id(n) not in kept]
+    state.graph = graph
     return state
 
 
