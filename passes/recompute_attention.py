@@ -126,7 +126,7 @@ def scores_chain(node: Node) -> tuple[tuple, str | None]:
     while True:
         p = v.producer
         if p is None:
-            return (), "its input is an argument, not a GEMM's scores"
+            return (), f"its scores are argument '{v.name}', not a GEMM's output"
         if p.phase != "forward":
             return (), f"its input comes from {p.op} outside the forward pass"
         chain.append(p)
@@ -141,13 +141,12 @@ def scores_chain(node: Node) -> tuple[tuple, str | None]:
         if op.kind != ELEMENTWISE or op.random:
             return (), (f"its scores come from {p.op} at {p.loc}, not a matmul followed by "
                         "elementwise steps")
-        # the step's operand from the chain: the one it writes over, or its only computed
-        # operand of the output's shape and dtype
+        # the step's operand from the chain: the one it writes over, or its only operand
+        # of the output's shape and dtype
         if p.inplace_of is not None:
             v = p.inputs[p.inplace_of]
         else:
-            same = [x for x in p.inputs if x.shape == p.out.shape and x.dtype == p.out.dtype
-                    and x.producer is not None]
+            same = [x for x in p.inputs if x.shape == p.out.shape and x.dtype == p.out.dtype]
             if len(same) != 1:
                 return (), (f"{p.op} at {p.loc} before it combines {len(same)} values of "
                             "the scores' shape")
