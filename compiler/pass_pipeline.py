@@ -27,8 +27,8 @@ from passes.simplify import dce
 from passes.verify import verify_graph, verify_plan
 
 from .arguments import graph_input_positions
-from .ops import ELEMENTWISE, REGISTRY
 from .errors import CompilerError, InplaceError
+from .ops import ELEMENTWISE, REGISTRY
 from .options import Options
 
 
@@ -101,7 +101,7 @@ def _recompute_attention(state):
 
 
 def _recompute(state):
-    search = BudgetSearch(state.unrecomputed or state.graph,
+    search = BudgetSearch(state.graph if state.unrecomputed is None else state.unrecomputed,
                           lambda g, st=copy.copy(state): _evaluate(g, st),
                           recompute=state.recompute != "off")
     state.budget_search = search   # plan.budget_curve() runs it on demand

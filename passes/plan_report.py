@@ -34,8 +34,9 @@ def report(plan) -> str:
         lines.append("recomputation (forward values the backward pass reads):")
         lines += [f"  {d.text}" for d in plan.recompute_decisions]
         taken = [d for d in plan.recompute_decisions if d.recomputed]
-        lines += [f"  in all: {len(taken)} recomputed, {total_flops(taken)} extra FLOPs "
-                  "(copies that attention values share made and counted once)"] if taken else []
+        if taken:
+            lines.append(f"  in all: {len(taken)} recomputed, {total_flops(taken)} extra "
+                         "FLOPs (copies that attention values share made and counted once)")
         lines.append("")
     if plan.communication:
         lines += communication_report(plan) + [""]

@@ -52,7 +52,7 @@ from .reinplace import describe_reader
 
 MIN_BYTES = 65536
 MAX_CHAIN = 8          # elementwise / view steps between the scores GEMM and softmax
-MAX_TRIES = 16         # candidates planned, at most (each try plans the whole graph)
+MAX_TRIES = 16         # candidates tried, at most (each try schedules the whole graph)
 SOFTMAX_FLOPS = 5      # per element: max, subtract, exp, sum, divide
 
 
@@ -285,7 +285,8 @@ def recompute_attention(graph: Graph, mode: str = "auto", scheduled: bool = True
             if len(chosen) == 1:
                 d.saved_bytes = without - with_them
             d.reason += (f"; planned: {with_them} B with the {len(chosen)} attention "
-                         f"recomputations, {without} B without")
+                         f"recomputation{'s' if len(chosen) > 1 else ''}, {without} B "
+                         "without")
     for d in chosen:
         d.copy = copies.get(d.node)
     return out, considered

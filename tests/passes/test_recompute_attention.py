@@ -211,6 +211,27 @@ def test_the_gpu_program_runs_the_copies(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+def test_transformer_gpu_steps_match_the_unrecomputed_gpu_program(transformer, monkeypatch):
+    """The issue's check on the gpu backend: three steps at lr 1.0 of the generated CUDA C,
+    run through the host harness, with and without the recomputation: bit for bit."""
+    harness = pytest.importorskip("tests.gpu.harness")
+    if not harness.available():
+        pytest.skip("needs g++ on a POSIX host")
+    monkeypatch.setattr(transformer, "LR", 1.0)
+    args = transformer.example_inputs()
+    prog = cc.compile(transformer.train_step, backend="gpu").lower(*args)
+    assert all(d.recomputed for d in attention(prog.plan).values())
+    off = cc.compile(transformer.train_step, backend="gpu", recompute="off",
+                     schedule="off").lower(*args)
+    harness.prebuild([prog._exec.module, off._exec.module])
+    results = []
+    for p in (prog, off):
+        run, call = harness.on_host(p), [a.copy() for a in args]
+        results.append([np.asarray(run(*call)).copy() for _ in range(3)] + call)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
 # -- what is not recomputed, and why ---------------------------------------------------------------
 def _decision(fn, args):
     plan = cc.compile(fn, backend="numpy").lower(*args).plan
