@@ -254,12 +254,13 @@ def recompute_attention(graph: Graph, mode: str = "auto", scheduled: bool = True
         return graph, considered
     best = rc._estimate(graph, scheduled)[0]
     chosen: list[AttentionDecision] = []
+    out, copies = graph, {}
     for k, d in enumerate(ok):
         if k >= MAX_TRIES:
             d.reason = f"not tried: past the pass's {MAX_TRIES} tries"
             continue
-        trial, _ = rc.rewrite(graph, [c.node for c in chosen + [d]], f,
-                              chains_of(chosen + [d]))
+        trial, trial_copies = rc.rewrite(graph, [c.node for c in chosen + [d]], f,
+                                         chains_of(chosen + [d]))
         peak = rc._estimate(trial, scheduled)[0]
         d.estimated_peak = peak
         if peak <= best - MIN_BYTES:
@@ -267,12 +268,12 @@ def recompute_attention(graph: Graph, mode: str = "auto", scheduled: bool = True
                         "scheduler's byte model, arena bytes)")
             d.recomputed, best = True, peak
             chosen.append(d)
+            out, copies = trial, trial_copies
         else:
             d.reason = (f"recomputing it would not lower the estimated peak by {MIN_BYTES} B "
                         f"or more ({peak} B with it, {best} B without)")
     if not chosen:
         return graph, considered
-    out, copies = rc.rewrite(graph, [d.node for d in chosen], f, chains_of(chosen))
     if planned_peak is not None:
         with_them, without = planned_peak(out), planned_peak(graph)
         if with_them > without - MIN_BYTES:

@@ -220,7 +220,8 @@ def test_transformer_gpu_steps_match_the_unrecomputed_gpu_program(transformer, m
     monkeypatch.setattr(transformer, "LR", 1.0)
     args = transformer.example_inputs()
     prog = cc.compile(transformer.train_step, backend="gpu").lower(*args)
-    assert all(d.recomputed for d in attention(prog.plan).values())
+    d = attention(prog.plan)
+    assert set(d) == {"probabilities", "output"} and all(x.recomputed for x in d.values())
     off = cc.compile(transformer.train_step, backend="gpu", recompute="off",
                      schedule="off").lower(*args)
     harness.prebuild([prog._exec.module, off._exec.module])
