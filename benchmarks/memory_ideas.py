@@ -14,6 +14,9 @@ The ideas, each a pass or an op form that the default pipeline uses:
   - recomputation: passes/recompute.py (`recompute="auto"`), with bool masks the backward
     reads kept as bits where that plans lower (`pack_masks`: only fused, so the last row,
     "default, planned for cpu", shows it: the mlp's relu mask).
+  - attention recomputation: passes/recompute_attention.py (softmax(q k^T) and p @ v made
+    again from q, k, v before their backward readers; `recompute="auto"` too, skipped in the
+    rows without it).
 The first block adds the ideas one at a time, in pipeline order; the second removes one at a
 time from the default pipeline, so "share" (the growth without it) is each idea's share at the
 default. Each figure is `fn.lower()`'s plan (numpy backend); "bound" is `lower_bound_bytes -
@@ -38,9 +41,9 @@ from compiler.pass_pipeline import CompileState, donated_names, pipeline  # noqa
 from compiler.tracer import user_loc  # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-IDEAS = ("schedule", "gemm", "compact", "recompute")
+IDEAS = ("schedule", "gemm", "compact", "recompute", "attention")
 NAMES = {"schedule": "schedule", "gemm": "GEMM-accumulate", "compact": "compact saved values",
-         "recompute": "recomputation"}
+         "recompute": "recomputation", "attention": "attention recomputation"}
 
 
 def composed_gelu(x, approximate=False):
@@ -86,11 +89,14 @@ def plan_of(mod, ideas, backend="numpy"):
     with composed_functions() if "compact" not in ideas else contextlib.nullcontext():
         graph, sig = _trace(mod.train_step, mod.example_inputs(), user_loc())
     options = Options.make(backend, schedule="auto" if "schedule" in ideas else "off",
-                           recompute="auto" if "recompute" in ideas else "off")
+                           recompute="auto" if {"recompute", "attention"} & set(ideas)
+                           else "off")
     state = CompileState(graph, options, donated_names(graph, sig, ()))
     t0 = time.perf_counter()
     for name, run in pipeline():
-        if name == "gemm_accumulate" and "gemm" not in ideas:
+        skip = {"gemm_accumulate": "gemm", "recompute_attention": "attention",
+                "recompute": "recompute"}
+        if name in skip and skip[name] not in ideas:
             continue
         state = run(state)
     return state.plan, time.perf_counter() - t0

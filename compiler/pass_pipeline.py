@@ -21,6 +21,7 @@ from passes.fusion import fuse
 from passes.gemm_accumulate import gemm_accumulate
 from passes.memory_plan import plan_memory
 from passes.recompute import MaskDecision, mask_candidates, pack_masks, recompute
+from passes.recompute_attention import recompute_attention
 from passes.reinplace import reinplace
 from passes.schedule import schedule
 from passes.simplify import dce
@@ -28,6 +29,7 @@ from passes.verify import verify_graph, verify_plan
 
 from .arguments import graph_input_positions
 from .errors import CompilerError, InplaceError
+from .ops import ELEMENTWISE, REGISTRY
 from .options import Options
 
 
@@ -48,6 +50,9 @@ class CompileState:
         self.recompute = options.recompute  # "auto" | "off"
         self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
         self.mask_decisions = []       # passes.recompute.MaskDecision, per bool mask
+        self.attention_decisions = []  # passes.recompute_attention.AttentionDecision
+        self.unrecomputed = None       # the graph before recompute_attention rewrote it
+        self.planned_peaks = {}        # id(graph) -> (graph, _planned_peak's answer)
         self.decisions = None
         self.plan = None
         self.written_graph = None     # the order as written, when the scheduler changed it
@@ -102,9 +107,23 @@ def _pack_masks(state):
         state.graph = packed
 
 
+def _recompute_attention(state):
+    if state.options.memory_budget is not None:
+        return state   # the budget search prices these candidates with the others
+    graph, state.attention_decisions = recompute_attention(
+        state.graph, state.recompute, state.schedule != "off",
+        lambda g: _planned_peak(g, state))
+    if graph is not state.graph:
+        state.unrecomputed, state.graph = state.graph, graph
+    return state
+
+
 def _recompute(state):
     _pack_masks(state)
-    search = BudgetSearch(state.graph, lambda g, st=copy.copy(state): _evaluate(g, st),
+    # (the search starts from the graph before recompute_attention: it prices those
+    # candidates itself)
+    search = BudgetSearch(state.graph if state.unrecomputed is None else state.unrecomputed,
+                          lambda g, st=copy.copy(state): _evaluate(g, st),
                           recompute=state.recompute != "off",
                           more=(recompute_gemm.candidates,))  # GEMMs: under a budget only
     state.budget_search = search   # plan.budget_curve() runs it on demand
@@ -116,12 +135,13 @@ def _recompute(state):
         state.graph, state.budget_point = point.graph, point
         state.recompute_decisions = search.decisions(point, budget)
         return state
-    graph, state.recompute_decisions = recompute(state.graph, state.recompute,
-                                                 scheduled=state.schedule != "off")
+    graph, decisions = recompute(state.graph, state.recompute,
+                                 scheduled=state.schedule != "off")
+    state.recompute_decisions = state.attention_decisions + decisions
     if graph is not state.graph and _planned_peak(graph, state) >= \
             _planned_peak(state.graph, state):
         # the byte model's estimate did not survive real planning: keep every value
-        for d in state.recompute_decisions:
+        for d in decisions:
             if d.recomputed:
                 d.recomputed, d.copy = False, None
                 d.reason = ("kept: the estimate was lower with recomputation, but the planned "
@@ -134,17 +154,34 @@ def _recompute(state):
 def _planned_peak(graph, state) -> int:
     """The peak `plan_memory` gives `graph` in the order the scheduler picks (or as written,
     with schedule="off"), without the inplace="off" baseline."""
+    if state.planned_peaks.get(id(graph), (None,))[0] is graph:   # recompute_attention's
+        return state.planned_peaks[id(graph)][1]
     g = schedule(graph)[0] if state.schedule != "off" else graph
     _, decisions = reinplace(g, state.inplace, state.donate)
-    return plan_memory(g, state.inplace, state.donate, state.alignment, decisions=decisions,
+    peak = plan_memory(g, state.inplace, state.donate, state.alignment, decisions=decisions,
                        baseline=False).peak_bytes
+    state.planned_peaks[id(graph)] = (graph, peak)
+    return peak
 
 
 def _fuse(state):
     if not state.fuse:
         return state
     # Native code keeps a body's inner values in registers: no scratch rows to plan.
-    state.graph = fuse(state.graph, scratch=state.options.backend.fusion_scratch)
+    graph = fuse(state.graph, scratch=state.options.backend.fusion_scratch)
+    # recompute_attention's copies (a body rooted at its scale or mask step's copy, a
+    # softmax or GEMM copy that fusion rewired to read one) are still copies: the scheduler
+    # makes them right before their readers, not in the forward pass. (Only those: remapping
+    # the elementwise pass's copies too raised gpt's planned peak by 49 KB.)
+    rec = state.graph.recomputed
+    read, made = {id(v) for n in rec for v in n.inputs}, {id(n.out) for n in rec}
+    copies = {n.out.id for n in rec if id(n.out) in read or REGISTRY[n.op].kind != ELEMENTWISE
+              or any(id(v) in made for v in n.inputs)}
+    if graph is not state.graph and copies:
+        kept = {id(n) for n in graph.recomputed}
+        graph.recomputed = graph.recomputed + [n for n in graph.nodes if n.out.id in copies
+                                               and id(n) not in kept]
+    state.graph = graph
     return state
 
 
@@ -227,6 +264,7 @@ def pipeline() -> list[tuple[str, object]]:
         ("dce", _dce),                     # drop what no output or mutation needs
         ("cse", _cse),                     # one node for identical constants and pure nodes
         ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
+        ("recompute_attention", _recompute_attention),  # softmax(q k^T) again, if lower
         ("recompute", _recompute),         # cheap forward values again in backward, if lower
         ("fuse", _fuse),                   # elementwise trees -> one fused node (state.fuse)
         ("schedule", _schedule),           # a lower-peak order (state.schedule="off": none)

@@ -14,8 +14,9 @@ Guarantees:
      graph), and the choice is the point of the Pareto frontier (extra FLOPs against peak)
      with the fewest extra FLOPs among those that fit. So raising the budget never adds work
      and never loses a fit; the peak rises only where less work is done for it.
-  3. Recomputation is exact (passes.recompute: the same pure op on the same SSA operands), so
-     every point computes the unbudgeted program's values bit for bit.
+  3. Recomputation is exact (passes.recompute, passes.recompute_attention: the same pure ops
+     on the same SSA operands), so every point computes the unbudgeted program's values bit
+     for bit.
 
 Algorithm:
   1. Point 0: nothing recomputed (no extra work). If it fits, it is the choice and nothing
@@ -23,9 +24,10 @@ Algorithm:
      `plan.budget_curve()`).
   2. Candidates: passes.recompute's (a cheap elementwise forward value the backward pass
      reads, at least MIN_BYTES, not returned, operands not overwritten before its backward
-     reader) and those of the finders the pipeline adds (passes.recompute_gemm: matmul
-     outputs, under the same conditions), the MAX_CANDIDATES largest; each priced by its
-     decision's `extra_flops` (an elementwise op per element, a GEMM 2 * m * n * k).
+     reader), passes.recompute_attention's (a softmax over a GEMM's scores, recomputed
+     with the scores) and those of the finders the pipeline adds (passes.recompute_gemm:
+     matmul outputs, under the same conditions), the MAX_CANDIDATES largest; each priced by
+     its decision's `extra_flops` (an elementwise op per element, a GEMM 2 * m * n * k).
   3. Greedy: from the recomputations chosen so far, plan each remaining candidate added;
      keep the one giving the lowest planned peak (fewer FLOPs on ties) while it lowers the
      peak; each step is a point. At most MAX_EVALS plans.
@@ -44,6 +46,7 @@ from compiler.errors import MemoryBudgetError
 from compiler.ir import Graph
 
 from . import recompute as rc
+from . import recompute_attention as ra
 
 MIN_BYTES = 4096        # smaller forward values are not worth a plan each
 MAX_CANDIDATES = 10     # the largest candidates are searched
@@ -120,6 +123,11 @@ class BudgetSearch:
     def _find(self):
         if self._facts is None:
             f, considered, ok = rc.candidates(self.graph, MIN_BYTES)
+            _, attention, attention_ok = ra.candidates(self.graph, MIN_BYTES, f)
+            # an attention output's copy is its whole chain's, not the elementwise one's
+            taken = {id(d.node) for d in attention}
+            considered = attention + [d for d in considered if id(d.node) not in taken]
+            ok = attention_ok + [d for d in ok if id(d.node) not in taken]
             for find in self.more:
                 c, o = find(self.graph, f, MIN_BYTES)
                 considered, ok = considered + c, ok + o
@@ -144,9 +152,10 @@ class BudgetSearch:
 
     # -- points --------------------------------------------------------------------------
     def _point(self, chosen, how) -> BudgetPoint:
-        graph, copies = rc.rewrite(self.graph, [d.node for d in chosen], self.facts)
+        graph, copies = rc.rewrite(self.graph, [d.node for d in chosen], self.facts,
+                                   ra.chains_of(chosen))
         plan = self.evaluate(graph)
-        return BudgetPoint(tuple(chosen), sum(d.extra_flops for d in chosen),
+        return BudgetPoint(tuple(chosen), ra.total_flops(chosen),
                            _beyond_inputs(plan), how, graph, plan, copies)
 
     @property

@@ -6,6 +6,8 @@ import json
 
 from compiler.ir import Value
 
+from .recompute_attention import total_flops
+
 MOVES_SHOWN = 40  # lines of the schedule's moves in report()
 
 
@@ -31,6 +33,10 @@ def report(plan) -> str:
     if plan.recompute_decisions:
         lines.append("recomputation (forward values the backward pass reads):")
         lines += [f"  {d.text}" for d in plan.recompute_decisions]
+        taken = [d for d in plan.recompute_decisions if d.recomputed]
+        if taken:
+            lines.append(f"  in all: {len(taken)} recomputed, {total_flops(taken)} extra "
+                         "FLOPs (copies that attention values share made and counted once)")
         lines.append("")
     if plan.mask_decisions:
         lines += ["masks the backward pass reads:"] + [f"  {d.text}"

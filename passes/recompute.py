@@ -211,22 +211,30 @@ def candidates(graph: Graph, min_bytes: int) -> tuple[_Facts, list[RecomputeDeci
     return f, considered, ok
 
 
-def rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[Node, Node]]:
-    """`graph` with the chosen forward nodes recomputed (`_rewrite`), its `recomputed` list
-    set for the scheduler; `graph` itself when none is chosen."""
+def rewrite(graph: Graph, chosen: list[Node], f: _Facts, chains: dict | None = None
+            ) -> tuple[Graph, dict[Node, Node]]:
+    """`graph` with the chosen forward nodes recomputed (`_rewrite`; `chains`: see there),
+    its `recomputed` list set for the scheduler; `graph` itself when none is chosen."""
     if not chosen:
         return graph, {}
-    out, copies = _rewrite(graph, chosen, f)
-    out.recomputed = graph.recomputed + list(copies.values())
+    out, copies = _rewrite(graph, chosen, f, chains)
+    out.recomputed = graph.recomputed + out.recomputed + list(copies.values())
     return out, copies
 
 
 # -- rewriting ----------------------------------------------------------------------------------
-def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[Node, Node]]:
+def _rewrite(graph: Graph, chosen: list[Node], f: _Facts, chains: dict | None = None
+             ) -> tuple[Graph, dict[Node, Node]]:
     """A copy of `graph` (fresh nodes and values, same ids) where each chosen forward node is
     computed again right before its first backward reader, and the backward readers of its
     value, or of a view of it, read the copy (through copied views). Returns the graph and
-    {chosen node: its copy}."""
+    {chosen node: its copy}. `chains` (id(chosen node) -> forward nodes in program order)
+    names nodes copied first, right before the chosen node's copy, which read each other's
+    copies (passes.recompute_attention: the scores GEMM before softmax); they are listed in
+    the returned graph's `recomputed` and never copied as requested inplace writes."""
+    chains = chains or {}
+    chain_copies: list[Node] = []
+    shared: dict[Value, Node] = {}   # a value copied once serves every chain that needs it
     before: dict[int, list[Node]] = {}
     for n in chosen:
         before.setdefault(f.late_readers(n.out)[0], []).append(n)
@@ -257,8 +265,30 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
     chosen_roots = {id(n.out) for n in chosen}
     for i, node in enumerate(graph.nodes):
         for n in before.get(i, ()):
-            new = clone_node(n, [vmap[x] for x in n.inputs], next_id)
+            local: dict[Value, Value] = {}
+            for c in chains.get(id(n), ()):
+                if c.out in shared:
+                    local[c.out] = shared[c.out].out
+                    continue
+                new = clone_node(c, [local[x] if x in local else vmap[x] for x in c.inputs],
+                                 next_id)
+                # a copy writes only over its own chain's values: reinplace decides that
+                new.phase, new.inplace_of = node.phase, None
+                next_id += 1
+                nodes.append(new)
+                local[c.out], shared[c.out] = new.out, new
+                chain_copies.append(new)
+            if n.out in shared:   # copied already, as a step of another chain
+                new = shared[n.out]
+                chain_copies.remove(new)
+                late_map[n.out], copies[n] = new.out, new
+                continue
+            new = clone_node(n, [local[x] if x in local else vmap[x] for x in n.inputs],
+                             next_id)
             new.phase = node.phase
+            if chains.get(id(n)):
+                new.inplace_of = None
+                shared[n.out] = new
             next_id += 1
             nodes.append(new)
             late_map[n.out] = new.out
@@ -272,6 +302,7 @@ def _rewrite(graph: Graph, chosen: list[Node], f: _Facts) -> tuple[Graph, dict[N
         vmap[node.out], nmap[id(node)] = new.out, new
         nodes.append(new)
     out = rebuilt(graph, nodes, {id(k): v for k, v in vmap.items()}, nmap, next_id)
+    out.recomputed = chain_copies   # rewrite() adds the graph's own and the chosen copies
     # the forward views the backward readers used to read through are dead now
     return dce(out), copies
 

@@ -49,7 +49,8 @@ def _device_count() -> int:
 # Each value test runs its program through the harness and, where there is a CUDA device
 # (`benchmarks/gpu_check.sh`'s "half" part: `-m gpu`), on the device through CuPy.
 WHERE = pytest.mark.parametrize("where", [
-    pytest.param("harness", marks=needs_harness), pytest.param("device", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    pytest.param("harness", marks=needs_harness),
+    pytest.param("device", marks=[pytest.mark.gpu, pytest.mark.skipif(
         _device_count() < 1, reason="no CUDA device (or no CuPy) here")])])
 
 
@@ -160,8 +161,9 @@ def test_double_and_integer_casts_round_as_numpy_and_ml_dtypes(where):
     (ml_dtypes: two roundings), an integer -> bfloat16 through float32 (ml_dtypes)."""
     d = np.array([1 + 2.0 ** -11 + 2.0 ** -40, 1 + 2.0 ** -8 + 2.0 ** -30, 3.14159, -1e300, 0.0])
     i = np.array([16842753, -16842753, 257, 65519, 70000], np.int64)
-    fn = lambda a, b: (a.astype("float16"), a.astype("bfloat16"), b.astype("float16"),
-                       b.astype("bfloat16"), b.astype("int32").astype("bfloat16"))
+    def fn(a, b):
+        return (a.astype("float16"), a.astype("bfloat16"), b.astype("float16"),
+                           b.astype("bfloat16"), b.astype("int32").astype("bfloat16"))
     got, _ = _gpu(fn, d, i, where=where)
     assert_bitwise(got, _numpy(fn, d, i))
     with np.errstate(over="ignore"):   # (teeth: one rounding, not two)
@@ -197,7 +199,8 @@ def test_an_integer_operand_meets_a_half_in_float32(half, where):
     and rounds once: 257 + 0.5 is 258 in bfloat16 (rounding 257 first would give 256)."""
     i = np.array([257, 1000001, -3, 65000], np.int32)
     h = np.array([0.5, 0.25, 0.75, 16.0], half)
-    fn = lambda a, b: (a + b, b * a, cc.where(a > 0, b, a))
+    def fn(a, b):
+        return (a + b, b * a, cc.where(a > 0, b, a))
     got, _ = _gpu(fn, i, h, where=where)
     want = _numpy(fn, i, h)
     assert_bitwise(got, want)
@@ -243,8 +246,9 @@ def test_narrow_integers_wrap_and_divide_as_numpy(where):
 @WHERE
 def test_floats_convert_to_narrow_integers_through_int32_as_numpy(where):
     x = np.array([300.5, -200.7, 1e10, -1.0, 255.9, 127.5, -129.0, 40000.0, 0.0], F32)
-    fn = lambda t: (t.astype("int8"), t.astype("uint8"), t.astype("int16"),
-                    t.astype("bfloat16").astype("int16"), t.astype("float16").astype("uint8"))
+    def fn(t):
+        return (t.astype("int8"), t.astype("uint8"), t.astype("int16"),
+                        t.astype("bfloat16").astype("int16"), t.astype("float16").astype("uint8"))
     got, prog = _gpu(fn, x, where=where)
     assert_bitwise(got, _numpy(fn, x))
     assert "np_f2i<int>" in prog.source
@@ -253,7 +257,8 @@ def test_floats_convert_to_narrow_integers_through_int32_as_numpy(where):
 @WHERE
 def test_a_uint8_image_batch_goes_in_directly(where):
     img = np.random.default_rng(4).integers(0, 256, (2, 3, 8, 8), dtype=np.uint8)
-    fn = lambda t: (t.astype("float32") / 255, (t.astype("bfloat16") / 255) - 0.5)
+    def fn(t):
+        return (t.astype("float32") / 255, (t.astype("bfloat16") / 255) - 0.5)
     got, prog = _gpu(fn, img, where=where)
     assert_bitwise(got, _numpy(fn, img))
     assert "((unsigned char*)input0)" in prog.source
@@ -318,7 +323,7 @@ def test_softmax_of_a_half_rounds_once_not_through_a_stored_exp(half, where):
     assert_within_ulp(got, _numpy(lambda a: (F.softmax(a, axis=-1),), x))
 
 
-# -- gathers, scatters, cumsum, sorts: bit for bit --------------------------------------------------
+# -- gathers, scatters, cumsum, sorts: bit for bit -------------------------------------------------
 @HALVES
 @WHERE
 def test_gathers_scatters_cumsum_and_sort(half, where):
@@ -340,7 +345,8 @@ def test_gathers_scatters_cumsum_and_sort(half, where):
 def test_conv_and_pool(half, where):
     x = _normal((2, 3, 9, 9), half, 13)
     w = _normal((4, 3, 3, 3), half, 14)
-    fn = lambda a, k: (F.conv2d(a, k, padding=1), F.max_pool2d(a, 2))
+    def fn(a, k):
+        return (F.conv2d(a, k, padding=1), F.max_pool2d(a, 2))
     got, _ = _gpu(fn, x, w, where=where)
     want = _numpy(fn, x, w)
     assert_within_ulp(got[0], want[0])
@@ -353,7 +359,8 @@ def test_conv_and_pool(half, where):
 def test_a_half_matmul_is_one_gemm_ex_launch_with_float32_compute(half, where):
     x, y = _normal((3, 17, 40), half, 15), _normal((40, 23), half, 16)
     c = _normal((17, 23), half, 17)
-    fn = lambda a, b, cc_: (a @ b, cc.addmm(cc_, a[0], b, beta=0.5, alpha=2.0))
+    def fn(a, b, cc_):
+        return (a @ b, cc.addmm(cc_, a[0], b, beta=0.5, alpha=2.0))
     got, prog = _gpu(fn, x, y, c, where=where)
     gemms = [ln for ln in prog._exec.module.launches if ln.library == "cublas"]
     assert gemms and {ln.dtype for ln in gemms} == {half.name}
@@ -376,8 +383,9 @@ def test_the_executable_calls_gemm_ex_with_16_bit_types_and_32_bit_compute(half,
 
     def gemm_ex(handle, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc,
                 compute, algo):
-        read = lambda p: float(np.frombuffer((ctypes.c_char * 4).from_address(p),
-                                             np.float32)[0])
+        def read(p):
+            return float(np.frombuffer((ctypes.c_char * 4).from_address(p),
+                                                     np.float32)[0])
         calls.append((ta, tb, m, n, k, read(alpha), A, at, lda, B, bt, ldb, read(beta), C, ct,
                       ldc, compute, algo))
 
@@ -396,7 +404,8 @@ def test_the_executable_calls_gemm_ex_with_16_bit_types_and_32_bit_compute(half,
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
         device=types.SimpleNamespace(get_cublas_handle=lambda: 7),
         get_current_stream=lambda: types.SimpleNamespace(ptr=0)))
-    buf = lambda ptr: types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))
+    def buf(ptr):
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))
     exe._arena = buf(1 << 20)
     exe._kernels = {ln.kernel: (lambda *a, **k: None) for ln in exe.launches if ln.library is None}
     exe._run_launches(fake, [buf(1 << 30), buf(1 << 31)], [buf(1 << 32)])
@@ -535,7 +544,7 @@ def test_every_op_sampled_in_the_16_bit_dtype_runs_within_2_ulp(half):
                 np.testing.assert_array_equal(g, w, err_msg=sample.id)
 
 
-# -- NVRTC: the module compiles, the inline PTX assembles -------------------------------------------
+# -- NVRTC: the module compiles, the inline PTX assembles ------------------------------------------
 def _half_program():
     x, y = _normal((8, 300), BF16, 23), _normal((8, 300), F16, 24)
 
