@@ -138,8 +138,8 @@ class _State:
         return None  # O1's gray ops: the promotion decides (a float32 input wins, as Paddle)
 
     def cast_inputs(self, tracer, op: str, inputs: list) -> list:
-        if op in _NEVER or not inputs:
-            return inputs
+        if op in _NEVER or not inputs or (not tracer.grad_enabled and tracer.backward_calls):
+            return inputs  # (nor the update after a backward: it computes in float32)
         target = self.target(op)
         if target is None or (op in _NO_FLOAT and op not in self.white
                               and op not in self.black):
@@ -267,7 +267,7 @@ class AmpScaler:
         self._scale = np.array(self._init_loss_scaling, np.float32)
         self._incr_count = np.zeros((), np.int32)
         self._decr_count = np.zeros((), np.int32)
-        self._found_inf = np.zeros((), np.bool_)   # the last step's, for a reader outside
+        self._found_inf = np.zeros((), np.bool_)   # the last step's, written in the graph
         # per trace: (tracer, {id(optimizer): found-inf Tensor}, stepped ids, last found-inf)
         self._trace = None
 
@@ -304,6 +304,8 @@ class AmpScaler:
                 from .creation import full
                 finite = full([], True, "bool")
             found = finite.logical_not()
+            flag = self._state(self._found_inf, "found_inf")
+            flag._write_where(finite.logical_or(found), found, "GradScaler.unscale_()")
         pending[id(optimizer)] = found
         self._trace[3] = found
 
@@ -404,6 +406,10 @@ class AmpScaler:
     def get_loss_scaling(self) -> float:
         """The scale the next step uses (a Python float)."""
         return float(self._scale)
+
+    def found_inf(self) -> bool:
+        """Whether the last step's gradients held an inf or NaN (its update was skipped)."""
+        return bool(self._found_inf)
 
     def get_incr_ratio(self) -> float:
         return self._incr_ratio
