@@ -38,11 +38,15 @@ import numbers
 import numpy as np
 
 from . import tracer as _tr
+from .creation import full
 from .errors import TraceError
-from .ops.registry import BFLOAT16, DEFAULT_FLOAT, FLOAT16, HALF_DTYPES, REGISTRY, dkind
+from .nn.layer import Layer
+from .ops.registry import BFLOAT16, DEFAULT_FLOAT, FLOAT16, HALF_DTYPES, REGISTRY
+from .optimizer import Optimizer
+from .tensor import state_tensor
 
-__all__ = ["auto_cast", "amp_guard", "decorate", "GradScaler", "AmpScaler", "white_list",
-           "black_list"]
+__all__ = ["AmpScaler", "GradScaler", "amp_guard", "auto_cast", "black_list", "decorate",
+           "white_list"]
 
 # -- the op lists (Paddle 3.3.1's python/paddle/amp/amp_lists.py, in this registry's names) --
 # Paddle's names that are one of our primitives under another name.
@@ -120,7 +124,7 @@ def _op_names(names, what, loc):
 class _State:
     """One open auto_cast block: what the tracer's emit hook asks (see `cast_inputs`)."""
 
-    __slots__ = ("dtype", "level", "white", "black")
+    __slots__ = ("black", "dtype", "level", "white")
 
     def __init__(self, dtype, level, white, black):
         self.dtype, self.level, self.white, self.black = dtype, level, white, black
@@ -228,7 +232,6 @@ def decorate(models, optimizers=None, level="O1", dtype="float16", master_weight
         raise TraceError("decorate(master_weight=False) would keep only 16-bit parameters: "
                          "here the parameters stay the caller's float32 arrays (the master "
                          "weights) and O2 computes with 16-bit casts of them", loc)
-    from .nn.layer import Layer
     for m in (models if isinstance(models, (list, tuple)) else [models]):
         if not isinstance(m, Layer):
             raise TraceError(f"decorate: models must be cc.nn.Layer objects, not "
@@ -301,7 +304,6 @@ class AmpScaler:
                 finite = ok if finite is None else finite.logical_and(ok)
                 t.grad = g * (inv if g.dtype == inv.dtype else inv.cast(g.dtype))
             if finite is None:
-                from .creation import full
                 finite = full([], True, "bool")
             found = finite.logical_not()
             flag = self._state(self._found_inf, "found_inf")
@@ -377,7 +379,6 @@ class AmpScaler:
                               "GradScaler.update()")
 
     def _state(self, array, name):
-        from .tensor import state_tensor
         return state_tensor(array, name)
 
     def _in_trace(self, what):
@@ -470,7 +471,6 @@ def _count(x, what, loc):
 
 
 def _check_optimizer(optimizer):
-    from .optimizer import Optimizer
     if not isinstance(optimizer, Optimizer) or getattr(optimizer, "_legacy", None) is not None:
         raise TraceError("GradScaler works with the cc.optimizer optimizers built over "
                          "parameter arrays (SGD, Momentum, Adam, AdamW(parameters=...)), not "

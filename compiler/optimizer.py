@@ -230,13 +230,15 @@ class Optimizer:
         # is traced again once they change (checked when state_changed() was signalled).
         frozen = self._frozen()
         tracer.guards.append(lambda: self._frozen() == frozen)
-        from .amp import suspended  # (the update computes in the parameters' own dtype)
-        with _tr.no_grad(), suspended():
+        # No cc.amp.auto_cast inside: the update computes in the parameters' own dtype.
+        amp, tracer.amp = tracer.amp, None
+        with _tr.no_grad():
             self._skip = skip
             try:
                 self._step_traced(tracer, which)
             finally:
                 self._skip = None
+                tracer.amp = amp
 
     def _step_traced(self, tracer, which):
         params_grads, index = [], {}

@@ -227,8 +227,8 @@ def loss_curves(steps, backend, amp, path=None, window=20):
         else:
             with open(path, "w") as f:
                 f.write(f"step\tfloat32\t{amp}\n")
-                for i, (a, b) in enumerate(zip(ref, mixed)):
-                    f.write(f"{i}\t{a:.5f}\t{b:.5f}\n")
+                f.writelines(f"{i}\t{a:.5f}\t{b:.5f}\n" for i, (a, b) in
+                             enumerate(zip(ref, mixed)))
     return ref, mixed, gap
 
 
@@ -249,7 +249,7 @@ def main(argv=None):
     h = unigram_entropy()
     print(f"text: {len(TEXT)} characters, {len(VOCAB)} symbols; unigram entropy {h:.3f} nats")
     if args.amp and args.curve:
-        _, mixed, gap = loss_curves(args.steps, args.backend, args.amp, args.curve)
+        gap = loss_curves(args.steps, args.backend, args.amp, args.curve)[2]
         print(f"float32 vs {args.amp}: the running means (20 steps) differ by at most "
               f"{gap:.3f} nats; curves in {args.curve}")
     model, losses = train(args.steps, args.backend, amp=args.amp,

@@ -97,7 +97,7 @@ def test_casts_are_cast_nodes_on_the_forward_ops_only():
 
 
 def test_o2_runs_gray_ops_in_16_bits_and_the_black_list_in_float32():
-    x, y, w1, w2 = _data()
+    x, _, w1, _ = _data()
     table = np.random.default_rng(3).standard_normal((10, 8)).astype(np.float32)
 
     def f(x, ids, w1, table):
@@ -114,7 +114,7 @@ def test_o2_runs_gray_ops_in_16_bits_and_the_black_list_in_float32():
 
 
 def test_custom_lists_and_enable_false():
-    x, y, w1, w2 = _data()
+    x, _, w1, _ = _data()
 
     def f(x, w1):
         with cc.amp.auto_cast(dtype="float16", custom_white_list={"elementwise_add"},
@@ -148,13 +148,13 @@ def test_bad_auto_cast_arguments_name_the_line(kwargs, message):
 
 
 def test_auto_cast_outside_a_trace_is_refused():
-    with pytest.raises(cc.TraceError, match="inside the compiled function"):
-        with cc.amp.auto_cast():
-            pass
+    with pytest.raises(cc.TraceError, match="inside the compiled function"), \
+            cc.amp.auto_cast():
+        pass
 
 
 def test_optimizer_step_inside_auto_cast_updates_in_float32():
-    x, y, w1, w2 = _data()
+    x, y, w1, _ = _data()
     a, b = w1.copy(), w1.copy()
     opt_a = cc.optimizer.Adam(0.01, parameters=[a])
     opt_b = cc.optimizer.Adam(0.01, parameters=[b])

@@ -26,7 +26,8 @@ def test_bfloat16_amp_follows_the_float32_loss_curve(gpt, tmp_path):
     assert np.max(np.abs(ref - mixed)) <= TOLERANCE
     assert not np.array_equal(ref, mixed)                   # and the casts did happen
     assert gap <= TOLERANCE
-    rows = open(path).read().splitlines()
+    with open(path) as f:
+        rows = f.read().splitlines()
     assert rows[0] == "step\tfloat32\tbfloat16" and len(rows) == STEPS + 1
 
 
