@@ -276,12 +276,13 @@ class AmpScaler:
 
     # -- in the trace ----------------------------------------------------------------------
     def scale(self, var):
-        """`var * scale` (the scale a float32 0-d state)."""
+        """`var * scale` (the scale a float32 0-d state array)."""
         if not self._enable:
             return var
         self._in_trace("scale(loss)")
-        s = self._state(self._scale, "loss_scaling")
-        return var * (s if var.dtype == s.dtype else s.cast(var.dtype))
+        # (a 16-bit loss times the float32 scale is float32: the scale itself may exceed
+        # float16's range, the scaled loss's gradient then overflows and the scale comes down)
+        return var * self._state(self._scale, "loss_scaling")
 
     def unscale_(self, optimizer):
         """The optimizer's gradients times `1 / scale`, and the found-inf flag, once."""
