@@ -160,7 +160,7 @@ class _State:
 # Gray ops whose result is no float: never cast in O2/OD.
 _NO_FLOAT = frozenset({"argmax", "argmin", "argsort", "equal", "not_equal", "less_than",
                        "less_equal", "greater_than", "greater_equal", "logical_and",
-                       "logical_or", "logical_xor", "logical_not", "one_hot", "sign"})
+                       "logical_or", "logical_xor", "logical_not", "one_hot"})
 
 
 @contextlib.contextmanager
