@@ -37,7 +37,7 @@ __all__ = [
     "linspace", "einsum",
     "CompilerError", "InplaceError", "ShapeError", "TraceError", "InsufficientMemoryError",
     "passes", "DataError", "RetraceWarning", "optimizer", "DeviceError", "distributed",
-    "save", "load", "MemoryBudgetError", "jit",
+    "save", "load", "MemoryBudgetError", "jit", "amp",
 ]
 
 

@@ -133,6 +133,9 @@ class Optimizer:
     zeros like the parameter) and defines `_update(i, p, g, lr)` on Tensors."""
 
     _accumulators: tuple = ()   # (key, initial value) pairs
+    # During a step under cc.amp.GradScaler: its 0-d found-inf flag. Every write of the
+    # update is then a select that keeps the old value where the flag is set (`_apply`).
+    _skip = None
 
     def __init__(self, learning_rate, parameters, weight_decay, grad_clip, l2=True):
         # l2: step() adds `weight_decay * p` to the gradient (False: the subclass applies
@@ -202,20 +205,23 @@ class Optimizer:
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
         """Paddle's dygraph `minimize`: after `loss.backward()`, `step()` over `parameters`
         (default: all of the optimizer's) less `no_grad_set` (arrays or their names)."""
+        self._minimize("opt.minimize()", parameters, no_grad_set)
+
+    def _minimize(self, what, parameters, no_grad_set, skip=None):
         names = {id(p): n for p, n in zip(self._parameter_list, self._names)}
         chosen = self._parameter_list if parameters is None else list(parameters)
         for i, p in enumerate(chosen):
             if id(p) not in names:
                 raise TraceError(f"minimize: parameters[{i}] is not one of this optimizer's "
                                  "parameters", _tr.user_loc())
-        skip = no_grad_set or ()
-        skip_names = {x for x in skip if isinstance(x, str)}
-        skip_ids = {id(x) for x in skip if not isinstance(x, str)}
+        excluded = no_grad_set or ()
+        skip_names = {x for x in excluded if isinstance(x, str)}
+        skip_ids = {id(x) for x in excluded if not isinstance(x, str)}
         which = {id(p) for p in chosen
                  if id(p) not in skip_ids and names[id(p)] not in skip_names}
-        self._step("opt.minimize()", which)
+        self._step(what, which, skip)
 
-    def _step(self, what, which):
+    def _step(self, what, which, skip=None):
         tracer = _tr.active()
         if tracer is None:
             raise TraceError(f"{what} updates the parameters inside the compiled step: "
@@ -224,27 +230,37 @@ class Optimizer:
         # is traced again once they change (checked when state_changed() was signalled).
         frozen = self._frozen()
         tracer.guards.append(lambda: self._frozen() == frozen)
+        # No cc.amp.auto_cast inside: the update computes in the parameters' own dtype.
+        amp, tracer.amp = tracer.amp, None
         with _tr.no_grad():
-            params_grads, index = [], {}
-            for i, (arr, t) in enumerate(self._traced(tracer)):
-                if which is not None and id(arr) not in which:
-                    continue
-                if t is not None and not getattr(arr, "stop_gradient", False) \
-                        and t.grad is not None:
-                    index[id(arr)] = (i, t)
-                    params_grads.append((arr, t.grad))
-            if not params_grads:
-                return
-            if self._grad_clip is not None:
-                params_grads = self._grad_clip(params_grads)
-            lr = state_tensor(self._lr_array, "learning_rate")
-            for arr, g in params_grads:
-                i, p = index[id(arr)]
-                if self._l2 and self._coeff:
-                    g = g + p * self._coeff
-                rate = lr if lr.dtype == p.dtype else lr.cast(p.dtype)
-                scale = _param_lr(arr)
-                self._update(i, p, g, rate if scale == 1.0 else rate * scale)
+            self._skip = skip
+            try:
+                self._step_traced(tracer, which)
+            finally:
+                self._skip = None
+                tracer.amp = amp
+
+    def _step_traced(self, tracer, which):
+        params_grads, index = [], {}
+        for i, (arr, t) in enumerate(self._traced(tracer)):
+            if which is not None and id(arr) not in which:
+                continue
+            if t is not None and not getattr(arr, "stop_gradient", False) \
+                    and t.grad is not None:
+                index[id(arr)] = (i, t)
+                params_grads.append((arr, t.grad))
+        if not params_grads:
+            return
+        if self._grad_clip is not None:
+            params_grads = self._grad_clip(params_grads)
+        lr = state_tensor(self._lr_array, "learning_rate")
+        for arr, g in params_grads:
+            i, p = index[id(arr)]
+            if self._l2 and self._coeff:
+                g = g + p * self._coeff
+            rate = lr if lr.dtype == p.dtype else lr.cast(p.dtype)
+            scale = _param_lr(arr)
+            self._update(i, p, g, rate if scale == 1.0 else rate * scale)
 
     def clear_grad(self, set_to_zero=True):
         """Inside the trace: the parameters' gradients become zeros (`set_to_zero=True`,
@@ -270,6 +286,15 @@ class Optimizer:
 
     def _update(self, i, p, g, lr):
         raise NotImplementedError
+
+    def _apply(self, t, inplace, functional):
+        """Writes a parameter or state Tensor: `inplace(t)` (in-place ops), or under a skip
+        flag `functional(t)`'s value selected where the flag is unset, so a skipped step
+        leaves every bit of `t` as it was."""
+        if self._skip is None:
+            inplace(t)
+        else:
+            t._write_where(self._skip.logical_not(), functional(t), "the optimizer's update")
 
     # -- outside the trace ---------------------------------------------------------------------
     def get_lr(self) -> float:
@@ -419,7 +444,8 @@ class SGD(_InTraceForm, Optimizer):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip)
 
     def _update(self, i, p, g, lr):
-        p.subtract_(g * lr)
+        d = g * lr
+        self._apply(p, lambda t: t.subtract_(d), lambda t: t - d)
 
     @staticmethod
     def init_state(parameters):
@@ -449,8 +475,9 @@ class Momentum(Optimizer):
             g = g + p * _constant(self._coeff, p.dtype)
         mu = _constant(self._momentum, p.dtype)
         v = self._acc("velocity", i)
-        v.scale_(mu).add_(g)
-        p.subtract_((g + v * mu) * lr if self._use_nesterov else v * lr)
+        self._apply(v, lambda t: t.scale_(mu).add_(g), lambda t: t.scale(mu).add(g))
+        d = (g + v * mu) * lr if self._use_nesterov else v * lr
+        self._apply(p, lambda t: t.subtract_(d), lambda t: t - d)
 
 
 class Adam(Optimizer):
@@ -491,13 +518,18 @@ class Adam(Optimizer):
         b1p, b2p = self._acc("beta1_pow_acc", i), self._acc("beta2_pow_acc", i)
         if self._decoupled:
             self._decay(i, p, lr)
-        m.scale_(b1).add_(g, alpha=_one_minus(self._beta1, d))
-        v.scale_(b2).add_(g.square(), alpha=_one_minus(self._beta2, d))
+        a1, a2 = _one_minus(self._beta1, d), _one_minus(self._beta2, d)
+        self._apply(m, lambda t: t.scale_(b1).add_(g, alpha=a1),
+                    lambda t: t.scale(b1).add(g, alpha=a1))
+        g2 = g.square()
+        self._apply(v, lambda t: t.scale_(b2).add_(g2, alpha=a2),
+                    lambda t: t.scale(b2).add(g2, alpha=a2))
         root = (1.0 - b2p).sqrt()
         step = lr * (root / (1.0 - b1p))
-        p.subtract_(step * (m / (v.sqrt() + root * _constant(self._epsilon, d))))
-        b1p.scale_(b1)
-        b2p.scale_(b2)
+        delta = step * (m / (v.sqrt() + root * _constant(self._epsilon, d)))
+        self._apply(p, lambda t: t.subtract_(delta), lambda t: t - delta)
+        self._apply(b1p, lambda t: t.scale_(b1), lambda t: t.scale(b1))
+        self._apply(b2p, lambda t: t.scale_(b2), lambda t: t.scale(b2))
 
     def _decay(self, i, p, lr):
         raise NotImplementedError
@@ -541,7 +573,8 @@ class AdamW(_InTraceForm, Adam):
     def _decay(self, i, p, lr):
         fun = self._apply_decay_param_fun
         if self._coeff and (fun is None or fun(self._names[i])):
-            p.multiply_(1.0 - lr * _constant(self._coeff, p.dtype))
+            f = 1.0 - lr * _constant(self._coeff, p.dtype)
+            self._apply(p, lambda t: t.multiply_(f), lambda t: t * f)
 
     @staticmethod
     def init_state(parameters):

@@ -141,6 +141,9 @@ class Tracer:
         self.pending_grads: list = []
         self.buckets = 0
         self.stream_base = 0  # random streams of rank r start at r << 40 (per-rank dropout)
+        # The open cc.amp.auto_cast block (compiler/amp.py), or None: it casts the inputs of
+        # the forward ops it covers.
+        self.amp = None
 
     def __enter__(self):
         _STACK.append(self)
@@ -175,6 +178,9 @@ class Tracer:
         created with, whatever the mode at the read)."""
         attrs = attrs or {}
         opdef = REGISTRY[op]
+        if self.amp is not None and inplace_of is None and self.in_backward is None \
+                and self.backward_loc is None:
+            inputs = self.amp.cast_inputs(self, op, inputs)
         loc = self.loc()
         try:
             shape, dtype = opdef.infer([(v.shape, v.dtype) for v in inputs], **attrs)

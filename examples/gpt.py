@@ -115,12 +115,20 @@ def make_model(seed=0):
 N_PARAMS = 2 + 8 * LAYERS + 3
 
 
-def train_step_for(model, opt):
+def train_step_for(model, opt, amp=None, scaler=None):
+    """`amp`: "bfloat16" or "float16", Paddle's AMP O1 (matmuls in 16 bits, softmax,
+    layer_norm and the loss in float32; the parameters stay float32); `scaler`: a
+    cc.amp.GradScaler (float16 needs one: its gradients underflow without it)."""
     def train_step(ids, targets):
-        logits = model(ids)
-        loss = F.cross_entropy(logits.reshape([-1, len(VOCAB)]), targets.reshape([-1]))
-        loss.backward()
-        opt.step()
+        with cc.amp.auto_cast(enable=amp is not None, dtype=amp or "float16"):
+            logits = model(ids)
+            loss = F.cross_entropy(logits.reshape([-1, len(VOCAB)]), targets.reshape([-1]))
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.minimize(opt, loss)   # skipped (weights kept) when a gradient overflows
         opt.clear_grad()
         return loss
     return train_step
@@ -155,22 +163,73 @@ def generate(model, prompt, n, backend="cpu"):
     return "".join(VOCAB[i] for i in out[len(prompt):])
 
 
-def train(steps=600, backend="cpu", log=print):
-    """(the model, the losses)."""
+def train(steps=600, backend="cpu", log=print, amp=None, overflow_at=None, on_step=None):
+    """(the model, the losses). `amp`: "bfloat16" or "float16" mixed precision (float16 with
+    a GradScaler). `overflow_at`: a step whose gradients are made to overflow (the scaler's
+    scale raised to 2**24 before it), to show the scaler skipping it. `on_step(i, model,
+    opt, scaler)`: called after each step."""
     model, opt, sched = make_model()
-    step = cc.compile(train_step_for(model, opt), backend=backend)
+    scaler = cc.amp.GradScaler(init_loss_scaling=2.0 ** 12, incr_every_n_steps=100) \
+        if amp == "float16" else None
+    step = cc.compile(train_step_for(model, opt, amp, scaler), backend=backend)
     rng = np.random.default_rng(1)
     losses = []
     start = time.perf_counter()
     model.train()
     for i in range(steps):
         ids, targets = batch(rng)
+        if i == overflow_at and scaler is not None:
+            scaler.load_state_dict({**scaler.state_dict(), "scale": 2.0 ** 24})
         loss = float(step(ids, targets))
         sched.step()          # the rate is an array the program reads: no retrace
         losses.append(loss)
+        if on_step is not None:
+            on_step(i, model, opt, scaler)
+        if log and scaler is not None and scaler.found_inf():
+            log(f"step {i:4d}  gradients overflowed float16: update skipped, loss scale "
+                f"now {scaler.get_loss_scaling():g}")
         if log and (i % 50 == 0 or i == steps - 1):
             log(f"step {i:4d}  loss {loss:.3f}  ({time.perf_counter() - start:.1f} s)")
     return model, losses
+
+
+def loss_curves(steps, backend, amp, path=None, window=20):
+    """Trains in float32 and in `amp` from the same start on the same batches; returns both
+    loss lists and the largest gap between their running means over `window` steps. Writes
+    the curves to `path` (PNG with matplotlib, else a text table)."""
+    _, ref = train(steps, backend, log=None)
+    _, mixed = train(steps, backend, log=None, amp=amp)
+
+    def smooth(xs):
+        return np.convolve(xs, np.ones(window) / window, mode="valid")
+    gap = float(np.max(np.abs(smooth(ref) - smooth(mixed))))
+    if path:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            plt = None
+        if plt is not None and path.endswith(".png"):
+            fig, ax = plt.subplots(figsize=(7, 4))
+            ax.plot(ref, lw=0.8, alpha=0.5, label="float32")
+            ax.plot(mixed, lw=0.8, alpha=0.5, label=f"{amp} AMP (O1)")
+            xs = np.arange(window - 1, steps)
+            ax.plot(xs, smooth(ref), lw=1.5, label=f"float32, mean of {window}")
+            ax.plot(xs, smooth(mixed), lw=1.5, label=f"{amp}, mean of {window}")
+            ax.set_xlabel("step")
+            ax.set_ylabel("cross-entropy (nats)")
+            ax.set_title(f"gpt.py: float32 vs {amp} AMP (largest gap of the means {gap:.2g})")
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+        else:
+            with open(path, "w") as f:
+                f.write(f"step\tfloat32\t{amp}\n")
+                f.writelines(f"{i}\t{a:.5f}\t{b:.5f}\n" for i, (a, b) in
+                             enumerate(zip(ref, mixed)))
+    return ref, mixed, gap
 
 
 def main(argv=None):
@@ -179,10 +238,22 @@ def main(argv=None):
     ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
                     help="where the steps run (default: cpu, the compiler's default)")
     ap.add_argument("--plot", help="save the step's memory-over-time picture here")
+    ap.add_argument("--amp", choices=("bfloat16", "float16"),
+                    help="mixed precision (Paddle's AMP O1; float16 with a GradScaler)")
+    ap.add_argument("--overflow-at", type=int, metavar="STEP",
+                    help="with --amp float16: make that step's gradients overflow (the "
+                    "scaler skips its update and lowers the scale)")
+    ap.add_argument("--curve", metavar="PATH", help="with --amp: also train in float32 and "
+                    "write both loss curves here (.png with matplotlib, else a text table)")
     args = ap.parse_args(argv)
     h = unigram_entropy()
     print(f"text: {len(TEXT)} characters, {len(VOCAB)} symbols; unigram entropy {h:.3f} nats")
-    model, losses = train(args.steps, args.backend)
+    if args.amp and args.curve:
+        gap = loss_curves(args.steps, args.backend, args.amp, args.curve)[2]
+        print(f"float32 vs {args.amp}: the running means (20 steps) differ by at most "
+              f"{gap:.3f} nats; curves in {args.curve}")
+    model, losses = train(args.steps, args.backend, amp=args.amp,
+                          overflow_at=args.overflow_at)
     final = float(np.mean(losses[-20:]))
     print(f"mean loss of the last 20 steps {final:.3f} "
           f"({'below' if final < h else 'NOT below'} the unigram entropy {h:.3f})")

@@ -63,6 +63,28 @@ def build_program(backend="numpy", inplace="auto"):
     return cc.compile(train_step, backend=backend, inplace=inplace).lower(*example_inputs())
 
 
+# -- mixed precision (Paddle's AMP O2 in bfloat16) -------------------------------------------
+def amp_train_step(x, target, *params):
+    """`train_step` under `cc.amp.auto_cast(dtype="bfloat16", level="O2")`: every forward op
+    computes in bfloat16 from 16-bit casts of the float32 parameters (the master weights,
+    updated in place in float32 by the same SGD lines); the gradients come back to float32
+    through the casts' backward."""
+    with cc.amp.auto_cast(dtype="bfloat16", level="O2"):
+        return train_step(x, target, *params)
+
+
+def amp_inputs(seed=0, **sizes):
+    """`example_inputs` with the data (x, target) in bfloat16, the parameters float32."""
+    import ml_dtypes  # (here: the lines above are pinned by tests that read this file)
+    x, target, *params = example_inputs(seed, **sizes)
+    return (x.astype(ml_dtypes.bfloat16), target.astype(ml_dtypes.bfloat16), *params)
+
+
+def build_amp_program(backend="numpy", inplace="auto", **sizes):
+    return cc.compile(amp_train_step, backend=backend, inplace=inplace).lower(
+        *amp_inputs(**sizes))
+
+
 if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -26,6 +26,8 @@ import re
 
 from compiler.ir import UNKNOWN_LOC, format_node
 
+from .plan_report import buffer_dtype, bytes_by_dtype
+
 PHASE_COLORS = {"forward": "#4e79a7", "backward": "#f28e2b", "update": "#59a14f",
                 "input": "#a0a0a0"}
 PHASE_SHADES = {"forward": "#eef3f9", "backward": "#fdf1e6", "update": "#eef6ec"}
@@ -254,7 +256,8 @@ class _Page:
 
     def tooltip(self, b) -> str:
         lines = [f"buffer #{b.id} ({b.kind}{'' if b.offset is None else f' @ {b.offset}'}): "
-                 f"{human_bytes(b.size)}, live [{b.start}, {b.end}], {b.phase}"]
+                 f"{human_bytes(b.size)} {buffer_dtype(b)}, live [{b.start}, {b.end}], "
+                 f"{b.phase}"]
         if b.workspace_of is not None:
             lines.append(b.label)
         for v in b.values[:6]:
@@ -288,19 +291,21 @@ class _Page:
             return -(-b.size // plan.alignment) * plan.alignment if b.kind == "arena" else b.size
 
         rows = [f'<tr><td><a href="#buf-{b.id}" data-buf="{b.id}">#{b.id}</a></td>'
-                f'<td>{esc(b.kind)}</td><td>{esc(b.phase)}</td><td>{human_bytes(b.size)}</td>'
+                f'<td>{esc(b.kind)}</td><td>{esc(b.phase)}</td><td>{esc(buffer_dtype(b))}</td>'
+                f'<td>{human_bytes(b.size)}</td>'
                 f'<td>{100 * counted(b) / total:.1f}%</td><td class="code">'
                 f'{esc(first_value(b))}</td><td class="src">{esc(buffer_source(b))}</td></tr>'
                 for b in live[:PEAK_ROWS]]
         rest = live[PEAK_ROWS:]
         if rest:
-            rows.append(f'<tr><td colspan="3">and {len(rest)} smaller</td>'
+            rows.append(f'<tr><td colspan="4">and {len(rest)} smaller</td>'
                         f'<td>{human_bytes(sum(b.size for b in rest))}</td><td>'
                         f'{100 * sum(counted(b) for b in rest) / total:.1f}%</td>'
                         f'<td colspan="2"></td></tr>')
         return (f'<p>At the peak, point [{t}], {human_bytes(total)} are live in '
                 f'{len(live)} buffers:</p><table id="peak-table"><thead><tr><th>buffer</th>'
-                f'<th>kind</th><th>phase</th><th>size</th><th>share</th><th>first value</th>'
+                f'<th>kind</th><th>phase</th><th>dtype</th><th>size</th><th>share</th>'
+                f'<th>first value</th>'
                 f'<th>made by</th></tr>'
                 f'</thead><tbody>{"".join(rows)}</tbody></table>')
 
@@ -500,6 +505,7 @@ class _Page:
                 f'</span> {esc(b.phase)}</h3><dl>'
                 f'<dt>kind</dt><dd>{esc(b.kind)}{" " + esc(repr(b.name)) if b.name else ""}</dd>'
                 f'<dt>size</dt><dd>{b.size} B ({human_bytes(b.size)})</dd>'
+                f'<dt>dtype</dt><dd>{esc(buffer_dtype(b))}</dd>'
                 f'<dt>where</dt><dd>{where}</dd><dt>live</dt><dd>{live}</dd></dl>'
                 f'<h4>values ({len(b.values)})</h4><ul class="values">{"".join(rows)}</ul>'
                 f'<h4>decisions on its values ({len(decs)})</h4>'
@@ -517,6 +523,9 @@ class _Page:
                  ("outputs", plan.output_bytes)]
         cells = "".join(f'<div class="fig"><b>{human_bytes(v)}</b><span>{esc(k)}</span>'
                         f'<small>{v} B</small></div>' for k, v in items)
+        cells += "".join(f'<div class="fig dtype"><b>{human_bytes(v)}</b><span>{esc(k)} at the '
+                         f'peak</span><small>{v} B</small></div>'
+                         for k, v in bytes_by_dtype(plan).items())
         cells += (f'<div class="fig"><b>{ratio:.3f}</b><span>peak / lower bound</span></div>'
                   f'<div class="fig"><b>{taken} / {len(plan.decisions)}</b>'
                   f'<span>candidates in place</span></div>')

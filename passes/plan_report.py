@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from compiler.ir import Value
+from compiler.ops.registry import dtype_short, scratch_specs
 
 from .recompute_attention import total_flops
 
@@ -18,7 +19,37 @@ def summary(plan) -> str:
             f"{_fmt(plan.lower_bound_bytes)} (peak/bound {ratio:.3f}) | naive "
             f"{_fmt(plan.naive_bytes)} | no-inplace peak {_fmt(plan.no_inplace_peak_bytes)}"
             f" | arena {_fmt(plan.arena_bytes)}, inputs {_fmt(plan.input_bytes)}, outputs "
-            f"{_fmt(plan.output_bytes)} | {taken}/{len(plan.decisions)} candidates in place")
+            f"{_fmt(plan.output_bytes)} | {taken}/{len(plan.decisions)} candidates in place"
+            f" | at the peak by dtype: {by_dtype_text(plan)}")
+
+
+def buffer_dtype(b) -> str:
+    """The dtype a buffer holds, short (`f32`, `bf16`, ...): its values' (several, as an
+    inplace op over a same-size value of another dtype can make, joined by "/"), or its
+    scratch arrays' for a workspace."""
+    if b.workspace_of is not None:
+        dtypes = [d for _, d in scratch_specs(b.workspace_of)]
+    else:
+        dtypes = [v.dtype for v in b.values]
+    names = list(dict.fromkeys(dtype_short(d) for d in dtypes))
+    return "/".join(names) or "-"
+
+
+def bytes_by_dtype(plan, t: int | None = None) -> dict[str, int]:
+    """The bytes live at program point `t` (default: the peak) per `buffer_dtype`, on the
+    footing of the plan's figures (an arena buffer at its aligned size), largest first; they
+    sum to `plan.live_bytes(t)`."""
+    t = plan.peak_point if t is None else t
+    out: dict[str, int] = {}
+    for b in plan.buffers:
+        if b.kind == "input" or b.live_at(t):
+            key = buffer_dtype(b)
+            out[key] = out.get(key, 0) + plan.counted_bytes(b)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def by_dtype_text(plan) -> str:
+    return ", ".join(f"{k} {_fmt(v)}" for k, v in bytes_by_dtype(plan).items()) or "nothing"
 
 
 def report(plan) -> str:
@@ -57,10 +88,10 @@ def report(plan) -> str:
                      "yes" if d.inplace else "no", d.reason))
     lines += _table(rows)
     lines += ["", "buffers:"]
-    rows = [("buf", "kind", "offset", "size", "live", "values")]
+    rows = [("buf", "kind", "offset", "size", "dtype", "live", "values")]
     for b in sorted(plan.buffers, key=lambda b: (b.kind != "input", b.start, b.id)):
         rows.append((f"#{b.id}", b.kind, "-" if b.offset is None else str(b.offset),
-                     str(b.size), f"[{b.start}, {b.end}]", b.label))
+                     str(b.size), buffer_dtype(b), f"[{b.start}, {b.end}]", b.label))
     lines += _table(rows)
     return "\n".join(lines)
 
@@ -83,6 +114,7 @@ def to_json(plan) -> str:
         "naive_bytes": plan.naive_bytes, "no_inplace_peak_bytes": plan.no_inplace_peak_bytes,
         "arena_bytes": plan.arena_bytes, "input_bytes": plan.input_bytes,
         "output_bytes": plan.output_bytes, "num_points": plan.num_points,
+        "peak_bytes_by_dtype": bytes_by_dtype(plan),
         "written_order_peak_bytes": plan.written_order_peak_bytes,
         "schedule": plan.schedule.to_dict() if plan.schedule is not None else None,
         "gemm_decisions": [d.to_dict() for d in plan.gemm_decisions],
@@ -92,7 +124,7 @@ def to_json(plan) -> str:
         "budget_point": plan.budget_point.to_dict() if plan.budget_point else None,
         "communication": [b.to_dict() for b in plan.communication],
         "decisions": [d.to_dict() for d in plan.decisions],
-        "buffers": [b.to_dict() for b in plan.buffers],
+        "buffers": [{**b.to_dict(), "dtype": buffer_dtype(b)} for b in plan.buffers],
         "values": [_value_dict(plan, v) for b in plan.buffers for v in b.values],
     }, indent=1)
 
