@@ -1187,13 +1187,11 @@ def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
         raise TraceError(f"{what}: the seed must be a 0-d uint64 tensor or an int in "
                          f"[0, 2**64), not {seed!r}", _tr.user_loc())
     shape = tuple(int(d) for d in shape)
-    n = int(np.prod(shape, dtype=np.int64))
-    index = tracer.emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": uint64})
-    index = tracer.emit("reshape", [index], {"shape": shape})
     stream = tracer.stream_base + tracer.random_streams
     tracer.random_streams += 1
-    out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
-                                                            "dtype": draw}))
+    # (the counters are the loop's element indices: no index array)
+    out = Tensor._fresh(tracer.emit("philox", [s], {"shape": shape, "stream": stream,
+                                                     "dist": dist, "dtype": draw}))
     return out
 
 

@@ -384,7 +384,9 @@ class ModuleEmitter:
             expr = expr_for(REGISTRY[node.op], node.attrs, [p.dtype for p in ins], out.dtype)
 
         def value(body, args):
-            v, d = Renderer(body, args, indent="    ").render(expr, out.dtype)
+            # `i`: _pointwise's flat row-major index over the collapsed shape, which is the
+            # element's index in the logical shape (a random op's counter)
+            v, d = Renderer(body, args, indent="    ", index="i").render(expr, out.dtype)
             return convert(v, d, out.dtype)
         consts = {k: self.inlined[id(v)] for k, v in enumerate(node.inputs)
                   if id(v) in self.inlined}
