@@ -1252,9 +1252,11 @@ def state_tensor(array: np.ndarray, name: str, trainable: bool = False, guard=No
         raise TraceError(f"state '{name}' is a {type(array).__name__}, not a numpy array",
                          _tr.user_loc())
     check_dtype(array.dtype)
+    # (plain views: a Parameter's __array_function__ would wrap each of these n^2 checks)
+    plain = array.view(np.ndarray)
     for other, other_name in zip(tracer.state_arrays + tracer.argument_arrays,
                                  tracer.state_names + tracer.argument_names):
-        if np.may_share_memory(array, other):
+        if np.may_share_memory(plain, other.view(np.ndarray)):
             raise TraceError(f"the array of '{name}' shares memory with '{other_name}': a "
                              "layer's or optimizer's arrays must be its own (pass a copy)",
                              _tr.user_loc())
