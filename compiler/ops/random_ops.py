@@ -187,12 +187,15 @@ def philox_expr(attrs) -> S.Expr:
 
 
 def _philox_infer(types, shape, stream, dist, dtype):
-    (ss, ds), = types
-    if ds != UINT64 or tuple(ss) != ():
-        raise ShapeError(f"philox takes a 0-d uint64 seed, not {ds}{list(ss)}")
+    if len(types) != 1 or types[0][1] != UINT64 or tuple(types[0][0]) != ():
+        raise ShapeError("philox takes one operand, a 0-d uint64 seed, not "
+                         + ", ".join(f"{d}{list(s)}" for s, d in types))
     if dist not in ("uniform", "normal") or np.dtype(dtype).kind != "f":
         raise ShapeError(f"philox: bad distribution {dist!r} or dtype {dtype}")
     return tuple(int(d) for d in shape), np.dtype(dtype)
+
+
+CHUNK = 4096  # elements per piece in the numpy evaluation (bounded temporaries)
 
 
 def _philox_into(out, seed, shape, stream, dist, dtype):
@@ -210,8 +213,6 @@ def _philox_into(out, seed, shape, stream, dist, dtype):
                                      index=np.arange(start, start + n, dtype=np.uint64))
             start += n
 
-
-CHUNK = 4096  # elements per piece in the numpy evaluation (bounded temporaries)
 
 defop("philox", ELEMENTWISE, _philox_infer, _philox_ref, expr=philox_expr, random=True,
       into=_philox_into,
