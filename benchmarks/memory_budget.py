@@ -338,7 +338,7 @@ def _peer(name, run):
     return None
 
 
-# -- the sweep --------------------------------------------------------------------------------------
+# -- the sweep ---------------------------------------------------------------------------------
 def sweep(w: Workload, backend, repeat, quick, peers, fractions):
     plan = cc.compile(w.step, backend=backend).lower(*w.args()).plan
     budgets = [b for b, _, _ in plan.budget_curve()]
