@@ -1188,13 +1188,11 @@ def random_tensor(shape, dtype, seed, dist: str, what: str) -> Tensor:
         raise TraceError(f"{what}: the seed must be a 0-d uint64 tensor or an int in "
                          f"[0, 2**64), not {seed!r}", _tr.user_loc())
     shape = tuple(int(d) for d in shape)
-    n = int(np.prod(shape, dtype=np.int64))
-    index = tracer.emit("arange", [], {"start": 0, "stop": n, "step": 1, "dtype": uint64})
-    index = tracer.emit("reshape", [index], {"shape": shape})
     stream = tracer.stream_base + tracer.random_streams
     tracer.random_streams += 1
-    out = Tensor._fresh(tracer.emit("philox", [index, s], {"stream": stream, "dist": dist,
-                                                            "dtype": draw}))
+    # (the counters are the loop's element indices: no index array)
+    out = Tensor._fresh(tracer.emit("philox", [s], {"shape": shape, "stream": stream,
+                                                     "dist": dist, "dtype": draw}))
     return out
 
 
@@ -1275,9 +1273,11 @@ def state_tensor(array: np.ndarray, name: str, trainable: bool = False, guard=No
         raise TraceError(f"state '{name}' is a {type(array).__name__}, not a numpy array",
                          _tr.user_loc())
     check_dtype(array.dtype)
+    # (plain views: a Parameter's __array_function__ would wrap each of these n^2 checks)
+    plain = array.view(np.ndarray)
     for other, other_name in zip(tracer.state_arrays + tracer.argument_arrays,
                                  tracer.state_names + tracer.argument_names):
-        if np.may_share_memory(array, other):
+        if np.may_share_memory(plain, other.view(np.ndarray)):
             raise TraceError(f"the array of '{name}' shares memory with '{other_name}': a "
                              "layer's or optimizer's arrays must be its own (pass a copy)",
                              _tr.user_loc())

@@ -10,11 +10,17 @@ arrays the program updates in place, so nothing retraces.
 Run: `python examples/gpt.py [--steps N] [--backend numpy] [--plot plan.png]`. It prints the
 unigram entropy of the text (the loss of a model that only knows character frequencies); the
 loss falls below it within the run, and a few generated characters show what the model learned.
+
+`--size gpt2-small` builds GPT-2 small's shape instead (12 layers, width 768, 12 heads, context
+256, batch 4; the vocabulary stays this text's characters): it plans the step (`lower()`,
+timed), prints the default plan's peak, then runs `--steps` steps (default 2) of the step
+compiled with `--budget` (bytes or "600MiB"; default: the default plan) and their times.
 """
 import argparse
 import math
 import random
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,6 +30,19 @@ import compiler.nn.functional as F
 
 BATCH, CONTEXT, DIM, HEADS, LAYERS = 16, 32, 48, 4, 2
 LR = 3e-3
+
+
+@dataclass(frozen=True)
+class Size:
+    batch: int
+    context: int
+    dim: int
+    heads: int
+    layers: int
+
+
+SIZES = {"small": Size(BATCH, CONTEXT, DIM, HEADS, LAYERS),   # the example's own
+         "gpt2-small": Size(4, 256, 768, 12, 12)}             # GPT-2 small's shape
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the old man", "a small child"]
 VERBS = ["sees", "likes", "finds", "follows", "hears", "draws"]
@@ -64,34 +83,36 @@ def _normal(std):
 class Block(nn.Layer):
     """Pre-norm: x + attention(ln1(x)), then x + mlp(ln2(x)); no biases in the projections."""
 
-    def __init__(self):
+    def __init__(self, dim=DIM, heads=HEADS):
         super().__init__()
+        self.dim, self.heads = dim, heads
         out_std = 0.02 / math.sqrt(2)    # the residual projections, scaled for 2 sums
-        self.ln1 = nn.LayerNorm(DIM)
-        self.qkv = nn.Linear(DIM, 3 * DIM, weight_attr=_normal(0.02), bias_attr=False)
-        self.proj = nn.Linear(DIM, DIM, weight_attr=_normal(out_std), bias_attr=False)
-        self.ln2 = nn.LayerNorm(DIM)
-        self.fc1 = nn.Linear(DIM, 4 * DIM, weight_attr=_normal(0.02), bias_attr=False)
-        self.fc2 = nn.Linear(4 * DIM, DIM, weight_attr=_normal(out_std), bias_attr=False)
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim, weight_attr=_normal(0.02), bias_attr=False)
+        self.proj = nn.Linear(dim, dim, weight_attr=_normal(out_std), bias_attr=False)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim, weight_attr=_normal(0.02), bias_attr=False)
+        self.fc2 = nn.Linear(4 * dim, dim, weight_attr=_normal(out_std), bias_attr=False)
 
     def forward(self, x):
-        b, t = x.shape[0], x.shape[1]
-        q, k, v = (a.reshape([b, t, HEADS, DIM // HEADS])
+        b, t, dim = x.shape[0], x.shape[1], self.dim
+        q, k, v = (a.reshape([b, t, self.heads, dim // self.heads])
                    for a in self.qkv(self.ln1(x)).split(3, -1))
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.reshape([b, t, DIM]))
+        x = x + self.proj(att.reshape([b, t, dim]))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
 class GPT(nn.Layer):
-    def __init__(self):
+    def __init__(self, size: Size = SIZES["small"]):
         super().__init__()
-        self.wte = nn.Embedding(len(VOCAB), DIM, weight_attr=_normal(0.02))
-        self.wpe = nn.Embedding(CONTEXT, DIM, weight_attr=_normal(0.02))
+        self.wte = nn.Embedding(len(VOCAB), size.dim, weight_attr=_normal(0.02))
+        self.wpe = nn.Embedding(size.context, size.dim, weight_attr=_normal(0.02))
         self.drop = nn.Dropout(0.1)     # training mode only; a new mask each step
-        self.blocks = nn.LayerList([Block() for _ in range(LAYERS)])
-        self.ln_f = nn.LayerNorm(DIM)
-        self.head = nn.Linear(DIM, len(VOCAB), weight_attr=_normal(0.02), bias_attr=False)
+        self.blocks = nn.LayerList([Block(size.dim, size.heads) for _ in range(size.layers)])
+        self.ln_f = nn.LayerNorm(size.dim)
+        self.head = nn.Linear(size.dim, len(VOCAB), weight_attr=_normal(0.02),
+                              bias_attr=False)
 
     def forward(self, ids):
         """Logits [B, T, V]."""
@@ -101,10 +122,14 @@ class GPT(nn.Layer):
         return self.head(self.ln_f(x))
 
 
-def make_model(seed=0):
+def _size(size) -> Size:
+    return SIZES[size] if isinstance(size, str) else size
+
+
+def make_model(seed=0, size="small"):
     """The model, its AdamW and the warm-up schedule (stepped after each step), seeded."""
     nn.initializer.seed(seed)
-    model = GPT()
+    model = GPT(_size(size))
     sched = cc.optimizer.lr.LinearWarmup(LR, warmup_steps=20, start_lr=LR / 20, end_lr=LR)
     opt = cc.optimizer.AdamW(learning_rate=sched, parameters=model.parameters(),
                              weight_decay=0.01)
@@ -134,22 +159,23 @@ def train_step_for(model, opt, amp=None, scaler=None):
     return train_step
 
 
-def batch(rng):
-    starts = rng.integers(0, len(DATA) - CONTEXT - 1, BATCH)
-    ids = np.stack([DATA[s:s + CONTEXT] for s in starts])
-    return ids, np.stack([DATA[s + 1:s + CONTEXT + 1] for s in starts])
+def batch(rng, size="small"):
+    size = _size(size)
+    starts = rng.integers(0, len(DATA) - size.context - 1, size.batch)
+    ids = np.stack([DATA[s:s + size.context] for s in starts])
+    return ids, np.stack([DATA[s + 1:s + size.context + 1] for s in starts])
 
 
-def example_inputs():
-    return batch(np.random.default_rng(0))
+def example_inputs(size="small"):
+    return batch(np.random.default_rng(0), size)
 
 
-def build_program(backend="numpy", inplace="auto"):
+def build_program(backend="numpy", inplace="auto", size="small", **options):
     # The plan `python -m compiler plan` and the tests study: the reference pipeline's by
     # default (unfused, every op as written); training runs on the default backend, cpu.
-    model, opt, _ = make_model()
-    return cc.compile(train_step_for(model, opt), backend=backend,
-                      inplace=inplace).lower(*example_inputs())
+    model, opt, _ = make_model(size=size)
+    return cc.compile(train_step_for(model, opt), backend=backend, inplace=inplace,
+                      **options).lower(*example_inputs(size))
 
 
 def generate(model, prompt, n, backend="cpu"):
@@ -232,9 +258,46 @@ def loss_curves(steps, backend, amp, path=None, window=20):
     return ref, mixed, gap
 
 
+def big_step(size="gpt2-small", backend="cpu", memory_budget=None, steps=2, log=print):
+    """Plan and run the step of a bigger model: {"lower_s": the default plan's lower() time,
+    "default_peak": its peak beyond the inputs, "peak": the run plan's (the budget's, when
+    given), "step_s": each step's time, "losses": ...}."""
+    model, opt, _ = make_model(size=size)
+    step = train_step_for(model, opt)
+    ids, targets = example_inputs(size)
+    start, cpu = time.perf_counter(), time.process_time()
+    default = cc.compile(step, backend=backend).lower(ids, targets)
+    out = {"lower_s": time.perf_counter() - start, "lower_cpu_s": time.process_time() - cpu,
+           "default_peak": default.plan.peak_bytes - default.plan.input_bytes}
+    log(f"{size}: {sum(p.size for p in model.parameters()):,} parameters; lower() "
+        f"{out['lower_s']:.1f} s ({out['lower_cpu_s']:.1f} s of CPU); default plan "
+        f"{out['default_peak']:,} B beyond the inputs")
+    prog = default
+    if memory_budget is not None:
+        start, cpu = time.perf_counter(), time.process_time()
+        prog = cc.compile(step, backend=backend, memory_budget=memory_budget).lower(ids, targets)
+        log(f"budget {memory_budget}: lower() {time.perf_counter() - start:.1f} s "
+            f"({time.process_time() - cpu:.1f} s of CPU)")
+    out["peak"] = prog.plan.peak_bytes - prog.plan.input_bytes
+    log(f"running plan: {out['peak']:,} B beyond the inputs")
+    out["step_s"], out["step_cpu_s"], out["losses"] = [], [], []
+    rng = np.random.default_rng(1)
+    model.train()
+    for i in range(steps):
+        ids, targets = batch(rng, size)
+        start, cpu = time.perf_counter(), time.process_time()
+        out["losses"].append(float(prog(ids, targets)))
+        out["step_s"].append(time.perf_counter() - start)
+        out["step_cpu_s"].append(time.process_time() - cpu)  # (all of its threads)
+        log(f"step {i}: loss {out['losses'][-1]:.3f} ({out['step_s'][-1]:.1f} s, "
+            f"{out['step_cpu_s'][-1]:.1f} s of CPU)")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps to train (default: 600; 2 with --size gpt2-small)")
     ap.add_argument("--backend", default="cpu", choices=("cpu", "numpy", "gpu"),
                     help="where the steps run (default: cpu, the compiler's default)")
     ap.add_argument("--plot", help="save the step's memory-over-time picture here")
@@ -245,7 +308,18 @@ def main(argv=None):
                     "scaler skips its update and lowers the scale)")
     ap.add_argument("--curve", metavar="PATH", help="with --amp: also train in float32 and "
                     "write both loss curves here (.png with matplotlib, else a text table)")
+    ap.add_argument("--size", default="small", choices=sorted(SIZES),
+                    help="the model's shape (gpt2-small: 12 layers, width 768, 12 heads, "
+                         "context 256, batch 4): plan it and time a few steps")
+    ap.add_argument("--budget", help="with --size gpt2-small: run the plan of this "
+                                     "memory_budget (bytes, or a string such as '600MiB')")
     args = ap.parse_args(argv)
+    if args.size != "small":
+        budget = int(args.budget) if args.budget and args.budget.isdigit() else args.budget
+        return big_step(args.size, args.backend, budget,
+                        2 if args.steps is None else args.steps)
+    if args.steps is None:
+        args.steps = 600
     h = unigram_entropy()
     print(f"text: {len(TEXT)} characters, {len(VOCAB)} symbols; unigram entropy {h:.3f} nats")
     if args.amp and args.curve:

@@ -36,17 +36,39 @@ def alias_analysis(graph: Graph) -> AliasInfo:
     Returns `AliasInfo`: `root[v]`, the value whose buffer `v` views; `members[r]`, `r` and
     every view of it in program order (`aliases(v)`: those of `v`'s root); `probe[v]`, `v`'s
     element layout inside that buffer. Reads the graph only."""
-    root, members, probe = {}, {}, {}
+    root, members, view_of = {}, {}, {}
     for v in graph.inputs:
-        root[v], members[v], probe[v] = v, [v], contiguous_probe(v.shape)
+        root[v], members[v] = v, [v]
     for node in graph.nodes:
         out = node.out
         if REGISTRY[node.op].kind == VIEW:
             src = node.inputs[0]
             root[out] = root[src]
             members[root[out]].append(out)
-            probe[out] = apply_view(probe[src], node.op, node.attrs)
-            assert probe[out] is not None, f"reshape view of a non-contiguous layout: {node}"
+            view_of[out] = node
         else:
-            root[out], members[out], probe[out] = out, [out], contiguous_probe(out.shape)
-    return AliasInfo(root, members, probe)
+            root[out], members[out] = out, [out]
+    return AliasInfo(root, members, _Probes(view_of))
+
+
+class _Probes(dict):
+    """`probe[v]`, computed when first read: most passes read only `root` and `members`, and
+    a probe per value was most of this analysis's time on a 12-layer GPT's graph."""
+
+    def __init__(self, view_of):
+        super().__init__()
+        self.view_of = view_of
+
+    def __missing__(self, v):
+        chain = []  # v and the views it is made through, up to a known layout or a root
+        while v not in self and v in self.view_of:
+            chain.append(v)
+            v = self.view_of[v].inputs[0]
+        if v not in self:
+            self[v] = contiguous_probe(v.shape)
+        for w in reversed(chain):
+            node = self.view_of[w]
+            p = apply_view(self[node.inputs[0]], node.op, node.attrs)
+            assert p is not None, f"reshape view of a non-contiguous layout: {node}"
+            self[w] = p
+        return self[chain[0]] if chain else self[v]

@@ -146,16 +146,21 @@ def _place_in_order(arena_buffers: list[Buffer], conflicts, alignment: int) -> t
     """Best fit: each buffer goes into the smallest gap, among the buffers already placed
     whose intervals intersect its own, that holds it; else on top of them."""
     offsets, arena = {}, 0
+    ends = {}  # each placed buffer's aligned end (computed once, not per conflict visited)
     for b in arena_buffers:
-        placed = sorted((offsets[p.id], p.size) for p in conflicts[b.id] if p.id in offsets)
-        best, best_gap, cursor = None, None, 0
-        for off, size in placed:
+        placed = sorted([(offsets[p.id], ends[p.id]) for p in conflicts[b.id]
+                         if p.id in offsets])
+        best, best_gap, cursor, need = None, None, 0, b.size
+        for off, end in placed:
             gap = off - cursor
-            if gap >= b.size and (best_gap is None or gap < best_gap):
+            if gap >= need and (best_gap is None or gap < best_gap):
                 best, best_gap = cursor, gap
-            cursor = max(cursor, align(off + size, alignment))
-        offsets[b.id] = cursor if best is None else best
-        arena = max(arena, align(offsets[b.id] + b.size, alignment))
+            if end > cursor:
+                cursor = end
+        o = offsets[b.id] = cursor if best is None else best
+        ends[b.id] = end = align(o + need, alignment)
+        if end > arena:
+            arena = end
     return arena, offsets
 
 

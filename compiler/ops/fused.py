@@ -50,7 +50,7 @@ def expr_cost(e: S.Expr) -> int:
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if x.op not in ("arg", "const", "cast"):
+        if x.op not in ("arg", "const", "cast", "index"):
             cost += _HEAVY.get(x.op, 1)
         stack.extend(x.args)
     return cost
@@ -187,11 +187,16 @@ class FusedBody:
         self._rows = (row_of, row_dtypes)
         return self._rows
 
-    def evaluate(self, arrays, dest=None, rows=None):
+    def reads_index(self) -> bool:
+        """Whether an inner op reads the element index (a random op: Philox's counter)."""
+        return any(REGISTRY[n.op].random for n in self.nodes)
+
+    def evaluate(self, arrays, dest=None, rows=None, index=None):
         """The root's value from the input arrays: the inner ops' references in order (each
         result cast to its node's dtype, as the reference interpreter does). With `dest` and
         `rows` (arrays of one piece's length, `rows()`'s layout), each inner value goes into
-        its row and the root into `dest`, through the ops' `into` where they have one."""
+        its row and the root into `dest`, through the ops' `into` where they have one.
+        `index`: the piece's flat indices, for a random op (None: the whole output)."""
         row_of = self.rows()[0] if rows is not None else None
         vals = []
         last = len(self.nodes) - 1
@@ -201,6 +206,9 @@ class FusedBody:
                 continue
             args = [arrays[i] if kind == "in" else vals[i] for kind, i in ops]
             target = None if rows is None else dest if j == last else rows[row_of[j]]
+            if REGISTRY[node.op].random:  # its numbers are those of the piece's indices
+                vals.append(_run(node, args, target, {"index": index}))
+                continue
             vals.append(_run(node, args, target))
         return vals[-1]
 
@@ -210,14 +218,15 @@ def _full_value(node):
     return np.asarray(node.attrs["value"]).astype(node.out.dtype)
 
 
-def _run(node, args, target):
+def _run(node, args, target, extra=None):
     """One inner node: into `target` when given (its `into`, else its reference and a copy),
-    else its reference's fresh result."""
+    else its reference's fresh result. `extra`: keywords for the reference only (a random
+    op's `index`)."""
     op = REGISTRY[node.op]
-    if target is not None and op.into is not None \
+    if target is not None and op.into is not None and extra is None \
             and op.into(target, *args, **node.attrs) is not NotImplemented:
         return target
-    out = np.asarray(op.ref(*args, **node.attrs))
+    out = np.asarray(op.ref(*args, **node.attrs, **(extra or {})))
     if out.dtype != node.out.dtype:
         out = out.astype(node.out.dtype)
     if target is None:
@@ -254,15 +263,21 @@ def _into(out, *arrays, body, scratch=None):
         return
     if scratch is None:  # a body for a native backend evaluated here anyway: small temporaries
         scratch = [np.empty(min(CHUNK, out.size), dt) for dt in body.rows()[1]]
+    # A body that reads the element index walks the output in row-major order, so that each
+    # piece's flat indices are a running count
+    counted = body.reads_index()
     it = np.nditer(list(arrays) + [out], flags=["external_loop", "buffered", "zerosize_ok"],
                    op_flags=[["readonly"]] * len(arrays) + [["writeonly"]],
-                   buffersize=CHUNK, order="K")
+                   buffersize=CHUNK, order="C" if counted else "K")
+    start = 0
     with it:
         for pieces in it:
             if not arrays:  # (over one operand nditer yields the piece itself, not a tuple)
                 pieces = (pieces,)
             n = len(pieces[-1])
-            body.evaluate(pieces[:-1], pieces[-1], [row[:n] for row in scratch])
+            index = np.arange(start, start + n, dtype=np.uint64) if counted else None
+            start += n
+            body.evaluate(pieces[:-1], pieces[-1], [row[:n] for row in scratch], index)
 
 
 defop("fused", ELEMENTWISE, _infer, _ref, into=_into, scratch=_scratch,

@@ -2,13 +2,15 @@
 easy as 1, 2, 3", SC 2011), a counter-based generator written as a scalar expression, so that
 every backend computes the same bits.
 
-`philox(counter, seed; stream, dist, dtype)` is an elementwise op: element i of the output is
-a function of its counter (the element's index, a uint64 `arange`), the seed (a 0-d uint64
-tensor: an argument, so a new seed doesn't retrace) and `stream`, a number the tracer gives
-each random call site in program order. The Philox counter is (index low 32 bits, index high
-32 bits, stream low, stream high), the key (seed low, seed high). Two call sites never share
-a stream, so they draw independent numbers; the op is marked `random`, so common-subexpression
-elimination never merges two calls.
+`philox(seed; shape, stream, dist, dtype)` is an elementwise op of the given `shape`: element
+i of the output is a function of its flat row-major index i, the seed (a 0-d uint64 tensor: an
+argument, so a new seed doesn't retrace) and `stream`, a number the tracer gives each random
+call site in program order. The index is the loop's own counter (`scalar.index()`, which every
+emitter renders from its loop position), not an operand: a draw needs no index array, and it
+fuses into its reader's loop like any elementwise op. The Philox counter is (index low 32
+bits, index high 32 bits, stream low, stream high), the key (seed low, seed high). Two call
+sites never share a stream, so they draw independent numbers; the op is marked `random`, so
+common-subexpression elimination never merges two calls.
 
 Distributions, from the 4 output words w0..w3 of one counter:
   - "uniform" in [0, 1): float32 from the top 24 bits of w0; float64 from 53 bits of w0, w1;
@@ -130,7 +132,11 @@ def box_muller(u1, u2, ops):
     return ops.sqrt(ln_u1 * -2.0) * c
 
 
-def _philox_ref(index, seed, stream, dist, dtype):
+def _philox_ref(seed, shape, stream, dist, dtype, index=None):
+    """The numbers of `shape`, or of the flat indices `index` only (a piece of the output,
+    as the chunked numpy evaluations pass it)."""
+    if index is None:
+        index = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.uint64).reshape(shape)
     w = _words_ref(index, seed, stream)
     dtype = np.dtype(dtype)
     if dist == "uniform":
@@ -147,7 +153,7 @@ def _c(v) -> S.Expr:
 
 
 def _words_expr(stream):
-    index, seed = S.arg(0), S.arg(1)
+    index, seed = S.index(), S.arg(0)
     c = [S.call("bitand", index, _c(MASK)), S.call("shr", index, _c(32)),
          _c(stream & MASK), _c(stream >> 32)]
     k0, k1 = S.call("bitand", seed, _c(MASK)), S.call("shr", seed, _c(32))
@@ -180,15 +186,34 @@ def philox_expr(attrs) -> S.Expr:
     return S.cast(box_muller(u1, u2, _ExprOps), dtype)
 
 
-def _philox_infer(types, stream, dist, dtype):
-    (si, di), (ss, ds) = types
-    if di != UINT64 or ds != UINT64 or tuple(ss) != ():
-        raise ShapeError(f"philox takes a uint64 counter and a 0-d uint64 seed, not {di} and "
-                         f"{ds}{list(ss)}")
+def _philox_infer(types, shape, stream, dist, dtype):
+    if len(types) != 1 or types[0][1] != UINT64 or tuple(types[0][0]) != ():
+        raise ShapeError("philox takes one operand, a 0-d uint64 seed, not "
+                         + ", ".join(f"{d}{list(s)}" for s, d in types))
     if dist not in ("uniform", "normal") or dkind(np.dtype(dtype)) != "f":
         raise ShapeError(f"philox: bad distribution {dist!r} or dtype {dtype}")
-    return tuple(si), np.dtype(dtype)
+    return tuple(int(d) for d in shape), np.dtype(dtype)
+
+
+CHUNK = 4096  # elements per piece in the numpy evaluation (bounded temporaries)
+
+
+def _philox_into(out, seed, shape, stream, dist, dtype):
+    """Into `out` (any layout) in pieces of CHUNK elements taken in row-major order, each
+    from its own flat indices: no index array of the whole output."""
+    if out.size == 0:
+        return
+    it = np.nditer([out], flags=["external_loop", "buffered", "zerosize_ok"],
+                   op_flags=[["writeonly"]], buffersize=CHUNK, order="C")
+    start = 0
+    with it:
+        for piece in it:
+            n = len(piece)
+            piece[...] = _philox_ref(seed, shape, stream, dist, dtype,
+                                     index=np.arange(start, start + n, dtype=np.uint64))
+            start += n
 
 
 defop("philox", ELEMENTWISE, _philox_infer, _philox_ref, expr=philox_expr, random=True,
-      doc="Philox-4x32-10 numbers of one stream: uniform [0, 1) or standard normal")
+      into=_philox_into,
+      doc="Philox-4x32-10 numbers of one stream: uniform [0, 1) or standard normal, of a shape")

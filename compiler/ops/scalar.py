@@ -26,7 +26,7 @@ BINARY_OPERATORS = ("+", "-", "*", "/", "<", ">", "<=", ">=", "==", "!=")
 
 @dataclass(frozen=True)
 class Expr:
-    op: str            # "arg", "const", an operator from BINARY_OPERATORS or a FUNCTIONS name
+    op: str            # "arg", "const", "index", an operator or a FUNCTIONS name
     args: tuple = ()
     value: object = None  # arg index, constant value, or cast dtype name
 
@@ -54,6 +54,8 @@ class Expr:
     def __str__(self) -> str:
         if self.op == "arg":
             return f"${self.value}"
+        if self.op == "index":
+            return "$index"
         if self.op == "const":
             return repr(self.value)
         if self.op in BINARY_OPERATORS:
@@ -65,6 +67,13 @@ class Expr:
 
 def arg(i: int) -> Expr:
     return Expr("arg", value=i)
+
+
+def index() -> Expr:
+    """The output element's flat row-major index (uint64) in the node's logical shape: the
+    loop counter of the kernel that computes it. A random op reads it (Philox's counter), so
+    it needs no index array; every emitter knows its loop's position."""
+    return Expr("index")
 
 
 def const(c) -> Expr:
@@ -185,17 +194,23 @@ _NP_OPS = {
 }
 
 
-def evaluate(e: Expr, args: list[np.ndarray], _memo=None):
-    """Evaluate `e` elementwise with numpy over broadcast arguments. A subexpression shared by
-    identity is evaluated once (expressions such as Philox's and Box-Muller's are DAGs)."""
+def evaluate(e: Expr, args: list[np.ndarray], _memo=None, index=None):
+    """Evaluate `e` elementwise with numpy over broadcast arguments; `index()` is `index` (a
+    uint64 array of the elements' flat indices). A subexpression shared by identity is
+    evaluated once (expressions such as Philox's and Box-Muller's are DAGs)."""
     if e.op == "arg":
         return args[e.value]
     if e.op == "const":
         return e.value
+    if e.op == "index":
+        if index is None:
+            raise ValueError("evaluating an expression that reads the element index: pass "
+                             "index=")
+        return np.asarray(index, np.uint64)
     memo = {} if _memo is None else _memo
     if id(e) in memo:
         return memo[id(e)][0]
-    vals = [evaluate(a, args, memo) for a in e.args]
+    vals = [evaluate(a, args, memo, index) for a in e.args]
     out = _apply(e, vals)
     memo[id(e)] = (out, e)  # (keeps e alive, so its id stays unique while memo lives)
     return out

@@ -518,7 +518,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 return lambda: (load(b, elem_ptr(b, ptrs[p.slot], p.dtype,
                                                  index(b, p.offset, strides[k + 1], idxs)),
                                      p.dtype), p.dtype)
-            r = Renderer(b, [loader(k) for k in range(len(ins))])
+            r = Renderer(b, [loader(k) for k in range(len(ins))],
+                         index=lambda: _flat_index(b, shape, idxs))
             v, d = r.render(expr, out.dtype)
             v = convert(b, v, d, out.dtype)
             store(b, v, elem_ptr(b, ptrs[out.slot], out.dtype, index(b, out.offset, strides[0],
@@ -759,6 +760,17 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             rem = b.srem(rem, i64(src.strides[d]))
             acc = b.add(acc, b.mul(q, i64(dst.strides[d])))
         return acc
+
+
+def _flat_index(b, shape, idxs):
+    """The element's row-major index in the output's logical shape, from the loop indices
+    over its collapsed `shape` (collapsing merges adjacent dims and drops size-1 ones, which
+    keeps row-major order): what a random op's counter reads, whatever the thread split."""
+    strides, inner = [], 1
+    for d in reversed(shape):
+        strides.insert(0, inner)
+        inner *= int(d)
+    return index(b, 0, strides, idxs)
 
 
 def _outer_split(shape, work_per_element):

@@ -187,11 +187,14 @@ _CMP = {"<": "<", ">": ">", "<=": "<=", ">=": ">=", "==": "==", "!=": "!="}
 
 
 class Renderer:
-    """Renders one Expr for one element: `args[i]()` loads operand i (as (value, dtype))."""
+    """Renders one Expr for one element: `args[i]()` loads operand i (as (value, dtype));
+    `index()` gives the element's flat index (an i64, read as uint64) where the expression
+    reads it (a random op's counter)."""
 
-    def __init__(self, b: ir.IRBuilder, args):
+    def __init__(self, b: ir.IRBuilder, args, index=None):
         self.b = b
         self.args = args
+        self.index = index
         self.cache = {}
         # Results by the identity of their Expr: a subexpression shared by several parents (a
         # fused body's value used twice, Philox's words) is rendered once.
@@ -229,6 +232,10 @@ class Renderer:
         if e.op == "const":
             w = Weak(e.value if not isinstance(e.value, (bool, np.bool_)) else int(e.value))
             return w, w
+        if e.op == "index":
+            if self.index is None:
+                raise NotImplementedError("this kernel has no element index to render")
+            return self.index(), np.dtype(np.uint64)
         if e.op == "cast":
             dst = np.dtype(e.value)
             return self._materialize(self._r(e.args[0]), dst), dst

@@ -398,7 +398,9 @@ class ModuleEmitter:
             expr = expr.args[0]   # the node's own rounding: the store's
 
         def value(body, args):   # converted once, by the store (one rounding to a half)
-            return Renderer(body, args, indent="    ").render(expr, out.dtype)
+            # `i`: _pointwise's flat row-major index over the collapsed shape, which is the
+            # element's index in the logical shape (a random op's counter)
+            return Renderer(body, args, indent="    ", index="i").render(expr, out.dtype)
         consts = {k: self.inlined[id(v)] for k, v in enumerate(node.inputs)
                   if id(v) in self.inlined}
         self._pointwise(t, node, "", out, ins, value, consts)

@@ -268,10 +268,13 @@ _CMP = ("<", ">", "<=", ">=", "==", "!=")
 
 class Renderer:
     """Renders one Expr as C statements appended to `lines`; `args[i]` is (C expression,
-    dtype) of operand i (already loaded). Temporaries are named `{prefix}{n}`."""
+    dtype) of operand i (already loaded). Temporaries are named `{prefix}{n}`. `index`: the C
+    expression of the element's flat index, where the expression reads it (a random op)."""
 
-    def __init__(self, lines: list, args, prefix: str = "t", indent: str = "    "):
+    def __init__(self, lines: list, args, prefix: str = "t", indent: str = "    ",
+                 index: str | None = None):
         self.lines, self.args, self.prefix, self.indent = lines, args, prefix, indent
+        self.index = index
         self.n = 0
         # (C name, dtype) by the identity of the Expr: a subexpression shared by several
         # parents (a fused body's value read twice, Philox's words) is one temporary.
@@ -311,6 +314,11 @@ class Renderer:
         if e.op == "const":
             w = Weak(e.value if not isinstance(e.value, (bool, np.bool_)) else int(e.value))
             return w, w
+        if e.op == "index":
+            if self.index is None:
+                raise NotImplementedError("this kernel has no element index to render")
+            u64 = np.dtype(np.uint64)
+            return self._tmp(u64, f"(unsigned long long)({self.index})"), u64
         if e.op == "cast":
             dst = np.dtype(e.value)
             item = self._r(e.args[0])

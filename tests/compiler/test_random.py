@@ -34,13 +34,13 @@ def test_scalar_expression_computes_the_reference_bits(dist, dtype):
     bits, for uniform numbers (integer arithmetic and exact conversions) and normal ones
     (Box-Muller from correctly rounded float64 operations, in one order)."""
     op = REGISTRY["philox"]
-    attrs = dict(stream=2 ** 33 + 5, dist=dist, dtype=np.dtype(dtype))
+    attrs = dict(shape=(997,), stream=2 ** 33 + 5, dist=dist, dtype=np.dtype(dtype))
     index = np.arange(0, 2 ** 40, 2 ** 40 // 997, dtype=np.uint64)[:997]  # high words too
     seed = np.array(2 ** 63 + 12345, np.uint64)
-    want = op.ref(index, seed, **attrs)
-    expr = expr_for(op, attrs, [index.dtype, seed.dtype], np.dtype(dtype))
+    want = op.ref(seed, **attrs, index=index)
+    expr = expr_for(op, attrs, [seed.dtype], np.dtype(dtype))
     with np.errstate(all="ignore"):
-        got = np.asarray(S.evaluate(expr, [index, seed])).astype(dtype)
+        got = np.asarray(S.evaluate(expr, [seed], index=index)).astype(dtype)
     assert got.dtype == want.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(got, want)
 

@@ -51,5 +51,6 @@ def test_float16_with_the_scaler_survives_an_overflowing_step(gpt):
     # the scale comes down until float16 holds the gradients, then training goes on
     last = max(seen)
     assert not seen[last][1] and np.isfinite(losses).all()
-    assert any(not np.array_equal(a, b) for a, b in zip(after[:gpt.N_PARAMS], seen[last][0][:gpt.N_PARAMS]))
+    assert any(not np.array_equal(a, b)
+               for a, b in zip(after[:gpt.N_PARAMS], seen[last][0][:gpt.N_PARAMS]))
     assert all(np.isfinite(p).all() for p in seen[last][0])
