@@ -359,7 +359,7 @@ class Program:
     def fast_call(self, args) -> _FastCall | None:
         """The short path for calls laid out as `args` (a call that just succeeded on the
         general path), made once per layout; None where this program's calls need the general
-        path: another backend, data checks, private copies, a view signature, an argument
+        path: another backend, private copies, a view signature, an argument
         that is no plain C-contiguous ndarray (see `_FastCall`)."""
         try:
             key = _fast_key(args)
@@ -375,9 +375,10 @@ class Program:
 
     def _make_fast(self, args, key):
         make = getattr(self._exec, "fast_runner", None)
-        if (make is None or self.distributed is not None or self._checks_while_running
+        # (checks while running need private copies only of what the program writes)
+        if (make is None or self.distributed is not None
+                or (self._checks_while_running and self.graph.mutations)
                 or not getattr(self._exec, "_memory_checked", False)
-                or any(c.input_index is not None for c in self.graph.data_checks)
                 or len(args) != self._n_args):
             return None
         positions = []
@@ -399,8 +400,9 @@ class Program:
         runner = make(positions, self.state_arrays, self._input_facts()[2], wanted)
         if runner is None:
             return None
+        checks = any(c.input_index is not None for c in self.graph.data_checks)
         return _FastCall(self, key, (self.signature[:self._n_args], ()), runner, positions,
-                         routes)
+                         routes, checks)
 
     def _run_bound(self, arrays, loc):
         """Run on `arrays` (one per graph input, state arrays included: they never share
@@ -560,17 +562,17 @@ class _FastCall:
     read-only array the program writes and overlapping inputs (the general path then raises
     or traces the aliasing), and fresh outputs are allocated. What the general path checks
     once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
-    no data checks, private copies or copies back (an in-place mutation is written by the
+    no private copies (data checks while running beside mutations) or copies back (an in-place mutation is written by the
     one native call, so no signal can split it); the memory check passed. State guards and
     captured arrays are checked as on the general path; when they changed, the call takes
     it. Returns _SLOW when nothing ran and the general path must take the call."""
 
     __slots__ = ("prog", "key", "slow_key", "run", "positions", "routes", "tree", "single",
-                 "repeats")
+                 "repeats", "checks")
 
-    def __init__(self, prog, key, slow_key, run, positions, routes):
+    def __init__(self, prog, key, slow_key, run, positions, routes, checks):
         self.prog, self.key, self.slow_key, self.run = prog, key, slow_key, run
-        self.positions = positions
+        self.positions, self.checks = positions, checks
         self.routes = routes if any(r is not None for r in routes) else None
         tree = prog.graph.output_tree
         if tree is None:  # a hand-built graph: one output, or a tuple of them
@@ -588,6 +590,8 @@ class _FastCall:
             return _SLOW  # (a layer's structure may have changed: the guards decide there)
         if prog._captured and prog.changed_capture() is not None:
             return _SLOW
+        if self.checks:  # labels in the caller's arrays: checked before anything runs
+            prog._check_data([args[p] for p in self.positions] + prog.state_arrays)
         outs = self.run(args)
         if outs is None:
             return _SLOW
