@@ -16,7 +16,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from runtime.arena import contiguous_arguments
+from runtime.arena import REFUSED, contiguous_arguments
 from runtime.backends import BACKENDS as BACKEND_OBJECTS
 
 from . import tracer as _tr
@@ -334,10 +334,11 @@ class Program:
         if not kwargs and self._fast and FAST_CALLS:
             try:
                 fast = self._fast.get(_fast_key(args))
-            except TypeError:  # (an unhashable argument: the general path refuses it)
+            except Exception:  # noqa: BLE001 - an unhashable argument: the general path's
                 fast = None
             if fast:
-                result = fast(args)
+                call = fast.call
+                result = call(args) if call is not None else fast(args)
                 if result is not _SLOW:
                     return result
         loc = _tr.call_site()
@@ -364,7 +365,7 @@ class Program:
         try:
             key = _fast_key(args)
             fast = self._fast.get(key)
-        except TypeError:
+        except Exception:  # noqa: BLE001 - (unhashable: no short path)
             return None
         if fast is None:
             fast = self._make_fast(args, key) or False
@@ -530,7 +531,7 @@ class Program:
 
 
 _NOT_DEFERRED = contextlib.nullcontext()
-_SLOW = object()  # what a _FastCall returns when the call must take the general path
+_SLOW = REFUSED  # what a _FastCall returns when the call must take the general path
 # False: every call takes the general path (tests that hook the executable's general path,
 # and comparisons of the two paths).
 FAST_CALLS = True
@@ -568,7 +569,7 @@ class _FastCall:
     it. Returns _SLOW when nothing ran and the general path must take the call."""
 
     __slots__ = ("prog", "key", "slow_key", "run", "positions", "routes", "tree", "single",
-                 "repeats", "checks")
+                 "repeats", "checks", "call")
 
     def __init__(self, prog, key, slow_key, run, positions, routes, checks):
         self.prog, self.key, self.slow_key, self.run = prog, key, slow_key, run
@@ -583,6 +584,11 @@ class _FastCall:
         # Fresh outputs that repeat elements (stride 0) are returned read-only, as there.
         self.repeats = [i for i, (v, r) in enumerate(zip(prog.graph.outputs, routes))
                         if r is not None or 0 in prog._exec.places[id(v)].strides]
+        # Nothing to check or assemble (no guards, captured arrays, data checks; one fresh
+        # output): the runner's `one` is the whole call.
+        self.call = run.one if (run.single and self.single and not self.repeats
+                                and not checks and not prog._guards
+                                and not prog._captured) else None
 
     def __call__(self, args):
         prog = self.prog
@@ -593,7 +599,7 @@ class _FastCall:
         if self.checks:  # labels in the caller's arrays: checked before anything runs
             prog._check_data([args[p] for p in self.positions] + prog.state_arrays)
         outs = self.run(args)
-        if outs is None:
+        if outs is _SLOW:
             return _SLOW
         if self.single and not self.repeats:
             return outs[0]
@@ -902,11 +908,15 @@ class CompiledFunction:
         if not kwargs and not _tr._STACK and FAST_CALLS:
             # A layout seen before: the short path (Program.fast_call), no binding or lookup.
             try:
-                fast = self._fast.get(_fast_key(args))
-            except TypeError:
+                if len(args) == 1 and type(a := args[0]) is np.ndarray:  # (_fast_key's case)
+                    fast = self._fast.get((a.shape, a.strides, a.dtype))
+                else:
+                    fast = self._fast.get(_fast_key(args))
+            except Exception:  # noqa: BLE001 - an unhashable argument: the general path's
                 fast = None
             if fast is not None:
-                result = fast(args)
+                call = fast.call
+                result = call(args) if call is not None else fast(args)
                 if result is not _SLOW:
                     if fast.prog is self._last_prog:
                         next(self._fast_hits)

@@ -46,7 +46,7 @@ import numpy as np
 
 from compiler.errors import InsufficientMemoryError
 from compiler.ops import COMM_OPS
-from runtime.arena import HUGE_PAGE, POOL_LIMIT, ArenaPool, compute, empty_aligned
+from runtime.arena import HUGE_PAGE, POOL_LIMIT, REFUSED, ArenaPool, compute, empty_aligned
 from runtime.lowering.places import contiguous_strides
 from runtime.reference import run_node
 
@@ -308,11 +308,16 @@ def _trampoline():
         return _trampoline_cache[0]
 
 
+class _Refused(Exception):
+    pass
+
+
 class FastRunner:
     """One program's native call for a layout seen before: the arguments at `positions` of
     the call's tuple (C-contiguous ndarrays of the traced shapes and dtypes: the caller's key
     says so) and the state arrays are its inputs. `__call__(args)` gives the graph outputs at
-    `wanted` (fresh buffers), or None when nothing ran (read-only or overlapping inputs)."""
+    `wanted` (fresh buffers), or REFUSED when nothing ran (read-only or overlapping
+    inputs)."""
 
     def __init__(self, exe, tramp, positions, states, written, wanted):
         graph = exe.graph
@@ -342,18 +347,18 @@ class FastRunner:
             item = place.dtype.itemsize
             self._views.append((place.slot[1], place.shape, place.dtype, place.offset * item,
                                 tuple(s * item for s in place.strides)))
-        one = len(self._out_sizes) == 1 and not self._out_sizes[0][1]
-        self._one = self._out_sizes[0][0] if one else None
-        self._view = self._views[0][1:] if one and len(self._views) == 1 else None
+        self._blas = exe._blas
+        # One small fresh output buffer holding the one wanted output: `one` applies.
+        self.single = (len(self._out_sizes) == 1 and not self._out_sizes[0][1]
+                       and len(self._views) == 1)
+        self._one = self._out_sizes[0][0] if self.single else None
+        self._view = self._views[0][1:] if self.single else None
 
     def __call__(self, args):
+        """The graph outputs at `wanted`, or REFUSED (nothing ran)."""
         exe = self.exe
         try:
-            if self._one is not None:  # (the common case, one small output: no loop)
-                outs = (_with_room(self._one),)
-            else:
-                outs = tuple(_aligned(n) if huge else _with_room(n)
-                             for n, huge in self._out_sizes)
+            outs = tuple(_aligned(n) if huge else _with_room(n) for n, huge in self._out_sizes)
         except MemoryError:
             raise InsufficientMemoryError(f"{exe.graph.name}: can't allocate its outputs "
                                           f"({exe.plan.output_bytes} bytes)") from None
@@ -363,38 +368,71 @@ class FastRunner:
         except IndexError:
             state = exe._new_state()
         try:
-            if exe._blas:
-                pool.blas_enter()
-                try:
-                    status = self._tramp(self._addr, state.block_addr, id(args), id(outs))
-                finally:
-                    pool.blas_exit()
-            else:
-                status = self._tramp(self._addr, state.block_addr, id(args), id(outs))
-            if status:
-                if status < 0:
-                    return None
-                self._data_error(status, state, args, outs)
-            if exe._errors:
-                error = exe._errors.pop(threading.get_ident(), None)
-                if error is not None:
-                    raise error
+            self._native(state, args, outs)
             offs = state.offs
-            if self._view is not None:
-                shape, dtype, offset, strides = self._view
-                return [np.ndarray(shape, dtype, outs[0], offs[0] + offset, strides)]
             return [np.ndarray(shape, dtype, outs[j], offs[j] + offset, strides)
                     for j, shape, dtype, offset, strides in self._views]
+        except _Refused:
+            return REFUSED
         finally:
             if len(free) < POOL_LIMIT:
                 free.append(state)
 
-    def _data_error(self, status, state, args, outs):
+    def one(self, args):
+        """`self(args)[0]` where the program returns one array, in one small fresh buffer
+        (`self.single`): the common small call, in fewer steps."""
+        try:
+            out = _with_room(self._one)
+        except MemoryError:
+            raise InsufficientMemoryError(f"{self.exe.graph.name}: can't allocate its outputs "
+                                          f"({self.exe.plan.output_bytes} bytes)") from None
+        free = self.exe._free
+        try:
+            state = free.pop()
+        except IndexError:
+            state = self.exe._new_state()
+        try:
+            outs = (out,)
+            status = self._tramp(self._addr, state.block_addr, id(args), id(outs)) \
+                if not self._blas else None
+            if status != 0 or self.exe._errors:
+                self._check(status, state, args, outs)
+            shape, dtype, offset, strides = self._view
+            return np.ndarray(shape, dtype, out, state.offs[0] + offset, strides)
+        except _Refused:
+            return REFUSED
+        finally:
+            if len(free) < POOL_LIMIT:
+                free.append(state)
+
+    def _native(self, state, args, outs):
+        status = self._tramp(self._addr, state.block_addr, id(args), id(outs)) \
+            if not self._blas else None
+        if status != 0 or self.exe._errors:
+            self._check(status, state, args, outs)
+
+    def _check(self, status, state, args, outs):
+        """After the trampoline: run it inside BLAS's bracket if the program calls BLAS
+        (status None: not run yet), then raise a fallback's exception, REFUSED's signal or the
+        data error of the node that found one."""
         exe = self.exe
-        if exe._errors:  # (a fallback's exception first, as the general path)
+        if status is None:
+            pool.blas_enter()
+            try:
+                status = self._tramp(self._addr, state.block_addr, id(args), id(outs))
+            finally:
+                pool.blas_exit()
+        if exe._errors:  # (some thread's callback failed: this one's?)
             error = exe._errors.pop(threading.get_ident(), None)
             if error is not None:
                 raise error
+        if status < 0:
+            raise _Refused
+        if status:
+            self._data_error(status, state, args, outs)
+
+    def _data_error(self, status, state, args, outs):
+        exe = self.exe
         inputs = [args[p] for p in self._positions] + self._states
         flat = [a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8)
                 for a in inputs]
