@@ -354,14 +354,14 @@ class Program:
             return self._run_bound(self._bind_args(args, loc), loc)
         result = self._run_bound(self._bind_args(args, loc), loc)
         if not kwargs:
-            self.fast_call(args)
+            self._fast_entry(args)
         return result
 
-    def fast_call(self, args) -> _FastCall | None:
+    def _fast_entry(self, args) -> _FastCall | None:
         """The short path for calls laid out as `args` (a call that just succeeded on the
         general path), made once per layout; None where this program's calls need the general
-        path: another backend, private copies, a view signature, an argument
-        that is no plain C-contiguous ndarray (see `_FastCall`)."""
+        path: another backend, private copies, a view signature, an argument that is no
+        plain C-contiguous ndarray (see `_FastCall`)."""
         try:
             key = _fast_key(args)
             fast = self._fast.get(key)
@@ -568,8 +568,8 @@ class _FastCall:
     captured arrays are checked as on the general path; when they changed, the call takes
     it. Returns _SLOW when nothing ran and the general path must take the call."""
 
-    __slots__ = ("prog", "key", "slow_key", "run", "positions", "routes", "tree", "single",
-                 "repeats", "checks", "call")
+    __slots__ = ("call", "checks", "key", "positions", "prog", "repeats", "routes", "run",
+                 "single", "slow_key", "tree")
 
     def __init__(self, prog, key, slow_key, run, positions, routes, checks):
         self.prog, self.key, self.slow_key, self.run = prog, key, slow_key, run
@@ -906,7 +906,7 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         if not kwargs and not _tr._STACK and FAST_CALLS:
-            # A layout seen before: the short path (Program.fast_call), no binding or lookup.
+            # A layout seen before: the short path (Program._fast_entry), no binding or lookup.
             try:
                 if len(args) == 1 and type(a := args[0]) is np.ndarray:  # (_fast_key's case)
                     fast = self._fast.get((a.shape, a.strides, a.dtype))
@@ -935,7 +935,7 @@ class CompiledFunction:
             return prog(*args, *kwargs.values())
         result = prog._run_bound(prog._with_states(arrays, loc), loc)
         if not kwargs and not _tr._STACK:
-            fast = prog.fast_call(args)
+            fast = prog._fast_entry(args)
             if fast is not None and self._cache.get(fast.slow_key) is prog:
                 if len(self._fast) >= FAST_LIMIT:
                     self._fast.clear()

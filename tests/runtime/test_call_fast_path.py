@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import compiler as cc
-import compiler.nn as nn
-from compiler import api
+from compiler import api, nn
 from tests.backends import AVAILABLE
 from tests.error_lines import error_checker
 
