@@ -43,6 +43,7 @@ import threading
 import time
 
 import numpy as np
+from llvmlite import binding as llvm
 
 from compiler.errors import InsufficientMemoryError
 from compiler.ops import COMM_OPS
@@ -132,6 +133,16 @@ def _layout():
     except Exception:  # noqa: BLE001 - any surprise: no fast path
         return None
     return (item, data, flags) if ok else None
+
+
+def _layout_ok():
+    """The verified layout (once per process), or None."""
+    if not _layout_cache:
+        _layout_cache.append(_layout())
+    return _layout_cache[0]
+
+
+_layout_cache: list = []
 
 
 def _trampoline_ir(item: int, data: int, flags: int) -> str:
@@ -295,15 +306,24 @@ refuse:
 
 
 def _trampoline():
-    """The compiled `fast_call` as a ctypes function, or None (layouts not as expected)."""
+    """The compiled `fast_call` as a ctypes function, or None (layouts not as expected).
+    Compiled once per process, at the first call that takes a short path, by an LLVM JIT of
+    its own: the trampoline is no program's code, so it stays out of the JIT's statistics
+    and its disk cache (a process whose functions run once compiles nothing more)."""
     with _trampoline_lock:
         if not _trampoline_cache:
-            layout = _layout()
+            layout = _layout_ok()
             fn = None
             if layout is not None:
-                compiled = jit.compile_ir(_trampoline_ir(*layout), ["fast_call"], opt=2)
-                fn = _FAST_CALL(compiled.address("fast_call"))
-                _trampoline_cache.append(compiled)  # (keeps the code alive)
+                llvm.initialize_native_target()
+                llvm.initialize_native_asmprinter()
+                llvm.initialize_native_asmparser()
+                machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
+                lljit = llvm.create_lljit_compiler(machine)
+                tracker = (llvm.JITLibraryBuilder().add_ir(_trampoline_ir(*layout))
+                           .export_symbol("fast_call").link(lljit, "inplace_fast_call"))
+                fn = _FAST_CALL(tracker["fast_call"])
+                _trampoline_cache.append((lljit, tracker))  # (keeps the code alive)
             _trampoline_cache.insert(0, fn)
         return _trampoline_cache[0]
 
@@ -319,9 +339,12 @@ class FastRunner:
     `wanted` (fresh buffers), or REFUSED when nothing ran (read-only or overlapping
     inputs)."""
 
-    def __init__(self, exe, tramp, positions, states, written, wanted):
+    def __init__(self, exe, positions, states, written, wanted):
         graph = exe.graph
-        self.exe, self._tramp = exe, tramp
+        self.exe = exe
+        # The trampoline once compiled, else `_first` compiles it (building a runner
+        # compiles nothing: a function called once never needs it).
+        self._tramp = _trampoline_cache[0] if _trampoline_cache else self._first
         written = set(written)
         n_dyn = len(positions)
         sizes = [v.size * v.dtype.itemsize for v in graph.inputs]
@@ -353,6 +376,12 @@ class FastRunner:
                        and len(self._views) == 1)
         self._one = self._out_sizes[0][0] if self.single else None
         self._view = self._views[0][1:] if self.single else None
+
+    def _first(self, *args):
+        self._tramp = _trampoline()
+        if self._tramp is None:  # (a runner exists only where the layouts were verified)
+            raise RuntimeError("the fast-call trampoline could not be built")
+        return self._tramp(*args)
 
     def __call__(self, args):
         """The graph outputs at `wanted`, or REFUSED (nothing ran)."""
@@ -597,10 +626,9 @@ class CpuExecutable(ArenaPool):
                     or any(d > 1 and s != t for d, s, t in
                            zip(place.shape, place.strides, contiguous_strides(place.shape)))):
                 return None
-        tramp = _trampoline()
-        if tramp is None:
+        if _layout_ok() is None:
             return None
-        return FastRunner(self, tramp, positions, states, written, wanted)
+        return FastRunner(self, positions, states, written, wanted)
 
     def run_held(self, inputs):
         """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
