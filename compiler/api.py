@@ -233,6 +233,20 @@ class Program:
         self._fast: dict = {}  # _fast_key(args) -> _FastCall, or False: the general path
 
     @property
+    def _exec(self):
+        return self._executable
+
+    @_exec.setter
+    def _exec(self, executable):
+        # Another executable (tests swap in a sanitizing one): the short paths built for the
+        # old one are retired, wherever they are kept.
+        self._executable = executable
+        for fast in self.__dict__.get("_fast", {}).values():
+            if fast:
+                fast.retire()
+        self._fast = {}
+
+    @property
     def source(self) -> str:
         return getattr(self._exec, "source", "")
 
@@ -590,8 +604,14 @@ class _FastCall:
                                 and not checks and not prog._guards
                                 and not prog._captured) else None
 
+    def retire(self):
+        """Its program's executable was replaced: every later call takes the general path."""
+        self.call = self.run = None
+
     def __call__(self, args):
         prog = self.prog
+        if self.run is None:
+            return _SLOW
         if prog._guards and prog._epoch != _tr.STATE_EPOCH[0]:
             return _SLOW  # (a layer's structure may have changed: the guards decide there)
         if prog._captured and prog.changed_capture() is not None:
