@@ -207,6 +207,9 @@ class Program:
         # The arrays read as state (layers' parameters, optimizers' moments): the last graph
         # inputs, passed by the program itself on every call after the caller's arguments.
         self.state_arrays = [plain(a) for a in states]  # (a Parameter runs as its ndarray)
+        # The state objects themselves: a Parameter's own writeable flag is not its plain
+        # view's (made once, above), so a read-only check reads these.
+        self._state_objects = list(states)
         self._n_args = len(signature) - len(self.state_arrays)
         self._guards = list(guards)
         self._epoch = _tr.STATE_EPOCH[0]
@@ -412,7 +415,8 @@ class Program:
                for v, r in zip(outputs, routes)):
             return None  # (the same layout each call: a route that can't view never will)
         wanted = [v for v, r in zip(outputs, routes) if r is None]
-        runner = make(positions, self.state_arrays, self._input_facts()[2], wanted)
+        # (the state objects: the trampoline reads their own writeable flags)
+        runner = make(positions, self._state_objects, self._input_facts()[2], wanted)
         if runner is None:
             return None
         checks = any(c.input_index is not None for c in self.graph.data_checks)
@@ -424,8 +428,11 @@ class Program:
         memory), bound and checked against the signature by the caller."""
         self._check_data(arrays)
         names, donated, written = self._input_facts()
+        first_state = len(arrays) - len(self._state_objects)
         for k in written:
-            if not arrays[k].flags.writeable:
+            if not arrays[k].flags.writeable or (
+                    k >= first_state
+                    and not self._state_objects[k - first_state].flags.writeable):
                 where = self.graph.mutation_locs.get(k)
                 why = f"the function writes into it at {where}" if where else "it is donated"
                 raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",

@@ -348,7 +348,9 @@ class FastRunner:
         written = set(written)
         n_dyn = len(positions)
         sizes = [v.size * v.dtype.itemsize for v in graph.inputs]
-        self._positions, self._states = list(positions), list(states)
+        self._positions = list(positions)
+        # (`states` may be ndarray subclasses, as Parameters: their own flags are read)
+        self._states = [a if type(a) is np.ndarray else np.asarray(a) for a in states]
         self._keep = keep = [
             (ctypes.c_int64 * max(n_dyn, 1))(*positions),
             (ctypes.c_int64 * max(len(states), 1))(*(id(a) for a in states)),

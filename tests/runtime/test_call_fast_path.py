@@ -262,3 +262,45 @@ def test_a_program_called_directly_takes_the_short_path(general):
         prog(x[:1])  # <- shape
     check_error(e, cc.ShapeError, "shape", "has shape [1, 3]")
     assert same_bits(prog(x), general_path(affine, x)) and len(general) == 1
+
+
+def sgd_step(net):
+    def step(x):
+        loss = net(x).square().mean()
+        loss.backward()
+        with cc.no_grad():
+            for p in net.parameters():
+                p.subtract_(0.1 * p.grad)
+        return loss
+    return step
+
+
+def test_a_read_only_state_array_the_step_writes_raises_and_nothing_is_written(general):
+    net = Net()
+    fn = cc.compile(sgd_step(net))
+    x = rng(5).standard_normal((4, 3)).astype(np.float32)
+    fn(x)
+    fn(x)
+    assert len(general) == 1
+    before = [p.copy() for p in net.parameters()]
+    net.fc.bias.flags.writeable = False
+    with pytest.raises(cc.InplaceError) as e:
+        fn(x)  # <- frozen
+    check_error(e, cc.InplaceError, "frozen", "is a read-only array")
+    for p, b in zip(net.parameters(), before):
+        assert same_bits(p, b)  # nothing written: neither the weight nor the bias
+    net.fc.bias.flags.writeable = True
+    fn(x)
+    assert len(general) == 2 and not same_bits(net.fc.weight, before[0])
+
+
+def test_keyword_calls_take_the_general_path_with_the_same_bits(general):
+    def f(x, *, scale):
+        return x * scale
+    fn = cc.compile(f)
+    x = rng(6).standard_normal(5).astype(np.float32)
+    y = np.full(5, 3.0, np.float32)
+    fn(x, scale=y)
+    fn(x, scale=y)
+    assert len(general) == 2 and fn.traces == 1
+    assert same_bits(fn(x, scale=y), x * y)
