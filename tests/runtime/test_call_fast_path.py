@@ -294,6 +294,22 @@ def test_a_read_only_state_array_the_step_writes_raises_and_nothing_is_written(g
     assert len(general) == 2 and not same_bits(net.fc.weight, before[0])
 
 
+def test_the_general_path_refuses_a_read_only_parameter_too(monkeypatch):
+    # (a Parameter runs as a plain view made once: the Parameter's own flag is what counts)
+    monkeypatch.setattr(api, "FAST_CALLS", False, raising=False)
+    net = Net()
+    fn = cc.compile(sgd_step(net))
+    x = rng(7).standard_normal((4, 3)).astype(np.float32)
+    fn(x)
+    before = [p.copy() for p in net.parameters()]
+    net.fc.weight.flags.writeable = False
+    with pytest.raises(cc.InplaceError) as e:
+        fn(x)  # <- general
+    check_error(e, cc.InplaceError, "general", "is a read-only array")
+    for p, b in zip(net.parameters(), before):
+        assert same_bits(p, b)
+
+
 def test_keyword_calls_take_the_general_path_with_the_same_bits(general):
     def f(x, scale):
         return x * scale
