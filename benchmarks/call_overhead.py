@@ -7,9 +7,11 @@ driver's (binding the arguments, finding the program, the native call, wrapping 
 Each repeat times `--calls` calls of every contender in turn (interleaved, so that load on a
 shared machine falls on all of them alike) with `time.process_time` (CPU, not wall: other
 processes' load doesn't count), and the medians over repeats are printed in microseconds per
-call with the ratio to ours. Contenders: `fn(x)` (cc.compile, cpu backend), the lowered
-`Program` called directly, and where installed `jax.jit`, torch eager and torch.compile.
-BLAS runs on one thread (no GEMM here anyway).
+call with the ratio to ours. Contenders: `fn(x)` (cc.compile, cpu backend: after its first
+call, the short path of a layout seen before, `compiler.api._FastCall`), the lowered `Program`
+called directly, `fn(x)` with the short path off (`compiler.api.FAST_CALLS = False`: the
+general path every call binds, checks and wraps on), and where installed `jax.jit`, torch
+eager and torch.compile. BLAS runs on one thread (no GEMM here anyway).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import compiler as cc  # noqa: E402
+from compiler import api  # noqa: E402
 
 
 def contenders():
@@ -34,7 +37,11 @@ def contenders():
     fn = cc.compile(lambda x: x * 2 + 1)
     fn(x)
     prog = fn.lower(x)
-    out = {"ours fn(x)": (fn, x), "ours Program(x)": (prog, x)}
+    general = cc.compile(lambda x: x * 2 + 1)
+    general(x)
+    # (name: the callable, its argument, whether the short path is on while it runs)
+    out = {"ours fn(x)": (fn, x), "ours Program(x)": (prog, x),
+           "ours general path": (general, x, False)}
     try:
         import jax
         jf = jax.jit(lambda x: x * 2 + 1)
@@ -64,11 +71,13 @@ def main(argv=None):
     runs = contenders()
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.repeat):
-        for name, (f, x) in runs.items():
+        for name, (f, x, *fast) in runs.items():
+            api.FAST_CALLS = fast[0] if fast else True
             start = time.process_time()
             for _ in range(args.calls):
                 f(x)
             times[name].append((time.process_time() - start) / args.calls * 1e6)
+    api.FAST_CALLS = True
     ours = statistics.median(times["ours fn(x)"])
     print(f"CPU time per call of `x * 2 + 1` on f32[4] ({args.calls} calls x {args.repeat} "
           f"interleaved repeats, medians; load average {os.getloadavg()[0]:.2f})")

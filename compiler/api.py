@@ -6,6 +6,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import itertools
 import numbers
 import operator
 import threading
@@ -15,7 +16,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from runtime.arena import contiguous_arguments
+from runtime.arena import REFUSED, contiguous_arguments
 from runtime.backends import BACKENDS as BACKEND_OBJECTS
 
 from . import tracer as _tr
@@ -206,6 +207,9 @@ class Program:
         # The arrays read as state (layers' parameters, optimizers' moments): the last graph
         # inputs, passed by the program itself on every call after the caller's arguments.
         self.state_arrays = [plain(a) for a in states]  # (a Parameter runs as its ndarray)
+        # The state objects themselves: a Parameter's own writeable flag is not its plain
+        # view's (made once, above), so a read-only check reads these.
+        self._state_objects = list(states)
         self._n_args = len(signature) - len(self.state_arrays)
         self._guards = list(guards)
         self._epoch = _tr.STATE_EPOCH[0]
@@ -229,6 +233,21 @@ class Program:
         # Whether the last call copied a mutated argument's value back from elsewhere (the
         # plan decides; assumed until a call shows otherwise): then its region is deferred.
         self._copies_back = True
+        self._fast: dict = {}  # _fast_key(args) -> _FastCall, or False: the general path
+
+    @property
+    def _exec(self):
+        return self._executable
+
+    @_exec.setter
+    def _exec(self, executable):
+        # Another executable (tests swap in a sanitizing one): the short paths built for the
+        # old one are retired, wherever they are kept.
+        self._executable = executable
+        for fast in self.__dict__.get("_fast", {}).values():
+            if fast:
+                fast.retire()
+        self._fast = {}
 
     @property
     def source(self) -> str:
@@ -329,6 +348,16 @@ class Program:
         return None
 
     def __call__(self, *args, **kwargs):
+        if not kwargs and self._fast and FAST_CALLS:
+            try:
+                fast = self._fast.get(_fast_key(args))
+            except Exception:  # noqa: BLE001 - an unhashable argument: the general path's
+                fast = None
+            if fast:
+                call = fast.call
+                result = call(args) if call is not None else fast(args)
+                if result is not _SLOW:
+                    return result
         loc = _tr.call_site()
         if kwargs:
             if self._bind_call is None:
@@ -339,15 +368,71 @@ class Program:
             # Before anything is checked or written: ranks called with other shapes raise on
             # every rank, instead of hanging in an all-reduce of another size.
             check_signature(self.distributed, self._call_text(args), loc, program=self)
-        return self._run_bound(self._bind_args(args, loc), loc)
+            return self._run_bound(self._bind_args(args, loc), loc)
+        result = self._run_bound(self._bind_args(args, loc), loc)
+        if not kwargs:
+            self._fast_entry(args)
+        return result
+
+    def _fast_entry(self, args) -> _FastCall | None:
+        """The short path for calls laid out as `args` (a call that just succeeded on the
+        general path), made once per layout; None where this program's calls need the general
+        path: another backend, private copies, a view signature, an argument that is no
+        plain C-contiguous ndarray (see `_FastCall`)."""
+        try:
+            key = _fast_key(args)
+            fast = self._fast.get(key)
+        except Exception:  # noqa: BLE001 - (unhashable: no short path)
+            return None
+        if fast is None:
+            fast = self._make_fast(args, key) or False
+            if len(self._fast) >= FAST_LIMIT:
+                self._fast.clear()
+            self._fast[key] = fast
+        return fast or None
+
+    def _make_fast(self, args, key):
+        make = getattr(self._exec, "fast_runner", None)
+        # (checks while running need private copies only of what the program writes)
+        if (make is None or self.distributed is not None
+                or (self._checks_while_running and self.graph.mutations)
+                or not getattr(self._exec, "_memory_checked", False)
+                or len(args) != self._n_args):
+            return None
+        positions = []
+        for p, (a, sig) in enumerate(zip(args, self.signature)):
+            if sig[0] == "array":
+                if type(a) is not np.ndarray or not a.flags.c_contiguous \
+                        or a.shape != sig[1] or a.dtype.str != sig[2]:
+                    return None
+                positions.append(p)
+            elif sig[0] != "scalar" or isinstance(a, np.ndarray):
+                return None  # (a view signature: its binding is the general path's)
+        outputs = self.graph.outputs
+        routes = [self._argument_route(v) for v in outputs]
+        arrays = [args[p] for p in positions] + self.state_arrays
+        if any(r is not None and self._argument_view(v, arrays) is None
+               for v, r in zip(outputs, routes)):
+            return None  # (the same layout each call: a route that can't view never will)
+        wanted = [v for v, r in zip(outputs, routes) if r is None]
+        # (the state objects: the trampoline reads their own writeable flags)
+        runner = make(positions, self._state_objects, self._input_facts()[2], wanted)
+        if runner is None:
+            return None
+        checks = any(c.input_index is not None for c in self.graph.data_checks)
+        return _FastCall(self, key, (self.signature[:self._n_args], ()), runner, positions,
+                         routes, checks)
 
     def _run_bound(self, arrays, loc):
         """Run on `arrays` (one per graph input, state arrays included: they never share
         memory), bound and checked against the signature by the caller."""
         self._check_data(arrays)
         names, donated, written = self._input_facts()
+        first_state = len(arrays) - len(self._state_objects)
         for k in written:
-            if not arrays[k].flags.writeable:
+            if not arrays[k].flags.writeable or (
+                    k >= first_state
+                    and not self._state_objects[k - first_state].flags.writeable):
                 where = self.graph.mutation_locs.get(k)
                 why = f"the function writes into it at {where}" if where else "it is donated"
                 raise InplaceError(f"argument '{names[k]}' is a read-only array, but {why}",
@@ -467,6 +552,93 @@ class Program:
 
 
 _NOT_DEFERRED = contextlib.nullcontext()
+_SLOW = REFUSED  # what a _FastCall returns when the call must take the general path
+# False: every call takes the general path (tests that hook the executable's general path,
+# and comparisons of the two paths).
+FAST_CALLS = True
+FAST_LIMIT = 64   # layouts remembered per program (and per compiled function)
+
+
+def _fast_key(args) -> tuple:
+    """A call's layout, compared in one step: each array argument's type, shape, strides
+    and dtype (so contiguity too), each scalar's type and value. Raises TypeError for an
+    unhashable argument."""
+    if len(args) == 1:
+        a = args[0]
+        if type(a) is np.ndarray:
+            return (a.shape, a.strides, a.dtype)
+        return (type(a), a)
+    key = []
+    for a in args:
+        if type(a) is np.ndarray:
+            key += (a.shape, a.strides, a.dtype)
+        else:
+            key += (type(a), a)
+    return tuple(key)
+
+
+class _FastCall:
+    """A program's call for one layout of its arguments, seen before on the general path
+    (`Program._run_bound`), doing only what can differ from call to call: the native
+    trampoline (`runtime.cpu.executable.FastRunner`) reads the data pointers, refuses a
+    read-only array the program writes and overlapping inputs (the general path then raises
+    or traces the aliasing), and fresh outputs are allocated. What the general path checks
+    once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
+    no private copies (data checks while running beside mutations) or copies back (an in-place mutation is written by the
+    one native call, so no signal can split it); the memory check passed. State guards and
+    captured arrays are checked as on the general path; when they changed, the call takes
+    it. Returns _SLOW when nothing ran and the general path must take the call."""
+
+    __slots__ = ("call", "checks", "key", "positions", "prog", "repeats", "routes", "run",
+                 "single", "slow_key", "tree")
+
+    def __init__(self, prog, key, slow_key, run, positions, routes, checks):
+        self.prog, self.key, self.slow_key, self.run = prog, key, slow_key, run
+        self.positions, self.checks = positions, checks
+        self.routes = routes if any(r is not None for r in routes) else None
+        tree = prog.graph.output_tree
+        if tree is None:  # a hand-built graph: one output, or a tuple of them
+            tree = ("t", 0) if len(routes) == 1 else \
+                ("tuple", [("t", i) for i in range(len(routes))])
+        self.tree = tree
+        self.single = tree == ("t", 0) and self.routes is None
+        # Fresh outputs that repeat elements (stride 0) are returned read-only, as there.
+        self.repeats = [i for i, (v, r) in enumerate(zip(prog.graph.outputs, routes))
+                        if r is not None or 0 in prog._exec.places[id(v)].strides]
+        # Nothing to check or assemble (no guards, captured arrays, data checks; one fresh
+        # output): the runner's `one` is the whole call.
+        self.call = run.one if (run.single and self.single and not self.repeats
+                                and not checks and not prog._guards
+                                and not prog._captured) else None
+
+    def retire(self):
+        """Its program's executable was replaced: every later call takes the general path."""
+        self.call = self.run = None
+
+    def __call__(self, args):
+        prog = self.prog
+        if self.run is None:
+            return _SLOW
+        if prog._guards and prog._epoch != _tr.STATE_EPOCH[0]:
+            return _SLOW  # (a layer's structure may have changed: the guards decide there)
+        if prog._captured and prog.changed_capture() is not None:
+            return _SLOW
+        if self.checks:  # labels in the caller's arrays: checked before anything runs
+            prog._check_data([args[p] for p in self.positions] + prog.state_arrays)
+        outs = self.run(args)
+        if outs is _SLOW:
+            return _SLOW
+        if self.single and not self.repeats:
+            return outs[0]
+        arrays = [args[p] for p in self.positions] + prog.state_arrays
+        if self.routes is not None:  # (returned as views of the caller's arrays, as there)
+            fresh = iter(outs)
+            outs = [next(fresh) if r is None else prog._argument_view(v, arrays)
+                    for v, r in zip(prog.graph.outputs, self.routes)]
+        for i in self.repeats:
+            if 0 in outs[i].strides:
+                _read_only_if_repeated(outs[i], arrays)
+        return _rebuild(self.tree, outs)
 
 
 class _Bounds:
@@ -584,6 +756,8 @@ class CompiledFunction:
         self._hits = self._misses = 0
         self._with_arenas: OrderedDict = OrderedDict()  # key -> program, last called last
         self._last_prog = None
+        self._fast: dict = {}    # _fast_key(args) -> a cached program's _FastCall
+        self._fast_hits = itertools.count()  # hits on the short path (next() is atomic)
         functools.update_wrapper(self, fn)
 
     def _bind_call(self, args, kwargs, loc):
@@ -714,7 +888,8 @@ class CompiledFunction:
         with self._lock:
             held = [getattr(p._exec, "idle_arena_bytes", lambda: 0)()
                     for p in list(self._cache.values())]
-            return CacheInfo(self._hits, self._misses, None, len(held),
+            fast = int(repr(self._fast_hits)[6:-1])  # "count(n)": read, not advanced
+            return CacheInfo(self._hits + fast, self._misses, None, len(held),
                              sum(1 for b in held if b), sum(held))
 
     def clear_cache(self) -> None:
@@ -725,6 +900,7 @@ class CompiledFunction:
             self._cache = {}
             self._with_arenas = OrderedDict()
             self._hits = self._misses = 0
+            self._fast, self._fast_hits = {}, itertools.count()
             self._last_key = self._last_prog = None
         for p in progs:
             _release_arenas(p)
@@ -756,6 +932,25 @@ class CompiledFunction:
             "trace-time constants.", RetraceWarning, loc.file, loc.line)
 
     def __call__(self, *args, **kwargs):
+        if not kwargs and not _tr._STACK and FAST_CALLS:
+            # A layout seen before: the short path (Program._fast_entry), no binding or lookup.
+            try:
+                if len(args) == 1 and type(a := args[0]) is np.ndarray:  # (_fast_key's case)
+                    fast = self._fast.get((a.shape, a.strides, a.dtype))
+                else:
+                    fast = self._fast.get(_fast_key(args))
+            except Exception:  # noqa: BLE001 - an unhashable argument: the general path's
+                fast = None
+            if fast is not None:
+                call = fast.call
+                result = call(args) if call is not None else fast(args)
+                if result is not _SLOW:
+                    if fast.prog is self._last_prog:
+                        next(self._fast_hits)
+                    else:  # (another signature's program: the arenas' LRU moves)
+                        self._count(fast.slow_key, fast.prog, False)
+                    self._last_key = fast.slow_key
+                    return result
         if _tr._STACK and _holds_tensor(args, kwargs):
             # Called inside another traced function on its tensors: traced inline, as part of
             # the caller's program (as nested `jax.jit` calls are).
@@ -765,7 +960,14 @@ class CompiledFunction:
         prog, arrays = self._lower_bound(args, kwargs, loc, call=True)
         if prog.distributed is not None:  # (its ranks compare the call's text first)
             return prog(*args, *kwargs.values())
-        return prog._run_bound(prog._with_states(arrays, loc), loc)
+        result = prog._run_bound(prog._with_states(arrays, loc), loc)
+        if not kwargs and not _tr._STACK:
+            fast = prog._fast_entry(args)
+            if fast is not None and self._cache.get(fast.slow_key) is prog:
+                if len(self._fast) >= FAST_LIMIT:
+                    self._fast.clear()
+                self._fast[fast.key] = fast
+        return result
 
     def trace(self, *args, **kwargs) -> Graph:
         loc = _tr.user_loc()

@@ -43,6 +43,9 @@ UFUNC_BUFSIZE = 1024
 # Arenas a program keeps for later calls: one per call running at once (threads), allocated
 # when a call finds none idle; beyond this many idle ones an arena is dropped after its call.
 POOL_LIMIT = 8
+# A fast runner's answer (runtime.cpu.executable.FastRunner) when nothing ran: the driver's
+# general path takes the call.
+REFUSED = object()
 
 
 class _ArenaState:

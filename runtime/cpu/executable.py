@@ -11,6 +11,13 @@ runs (`check_memory`, as the numpy executor).
 Calls may run at once from several threads (the ctypes call releases the GIL): each takes an
 arena, with its own pointer tables, from the program's pool (`runtime.arena.POOL_LIMIT`).
 
+A call whose layout was seen before takes a shorter path (`fast_runner`, driven by
+`compiler.api._FastCall`): one native trampoline (`_trampoline`, compiled once per process)
+reads the arguments' data pointers and writeable flags straight from the argument tuple's
+ndarray objects, checks that no two inputs overlap, fills the pointer tables, aligns the fresh
+outputs and calls the entry; it returns -1 without running anything when a check fails (the
+driver then takes the general path, which raises the error or traces the aliasing).
+
 Fallback nodes (`emitter.FALLBACK_OPS`) call back into Python: the callback rebuilds the
 operands as numpy views from the buffer pointers it gets (nothing of the call is kept on the
 executable: calls in other threads run the same callback), runs the op's reference and writes
@@ -36,10 +43,12 @@ import threading
 import time
 
 import numpy as np
+from llvmlite import binding as llvm
 
 from compiler.errors import InsufficientMemoryError
 from compiler.ops import COMM_OPS
-from runtime.arena import ArenaPool, compute, empty_aligned
+from runtime.arena import HUGE_PAGE, POOL_LIMIT, REFUSED, ArenaPool, compute, empty_aligned
+from runtime.lowering.places import contiguous_strides
 from runtime.reference import run_node
 
 from . import jit, pool
@@ -56,6 +65,12 @@ def _aligned(nbytes: int) -> np.ndarray:
     return empty_aligned(nbytes, ALIGN)
 
 
+def _with_room(nbytes: int) -> np.ndarray:
+    """A fresh output's memory on the fast path: room to align its start (the trampoline
+    does), so that no address is read in Python."""
+    return np.empty(nbytes + ALIGN - 1, np.uint8)
+
+
 def _view(storage: np.ndarray, place) -> np.ndarray:
     """The ndarray for `place` over a uint8 buffer."""
     item = place.dtype.itemsize
@@ -70,7 +85,8 @@ def _buffer_at(address: int, nbytes: int) -> np.ndarray:
 class _ArenaState:
     """One arena of a program and the pointer tables of the calls that use it (filled in
     place: building ctypes arrays per call costs more)."""
-    __slots__ = ("arena", "arena_ptr", "in_ptrs", "out_ptrs", "in_addr", "out_addr")
+    __slots__ = ("arena", "arena_ptr", "in_ptrs", "out_ptrs", "in_addr", "out_addr", "offs",
+                 "block", "block_addr")
 
     def __init__(self, arena, n_in, n_out):
         self.arena, self.arena_ptr = arena, arena.ctypes.data
@@ -78,6 +94,381 @@ class _ArenaState:
         self.out_ptrs = (ctypes.c_void_p * max(n_out, 1))()
         self.in_addr = ctypes.addressof(self.in_ptrs)
         self.out_addr = ctypes.addressof(self.out_ptrs)
+        # The trampoline's view of this arena: where its tables are, and where it puts each
+        # fresh output's alignment offset.
+        self.offs = (ctypes.c_int64 * max(n_out, 1))()
+        self.block = (ctypes.c_int64 * 4)(self.arena_ptr, self.in_addr, self.out_addr,
+                                          ctypes.addressof(self.offs))
+        self.block_addr = ctypes.addressof(self.block)
+
+
+# -- the fast path's trampoline -------------------------------------------------------------
+# CPython's and NumPy's object layouts (PyTupleObject's items, PyArrayObject's `data` and
+# `flags`), verified on live objects before the trampoline is used; where they don't hold, a
+# call takes the general path.
+_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
+_FAST_CALL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p)
+_trampoline_cache: list = []
+_trampoline_lock = threading.Lock()
+
+
+def _layout():
+    """(tuple item offset, ndarray data offset, ndarray flags offset), or None when reading
+    them from live objects doesn't give what Python says."""
+    head = object.__basicsize__
+    item, data, flags = tuple.__basicsize__, head, head + 48
+    ptr = ctypes.c_void_p.from_address
+    try:
+        w = np.ones(3, np.float32)
+        r = np.ones(2, np.int8)
+        r.flags.writeable = False
+        t = (w, r)
+        ok = (ptr(id(t) + item).value == id(w) and ptr(id(t) + item + 8).value == id(r)
+              and ptr(id(w) + data).value == w.ctypes.data
+              and ptr(id(r) + data).value == r.ctypes.data
+              and ctypes.c_int32.from_address(id(w) + flags).value & _WRITEABLE
+              and not ctypes.c_int32.from_address(id(r) + flags).value & _WRITEABLE
+              and ctypes.sizeof(ctypes.c_void_p) == 8)
+    except Exception:  # noqa: BLE001 - any surprise: no fast path
+        return None
+    return (item, data, flags) if ok else None
+
+
+def _layout_ok():
+    """The verified layout (once per process), or None."""
+    if not _layout_cache:
+        _layout_cache.append(_layout())
+    return _layout_cache[0]
+
+
+_layout_cache: list = []
+
+
+def _trampoline_ir(item: int, data: int, flags: int) -> str:
+    """`fast_call(runner, state, args, outs)`. runner (i64 fields): 0 entry, 1 fallback
+    callback, 2 &threads, 3 n_dyn (inputs taken from `args`), 4 their positions in `args`, 5
+    n_states, 6 the state arrays' object addresses, 7 every input's byte size, 8 every input's
+    must-be-writeable flag, 9 n_out; state: 0 arena, 1 input table, 2 output table, 3 output
+    alignment offsets. Returns -1 (nothing run) for a read-only input the program writes or
+    two inputs that overlap, else the entry's status."""
+    return f"""
+define i64 @fast_call(ptr %rb, ptr %sb, ptr %args, ptr %outs) {{
+entry:
+  %entry.p = load ptr, ptr %rb
+  %f1 = getelementptr i64, ptr %rb, i64 1
+  %cb = load ptr, ptr %f1
+  %f2 = getelementptr i64, ptr %rb, i64 2
+  %thp = load ptr, ptr %f2
+  %f3 = getelementptr i64, ptr %rb, i64 3
+  %ndyn = load i64, ptr %f3
+  %f4 = getelementptr i64, ptr %rb, i64 4
+  %pos = load ptr, ptr %f4
+  %f5 = getelementptr i64, ptr %rb, i64 5
+  %nst = load i64, ptr %f5
+  %f6 = getelementptr i64, ptr %rb, i64 6
+  %sobj = load ptr, ptr %f6
+  %f7 = getelementptr i64, ptr %rb, i64 7
+  %sizes = load ptr, ptr %f7
+  %f8 = getelementptr i64, ptr %rb, i64 8
+  %wr = load ptr, ptr %f8
+  %f9 = getelementptr i64, ptr %rb, i64 9
+  %nout = load i64, ptr %f9
+  %arena = load ptr, ptr %sb
+  %s1 = getelementptr i64, ptr %sb, i64 1
+  %intab = load ptr, ptr %s1
+  %s2 = getelementptr i64, ptr %sb, i64 2
+  %outtab = load ptr, ptr %s2
+  %s3 = getelementptr i64, ptr %sb, i64 3
+  %offs = load ptr, ptr %s3
+  %nin = add i64 %ndyn, %nst
+  %items = getelementptr i8, ptr %args, i64 {item}
+  br label %in.head
+
+in.head:
+  %i = phi i64 [0, %entry], [%i.next, %in.store]
+  %in.more = icmp slt i64 %i, %nin
+  br i1 %in.more, label %in.body, label %ov.head
+
+in.body:
+  %is.dyn = icmp slt i64 %i, %ndyn
+  br i1 %is.dyn, label %in.dyn, label %in.state
+
+in.dyn:
+  %pp = getelementptr i64, ptr %pos, i64 %i
+  %p = load i64, ptr %pp
+  %ip = getelementptr ptr, ptr %items, i64 %p
+  %obj.d = load ptr, ptr %ip
+  br label %in.obj
+
+in.state:
+  %si = sub i64 %i, %ndyn
+  %sp = getelementptr ptr, ptr %sobj, i64 %si
+  %obj.s = load ptr, ptr %sp
+  br label %in.obj
+
+in.obj:
+  %obj = phi ptr [%obj.d, %in.dyn], [%obj.s, %in.state]
+  %wp = getelementptr i64, ptr %wr, i64 %i
+  %w = load i64, ptr %wp
+  %need.w = icmp ne i64 %w, 0
+  br i1 %need.w, label %in.flags, label %in.store
+
+in.flags:
+  %flp = getelementptr i8, ptr %obj, i64 {flags}
+  %fl = load i32, ptr %flp
+  %wbit = and i32 %fl, {_WRITEABLE}
+  %ro = icmp eq i32 %wbit, 0
+  br i1 %ro, label %refuse, label %in.store
+
+in.store:
+  %dp = getelementptr i8, ptr %obj, i64 {data}
+  %d = load ptr, ptr %dp
+  %tp = getelementptr ptr, ptr %intab, i64 %i
+  store ptr %d, ptr %tp
+  %i.next = add i64 %i, 1
+  br label %in.head
+
+ov.head:
+  %a = phi i64 [0, %in.head], [%a.next, %ov.next]
+  %ov.more = icmp slt i64 %a, %ndyn
+  br i1 %ov.more, label %ov.body, label %out.head
+
+ov.body:
+  %azp = getelementptr i64, ptr %sizes, i64 %a
+  %az = load i64, ptr %azp
+  %apt = getelementptr ptr, ptr %intab, i64 %a
+  %ap = load ptr, ptr %apt
+  %alo = ptrtoint ptr %ap to i64
+  %ahi = add i64 %alo, %az
+  %a.next = add i64 %a, 1
+  %a.empty = icmp eq i64 %az, 0
+  br i1 %a.empty, label %ov.next, label %ov.inner
+
+ov.inner:
+  %b = phi i64 [%a.next, %ov.body], [%b.next, %ov.inner.next]
+  %b.more = icmp slt i64 %b, %nin
+  br i1 %b.more, label %ov.pair, label %ov.next
+
+ov.pair:
+  %bzp = getelementptr i64, ptr %sizes, i64 %b
+  %bz = load i64, ptr %bzp
+  %bpt = getelementptr ptr, ptr %intab, i64 %b
+  %bp = load ptr, ptr %bpt
+  %blo = ptrtoint ptr %bp to i64
+  %bhi = add i64 %blo, %bz
+  %c1 = icmp ult i64 %alo, %bhi
+  %c2 = icmp ult i64 %blo, %ahi
+  %c3 = icmp ne i64 %bz, 0
+  %c12 = and i1 %c1, %c2
+  %hit = and i1 %c12, %c3
+  br i1 %hit, label %refuse, label %ov.inner.next
+
+ov.inner.next:
+  %b.next = add i64 %b, 1
+  br label %ov.inner
+
+ov.next:
+  br label %ov.head
+
+out.head:
+  %j = phi i64 [0, %ov.head], [%j.next, %out.body]
+  %out.more = icmp slt i64 %j, %nout
+  br i1 %out.more, label %out.body, label %call
+
+out.body:
+  %oitems = getelementptr i8, ptr %outs, i64 {item}
+  %ojp = getelementptr ptr, ptr %oitems, i64 %j
+  %oobj = load ptr, ptr %ojp
+  %odp = getelementptr i8, ptr %oobj, i64 {data}
+  %od = load ptr, ptr %odp
+  %oaddr = ptrtoint ptr %od to i64
+  %oup = add i64 %oaddr, {ALIGN - 1}
+  %oal = and i64 %oup, {-ALIGN}
+  %ooff = sub i64 %oal, %oaddr
+  %oalp = inttoptr i64 %oal to ptr
+  %otp = getelementptr ptr, ptr %outtab, i64 %j
+  store ptr %oalp, ptr %otp
+  %ofp = getelementptr i64, ptr %offs, i64 %j
+  store i64 %ooff, ptr %ofp
+  %j.next = add i64 %j, 1
+  br label %out.head
+
+call:
+  %th = load i64, ptr %thp
+  %r = call i64 %entry.p(ptr %arena, ptr %intab, ptr %outtab, ptr %cb, i64 %th)
+  ret i64 %r
+
+refuse:
+  ret i64 -1
+}}
+"""
+
+
+def _trampoline():
+    """The compiled `fast_call` as a ctypes function, or None (layouts not as expected).
+    Compiled once per process, at the first call that takes a short path, by an LLVM JIT of
+    its own: the trampoline is no program's code, so it stays out of the JIT's statistics
+    and its disk cache (a process whose functions run once compiles nothing more)."""
+    with _trampoline_lock:
+        if not _trampoline_cache:
+            layout = _layout_ok()
+            fn = None
+            if layout is not None:
+                llvm.initialize_native_target()
+                llvm.initialize_native_asmprinter()
+                llvm.initialize_native_asmparser()
+                machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
+                lljit = llvm.create_lljit_compiler(machine)
+                tracker = (llvm.JITLibraryBuilder().add_ir(_trampoline_ir(*layout))
+                           .export_symbol("fast_call").link(lljit, "inplace_fast_call"))
+                fn = _FAST_CALL(tracker["fast_call"])
+                _trampoline_cache.append((lljit, tracker))  # (keeps the code alive)
+            _trampoline_cache.insert(0, fn)
+        return _trampoline_cache[0]
+
+
+class _Refused(Exception):
+    pass
+
+
+class FastRunner:
+    """One program's native call for a layout seen before: the arguments at `positions` of
+    the call's tuple (C-contiguous ndarrays of the traced shapes and dtypes: the caller's key
+    says so) and the state arrays are its inputs. `__call__(args)` gives the graph outputs at
+    `wanted` (fresh buffers), or REFUSED when nothing ran (read-only or overlapping
+    inputs)."""
+
+    def __init__(self, exe, positions, states, written, wanted):
+        graph = exe.graph
+        self.exe = exe
+        # The trampoline once compiled, else `_first` compiles it (building a runner
+        # compiles nothing: a function called once never needs it).
+        self._tramp = _trampoline_cache[0] if _trampoline_cache else self._first
+        written = set(written)
+        n_dyn = len(positions)
+        sizes = [v.size * v.dtype.itemsize for v in graph.inputs]
+        self._positions = list(positions)
+        # (`states` may be ndarray subclasses, as Parameters: their own flags are read)
+        self._states = [a if type(a) is np.ndarray else np.asarray(a) for a in states]
+        self._keep = keep = [
+            (ctypes.c_int64 * max(n_dyn, 1))(*positions),
+            (ctypes.c_int64 * max(len(states), 1))(*(id(a) for a in states)),
+            (ctypes.c_int64 * max(len(sizes), 1))(*sizes),
+            (ctypes.c_int64 * max(len(sizes), 1))(*(int(k in written)
+                                                   for k in range(len(sizes)))),
+            states]  # (the state arrays stay alive while their addresses are used)
+        self._block = (ctypes.c_int64 * 10)(
+            exe._entry_address, exe._cb_address, ctypes.addressof(exe._threads_cell), n_dyn,
+            ctypes.addressof(keep[0]), len(states), ctypes.addressof(keep[1]),
+            ctypes.addressof(keep[2]), ctypes.addressof(keep[3]), len(exe._out_sizes))
+        self._addr = ctypes.addressof(self._block)
+        # Fresh outputs: plain np.empty with room to align (the trampoline aligns), or from
+        # 2 MiB on the aligned, huge-page-advised memory of the general path.
+        self._out_sizes = [(n, n >= HUGE_PAGE) for n in exe._out_sizes]
+        self._views = []
+        for v in wanted:
+            place = exe.places[id(v)]
+            item = place.dtype.itemsize
+            self._views.append((place.slot[1], place.shape, place.dtype, place.offset * item,
+                                tuple(s * item for s in place.strides)))
+        self._blas = exe._blas
+        # One small fresh output buffer holding the one wanted output: `one` applies.
+        self.single = (len(self._out_sizes) == 1 and not self._out_sizes[0][1]
+                       and len(self._views) == 1)
+        self._one = self._out_sizes[0][0] if self.single else None
+        self._view = self._views[0][1:] if self.single else None
+
+    def _first(self, *args):
+        self._tramp = _trampoline()
+        if self._tramp is None:  # (a runner exists only where the layouts were verified)
+            raise RuntimeError("the fast-call trampoline could not be built")
+        return self._tramp(*args)
+
+    def __call__(self, args):
+        """The graph outputs at `wanted`, or REFUSED (nothing ran)."""
+        exe = self.exe
+        try:
+            outs = tuple(_aligned(n) if huge else _with_room(n) for n, huge in self._out_sizes)
+        except MemoryError:
+            raise InsufficientMemoryError(f"{exe.graph.name}: can't allocate its outputs "
+                                          f"({exe.plan.output_bytes} bytes)") from None
+        free = exe._free  # (ArenaPool._take and put_back, inlined)
+        try:
+            state = free.pop()
+        except IndexError:
+            state = exe._new_state()
+        try:
+            self._native(state, args, outs)
+            offs = state.offs
+            return [np.ndarray(shape, dtype, outs[j], offs[j] + offset, strides)
+                    for j, shape, dtype, offset, strides in self._views]
+        except _Refused:
+            return REFUSED
+        finally:
+            if len(free) < POOL_LIMIT:
+                free.append(state)
+
+    def one(self, args):
+        """`self(args)[0]` where the program returns one array, in one small fresh buffer
+        (`self.single`): the common small call, in fewer steps."""
+        try:
+            out = _with_room(self._one)
+        except MemoryError:
+            raise InsufficientMemoryError(f"{self.exe.graph.name}: can't allocate its outputs "
+                                          f"({self.exe.plan.output_bytes} bytes)") from None
+        free = self.exe._free
+        try:
+            state = free.pop()
+        except IndexError:
+            state = self.exe._new_state()
+        try:
+            outs = (out,)
+            status = self._tramp(self._addr, state.block_addr, id(args), id(outs)) \
+                if not self._blas else None
+            if status != 0 or self.exe._errors:
+                self._check(status, state, args, outs)
+            shape, dtype, offset, strides = self._view
+            return np.ndarray(shape, dtype, out, state.offs[0] + offset, strides)
+        except _Refused:
+            return REFUSED
+        finally:
+            if len(free) < POOL_LIMIT:
+                free.append(state)
+
+    def _native(self, state, args, outs):
+        status = self._tramp(self._addr, state.block_addr, id(args), id(outs)) \
+            if not self._blas else None
+        if status != 0 or self.exe._errors:
+            self._check(status, state, args, outs)
+
+    def _check(self, status, state, args, outs):
+        """After the trampoline: run it inside BLAS's bracket if the program calls BLAS
+        (status None: not run yet), then raise a fallback's exception, REFUSED's signal or the
+        data error of the node that found one."""
+        exe = self.exe
+        if status is None:
+            pool.blas_enter()
+            try:
+                status = self._tramp(self._addr, state.block_addr, id(args), id(outs))
+            finally:
+                pool.blas_exit()
+        if exe._errors:  # (some thread's callback failed: this one's?)
+            error = exe._errors.pop(threading.get_ident(), None)
+            if error is not None:
+                raise error
+        if status < 0:
+            raise _Refused
+        if status:
+            self._data_error(status, state, args, outs)
+
+    def _data_error(self, status, state, args, outs):
+        exe = self.exe
+        inputs = [args[p] for p in self._positions] + self._states
+        flat = [a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8)
+                for a in inputs]
+        outputs = [o[k:k + n] for o, k, (n, _) in zip(outs, state.offs, self._out_sizes)]
+        exe._raise_data_error(exe.graph.nodes[status - 1], state.arena, flat, outputs)
 
 
 class CpuExecutable(ArenaPool):
@@ -101,7 +492,9 @@ class CpuExecutable(ArenaPool):
             pool.ensure(1)
         self._blas = any(name in emitter.module.globals for name in jit.BLAS_GEMM.values())
         self._compiled = jit.compile_ir(self.source, ["run"], opt=opt)
-        self._entry = _ENTRY(self._compiled.address("run"))
+        self._entry_address = self._compiled.address("run")
+        self._entry = _ENTRY(self._entry_address)
+        self._threads_cell = ctypes.c_int64(1)  # (the trampoline reads `threads` here)
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
@@ -114,7 +507,7 @@ class CpuExecutable(ArenaPool):
     def set_threads(self, threads: int):
         """Run this program's parallel kernels on up to `threads` threads (1: all on the
         calling thread); results are the same for any value."""
-        self.threads = int(threads)
+        self.threads = self._threads_cell.value = int(threads)
         if self.parallel and self.threads > 1:
             pool.ensure(self.threads)
 
@@ -216,6 +609,29 @@ class CpuExecutable(ArenaPool):
                              "but its reference accepts it")
 
     # -- a call --------------------------------------------------------------------------------
+    def fast_runner(self, positions, states, written, wanted) -> FastRunner | None:
+        """A `FastRunner` for calls whose inputs are the arguments at `positions` then
+        `states` (those at `written` must be writeable), returning the graph outputs `wanted`;
+        None where a call needs more than one
+        native call: an output outside the fresh buffers, a mutation whose final value isn't
+        in its caller's array (copied back), a fallback node beside mutations (the driver
+        defers signals around those), or no trampoline on this Python/NumPy."""
+        graph = self.graph
+        if any(self.places[id(v)].slot[0] != "output" for v in wanted):
+            return None
+        if graph.mutations and self.fallback_nodes:
+            return None
+        for k, v in graph.mutations.items():
+            place, inp = self.places[id(v)], graph.inputs[k]
+            if (place.slot != ("input", k) or place.offset or place.shape != inp.shape
+                    or place.dtype != inp.dtype
+                    or any(d > 1 and s != t for d, s, t in
+                           zip(place.shape, place.strides, contiguous_strides(place.shape)))):
+                return None
+        if _layout_ok() is None:
+            return None
+        return FastRunner(self, positions, states, written, wanted)
+
     def run_held(self, inputs):
         """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
         which no other call uses until `put_back(held)` (the driver copies it out first)."""

@@ -22,6 +22,7 @@ def test_small_call_that_cant_allocate_its_outputs_writes_nothing(monkeypatch):
     def no_memory(nbytes):
         raise MemoryError
     monkeypatch.setattr(executable, "_aligned", no_memory)
+    monkeypatch.setattr(executable, "_with_room", no_memory)  # (the fast path's)
     with pytest.raises(cc.InsufficientMemoryError, match="can't allocate its outputs"):
         prog(x)
     np.testing.assert_array_equal(x, np.ones(8, np.float32))  # nothing ran

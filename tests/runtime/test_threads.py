@@ -130,7 +130,9 @@ def test_two_functions_traced_at_once_from_two_threads_each_get_their_own_graph(
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_concurrent_calls_use_arenas_of_their_own_and_the_pool_keeps_a_few(backend):
+def test_concurrent_calls_use_arenas_of_their_own_and_the_pool_keeps_a_few(backend,
+                                                                           monkeypatch):
+    monkeypatch.setattr(api, "FAST_CALLS", False)  # (hooks the general path's run_held)
     fn = cc.compile(lambda x: (x * 2.0).exp().sum(axis=0), backend=backend)
     x = np.ones((256, 64), np.float32)
     fn(x)

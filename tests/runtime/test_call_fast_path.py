@@ -1,0 +1,324 @@
+"""The short path of a call (compiler.api._FastCall, runtime.cpu.executable.FastRunner): a
+call whose layout (types, shapes, strides, dtypes, scalars) was seen before skips the binding
+and the checks made once per layout, and gives the same values, writes, results and errors as
+the general path (`Program._run_bound`); a call the short path can't take (overlapping
+arguments, a read-only array the program writes, a state guard that moved) goes the general
+way. The `general` fixture counts the general path's calls; `general_path` gives a call's
+result with the short path off, to compare bits."""
+import threading
+
+import numpy as np
+import pytest
+
+import compiler as cc
+from compiler import api, nn
+from tests.backends import AVAILABLE
+from tests.error_lines import error_checker
+
+pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the short path is the cpu "
+                                "backend's")
+
+line_of, check_error = error_checker(__file__)
+
+
+@pytest.fixture
+def general(monkeypatch):
+    calls = []
+    run_bound = api.Program._run_bound
+
+    def counted(self, arrays, loc):
+        if getattr(api, "FAST_CALLS", True):  # (general_path's calls aren't counted)
+            calls.append(self)
+        return run_bound(self, arrays, loc)
+    monkeypatch.setattr(api.Program, "_run_bound", counted)
+    return calls
+
+
+def general_path(fn, *args):
+    """fn(*args) with every call on the general path (fn traced afresh, args copied)."""
+    was = getattr(api, "FAST_CALLS", True)
+    api.FAST_CALLS = False
+    try:
+        return cc.compile(fn)(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    finally:
+        api.FAST_CALLS = was
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def affine(x):
+    return x * 2.0 + 1.0
+
+
+def test_a_seen_layout_takes_the_short_path_with_the_same_bits_and_fresh_outputs(general):
+    x = rng().standard_normal(4).astype(np.float32)
+    fn = cc.compile(affine)
+    first, second, third = fn(x), fn(x), fn(x)
+    assert len(general) == 1  # only the first call took the general path
+    want = general_path(affine, x)
+    assert same_bits(first, want) and same_bits(second, want) and same_bits(third, want)
+    assert not np.shares_memory(second, third) and not np.shares_memory(second, x)
+    assert second.flags.writeable and second.flags.c_contiguous
+    assert second.ctypes.data % 64 == 0  # the plan's alignment, as the general path's
+    info = fn.cache_info()
+    assert (info.hits, info.misses) == (2, 1)
+
+
+def test_changed_strides_dtype_or_contiguity_take_the_general_path(general):
+    def f(x):
+        return x.exp() * 3.0
+    fn = cc.compile(f)
+    base = rng(1).standard_normal(8).astype(np.float32)
+    x = base[:4].copy()
+    fn(x)
+    fn(x)
+    assert len(general) == 1
+    strided = base[::2]                      # the same shape, not contiguous
+    got = fn(strided)
+    assert len(general) == 2 and same_bits(got, general_path(f, strided))
+    fn(strided)                              # (copied each call: never the short path)
+    assert len(general) == 3
+    x64 = x.astype(np.float64)               # another dtype: traced, then short
+    assert same_bits(fn(x64), general_path(f, x64))
+    assert same_bits(fn(x64), general_path(f, x64))
+    assert fn.traces == 2 and len(general) == 4
+    assert same_bits(fn(x), general_path(f, x))  # the first layout is still remembered
+    assert len(general) == 4
+
+
+def twice(a, b):
+    a.multiply_(2.0)
+    return a + b
+
+
+def test_an_aliased_pair_after_the_short_path_is_traced_as_views(general):
+    fn = cc.compile(twice)
+    a, b = np.ones(4), np.full(4, 3.0)
+    fn(a, b)
+    out = fn(a, b)
+    assert len(general) == 1
+    np.testing.assert_array_equal(a, [4.0] * 4)
+    np.testing.assert_array_equal(out, [7.0] * 4)
+    x = np.ones(4)
+    out = fn(x, x)                           # the same layout, but one array twice
+    assert len(general) == 2 and fn.traces == 2
+    np.testing.assert_array_equal(out, [4.0] * 4)  # eager: both are the doubled array
+    np.testing.assert_array_equal(x, [2.0] * 4)
+    buf = np.arange(6.0)                     # overlapping slices of one buffer
+    want = buf.copy()
+    wa, wb = want[0:4], want[2:6]
+    wa *= 2.0
+    want_out = wa + wb
+    out = fn(buf[0:4], buf[2:6])
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(buf, want)
+    assert len(general) == 3
+    c, d = np.ones(4), np.ones(4)            # apart again: the short path
+    fn(c, d)
+    assert len(general) == 3
+    np.testing.assert_array_equal(c, [2.0] * 4)
+
+
+def add_one_and_double(a):
+    a.add_(1.0)
+    return a * 2.0
+
+
+def test_a_read_only_array_the_program_writes_raises_naming_the_call(general):
+    fn = cc.compile(add_one_and_double)
+    a = np.zeros(4, np.float32)
+    fn(a)
+    fn(a)
+    assert len(general) == 1
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(cc.InplaceError) as e:
+        fn(ro)  # <- read-only
+    check_error(e, cc.InplaceError, "read-only", "argument 'a' is a read-only array")
+    np.testing.assert_array_equal(ro, np.zeros(4, np.float32))  # nothing written
+    np.testing.assert_array_equal(a, np.full(4, 2.0, np.float32))
+    reads = cc.compile(affine)               # one that only reads it: the short path
+    reads(a)
+    calls = len(general)
+    assert same_bits(reads(ro), general_path(affine, ro)) and len(general) == calls
+
+
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x).tanh()
+
+
+def test_state_arrays_written_or_replaced_between_calls(general):
+    net = Net()
+    fn = cc.compile(lambda x: net(x))
+    x = rng(2).standard_normal((3, 3)).astype(np.float32)
+
+    def want():
+        w, b = net.fc.weight, net.fc.bias
+        return general_path(lambda x, w, b: (x @ w + b).tanh(), x, np.asarray(w),
+                            np.asarray(b))
+    fn(x)
+    assert same_bits(fn(x), want()) and len(general) == 1
+    net.fc.weight[...] *= 2.0                # written in place: read by the short path
+    assert same_bits(fn(x), want()) and len(general) == 1
+    net.fc = nn.Linear(3, 3)                 # replaced: the guard sends it to a new trace
+    assert same_bits(fn(x), want())
+    assert fn.traces == 2 and len(general) == 2
+    assert same_bits(fn(x), want()) and len(general) == 2
+    weight = net.fc.weight                   # a state array passed as the argument
+    with pytest.raises(cc.TraceError) as e:
+        fn(weight)  # <- state
+    check_error(e, cc.TraceError, "state", "an array the program reads as state")
+
+
+def accumulate(x, y):
+    y.add_(x)
+    return (x * 2.0).exp().sum()
+
+
+def test_threads_racing_on_the_short_path_each_get_their_own_result(general):
+    fn = cc.compile(accumulate)
+    n, rounds = 6, 300
+    xs = [rng(10 + i).standard_normal(64).astype(np.float32) for i in range(n)]
+    ys = [np.zeros(64, np.float32) for _ in range(n)]
+    fn(xs[0].copy(), np.zeros(64, np.float32))   # the layout is seen
+    sums = [general_path(accumulate, x, np.zeros(64, np.float32)) for x in xs]
+    start = threading.Barrier(n)
+    wrong = []
+
+    def work(i):
+        start.wait(timeout=60)
+        for _ in range(rounds):
+            s = fn(xs[i], ys[i])
+            if not same_bits(s, sums[i]):
+                wrong.append((i, s))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+    for x, y in zip(xs, ys):
+        want = np.zeros(64, np.float32)
+        for _ in range(rounds):
+            want += x
+        assert same_bits(y, want)
+    assert len(general) == 1
+    assert fn.cache_info().hits == n * rounds
+
+
+def gather(x, i):
+    return x[i] * 2.0  # <- gather
+
+
+def test_an_index_out_of_range_on_the_short_path_raises_as_the_general_path(general):
+    fn = cc.compile(gather)
+    x = np.arange(5, dtype=np.float32)
+    fn(x, np.array([1, 2]))
+    np.testing.assert_array_equal(fn(x, np.array([4, 0])), [8.0, 0.0])
+    assert len(general) == 1
+    with pytest.raises(cc.DataError) as e:
+        fn(x, np.array([1, 7]))
+    check_error(e, cc.DataError, "gather", "7")
+    with pytest.raises(cc.DataError) as g:
+        general_path(gather, x, np.array([1, 7]))
+    assert str(e.value) == str(g.value)
+
+
+def test_scalars_returned_arguments_and_repeats_as_the_general_path(general):
+    def f(x, s):
+        return x, x * s, x.expand([3, 4])
+    fn = cc.compile(f)
+    x = rng(3).standard_normal(4).astype(np.float32)
+    fn(x, 2.0)
+    a, b, c = fn(x, 2.0)
+    assert len(general) == 1
+    assert a is x  # an argument comes back as itself
+    _, wb, wc = general_path(f, x, 2.0)
+    assert same_bits(b, wb) and same_bits(c, wc)
+    assert np.shares_memory(c, x) and not c.flags.writeable  # a view of x, read-only
+    assert same_bits(fn(x, 3.0)[1], x * np.float32(3.0)) and fn.traces == 2
+    fn(x, 3.0)
+    fn(x, 2)                                 # an int: another constant, another trace
+    assert fn.traces == 3 and len(general) == 3
+
+
+def test_a_program_called_directly_takes_the_short_path(general):
+    x = rng(4).standard_normal((2, 3)).astype(np.float32)
+    prog = cc.compile(affine).lower(x)
+    prog(x)
+    assert same_bits(prog(x), general_path(affine, x)) and len(general) == 1
+    with pytest.raises(cc.ShapeError) as e:
+        prog(x[:1])  # <- shape
+    check_error(e, cc.ShapeError, "shape", "has shape [1, 3]")
+    assert same_bits(prog(x), general_path(affine, x)) and len(general) == 1
+
+
+def sgd_step(net):
+    def step(x):
+        loss = net(x).square().mean()
+        loss.backward()
+        with cc.no_grad():
+            for p in net.parameters():
+                p.subtract_(0.1 * p.grad)
+        return loss
+    return step
+
+
+def test_a_read_only_state_array_the_step_writes_raises_and_nothing_is_written(general):
+    net = Net()
+    fn = cc.compile(sgd_step(net))
+    x = rng(5).standard_normal((4, 3)).astype(np.float32)
+    fn(x)
+    fn(x)
+    assert len(general) == 1
+    before = [p.copy() for p in net.parameters()]
+    net.fc.bias.flags.writeable = False
+    with pytest.raises(cc.InplaceError) as e:
+        fn(x)  # <- frozen
+    check_error(e, cc.InplaceError, "frozen", "is a read-only array")
+    for p, b in zip(net.parameters(), before):
+        assert same_bits(p, b)  # nothing written: neither the weight nor the bias
+    net.fc.bias.flags.writeable = True
+    fn(x)
+    assert len(general) == 2 and not same_bits(net.fc.weight, before[0])
+
+
+def test_the_general_path_refuses_a_read_only_parameter_too(monkeypatch):
+    # (a Parameter runs as a plain view made once: the Parameter's own flag is what counts)
+    monkeypatch.setattr(api, "FAST_CALLS", False, raising=False)
+    net = Net()
+    fn = cc.compile(sgd_step(net))
+    x = rng(7).standard_normal((4, 3)).astype(np.float32)
+    fn(x)
+    before = [p.copy() for p in net.parameters()]
+    net.fc.weight.flags.writeable = False
+    with pytest.raises(cc.InplaceError) as e:
+        fn(x)  # <- general
+    check_error(e, cc.InplaceError, "general", "is a read-only array")
+    for p, b in zip(net.parameters(), before):
+        assert same_bits(p, b)
+
+
+def test_keyword_calls_take_the_general_path_with_the_same_bits(general):
+    def f(x, scale):
+        return x * scale
+    fn = cc.compile(f)
+    x = rng(6).standard_normal(5).astype(np.float32)
+    y = np.full(5, 3.0, np.float32)
+    fn(x, y)
+    want = fn(x, y)
+    assert len(general) == 1
+    assert same_bits(fn(x, scale=y), want)   # the same program, bound on the general path
+    assert len(general) == 2 and fn.traces == 1
+    assert same_bits(fn(x, y), want) and len(general) == 2
