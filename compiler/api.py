@@ -584,8 +584,9 @@ class _FastCall:
     read-only array the program writes and overlapping inputs (the general path then raises
     or traces the aliasing), and fresh outputs are allocated. What the general path checks
     once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
-    no private copies (data checks while running beside mutations) or copies back (an in-place mutation is written by the
-    one native call, so no signal can split it); the memory check passed. State guards and
+    no private copies (data checks while running beside mutations) or copies back (an
+    in-place mutation is written by the one native call, so no signal can split it); the
+    memory check passed. State guards and
     captured arrays are checked as on the general path; when they changed, the call takes
     it. Returns _SLOW when nothing ran and the general path must take the call."""
 

@@ -60,8 +60,11 @@ def test_dropout_adds_exactly_its_mask_to_the_mlp_step(backend):
     dropped = cc.compile(mlp_step(0.5), backend=backend).lower(*args)
     _no_index_array(dropped)
     mask = mlp.BATCH * mlp.HIDDEN  # bool
-    assert _extra(plain) == 1_361_924
-    assert _extra(dropped) - _extra(plain) == mask
+    assert _extra(plain) == 1_132_548   # (relu's mask kept as bits: passes/recompute.py)
+    # the dropout mask, and ~20 KB more: with it the peak moves to a point where the loss's
+    # log_softmax and one_hot rows (10,240 B each) are still live (NOTES.md; cpu 20,544 B,
+    # gpu 20,736 B: its alignment)
+    assert mask + 20_480 <= _extra(dropped) - _extra(plain) <= mask + 20_736
 
 
 @pytest.mark.parametrize("backend", PLANNED)
