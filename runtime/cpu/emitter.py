@@ -106,6 +106,9 @@ POISON = 0xFF
 # dependent chain (measured: 100 fused additions, [1000, 1000] float32, see benchmarks).
 INTERLEAVE_MIN_COST = 8
 INTERLEAVE = 4
+# ...except a body of this cost or more on a loop too short for INTERLEAVE full vectors
+# (`_interleave_fits`: compile time, measured).
+INTERLEAVE_MAX_SHORT_COST = 160
 
 # Parallel kernels. Work is counted in element operations (an element of a loop times its
 # body's cost). Below PARALLEL_MIN_WORK a kernel stays serial: 128k additions are ~30 us on
@@ -563,8 +566,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         # A long body (a fused chain: 100 dependent additions) is latency-bound with one
         # vector in flight: ask for several independent ones per iteration.
         md = interleave_hint(self.module, INTERLEAVE) \
-            if expr_cost(expr) >= INTERLEAVE_MIN_COST and _interleave_fits(
-                shape, [out] + list(ins)) else None
+            if _interleave_fits(shape, [out] + list(ins), expr_cost(expr)) else None
         loop_nest(b, shape, body, inner_md=md)
 
     def _reduce_shapes(self, node, out: Place, x: Place):
@@ -820,16 +822,21 @@ def _elementwise_key(node, places):
                       p.dtype.str) for p in places)
 
 
-def _interleave_fits(shape, places) -> bool:
-    """Whether the innermost loop is long enough for INTERLEAVE vectors of the widest
-    (64-byte) registers. A shorter one with the hint is not vectorised at all: LLVM unrolls it
-    fully and the SLP vectoriser works through the copies (measured: a fused chain of 16
-    sin/tanh on 16 floats took 5 s at -O3 with the hint, 0.7 s without, and runs as one
-    vector either way)."""
-    if not shape:
+def _interleave_fits(shape, places, cost: int) -> bool:
+    """Whether to ask for INTERLEAVE vectors on this loop nest (a body of at least
+    INTERLEAVE_MIN_COST). Not on a huge body (INTERLEAVE_MAX_SHORT_COST) whose innermost loop is
+    shorter than INTERLEAVE vectors of the widest (64-byte) registers: LLVM then vectorises
+    that short loop at a narrow width four times over and the SLP vectoriser works through the
+    copies, which is where the time goes (measured, a chain of 1,000 sin/tanh on 16 floats,
+    fused into kernels of 8 pairs: 5 s of LLVM with the hint, 0.7 s without; each call
+    12-25% slower without, ~240 against ~275 us, noisy). A smaller body keeps the hint: it
+    compiles in a fraction of a second and interleaving pays there (exp/tanh over [4096, 10]
+    with a broadcast column, ~50 operations: 1.1 ms against 1.9 without). backend_speed's
+    workloads have the same IR either way."""
+    if not shape or cost < INTERLEAVE_MIN_COST:
         return False
     lanes = 64 // min(np.dtype(p.dtype).itemsize for p in places)
-    return shape[-1] >= INTERLEAVE * lanes
+    return cost < INTERLEAVE_MAX_SHORT_COST or shape[-1] >= INTERLEAVE * lanes
 
 
 def _outer_split(shape, work_per_element):
