@@ -67,7 +67,8 @@ module-wide) is not added: the node calls the earlier one. Shapes, strides, offs
 and attributes are constants in the body, so equal text is equal code; every layer of a stack
 shares its kernels, and LLVM optimises and compiles each distinct body once (a 24-layer MLP
 step: 322 kernels -> 31, `benchmarks/compile_scaling.py --mlp`). The first node's name stays
-(`k<t>_<op>`).
+(`k<t>_<op>`). Elementwise and fused kernels are also keyed before they are emitted
+(`_elementwise_key`), so a repeated body is not even built again (a 20k-op chain: 7.2 -> 3.8 s).
 
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
