@@ -24,6 +24,18 @@ time grows with the number of kernels and the size of each fused loop (capped by
 
 Single-threaded; times are wall-clock seconds of one run (compile time, not run time).
 
+`--targets`: the issue's compile-time targets, each workload in a fresh process (imports, LLVM's
+start-up and the thread pool's module compiled first, outside the figure), cold caches (an
+empty disk cache directory): CPU seconds of `lower` (trace, passes, codegen, LLVM; all
+threads), the peak memory it added (`ru_maxrss` after minus before, MB), and `jax.jit` on the
+same computation (`jit(f).lower(...).compile()`, CPU seconds, its own fresh process), medians
+of `--repeat` runs:
+
+- mlp:      the 24-layer MLP training step below (`deep_mlp`);
+- chain20k: `x = x * 1.0001 + 0.5` 10,000 times (20k ops) on float32[16];
+- sintanh:  `x = tanh(sin(x))` 500 times (1k ops) on float32[16];
+- loop:     1,000 unrolled steps of `x = tanh(x * w)` with `backward()` to w (`chain_backward`).
+
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
 cross-entropy, SGD), with identical kernels emitted once per module (`emitter.DEDUPE`, the
@@ -202,6 +214,122 @@ def mlp_main(repeat: int) -> int:
     return 0
 
 
+def sin_tanh_chain(ops):
+    def f(x):
+        for _ in range(ops // 2):
+            x = x.sin().tanh()
+        return x
+    return f, (np.ones(16, np.float32),)
+
+
+TARGETS = {  # name: (our builder, seconds the issue asks for)
+    "mlp": (deep_mlp, 0.4),
+    "chain20k": (lambda: chain(10_000), 4.5),
+    "sintanh": (lambda: sin_tanh_chain(1000), 2.0),
+    "loop": (lambda: chain_backward(1000), 20.0),
+}
+
+
+def _jax_workload(name):
+    """(function, arguments) of `jax.jit` computing what our workload `name` computes."""
+    import jax
+    import jax.numpy as jnp
+    if name == "mlp":
+        _, args = deep_mlp()
+        x, labels, params = args[0], args[1], args[2:]
+
+        def loss_fn(params, x, labels):
+            h = x
+            for w, b in zip(params[0:-2:2], params[1:-2:2]):
+                h = jax.nn.relu(h @ w + b)
+            logits = h @ params[-2] + params[-1]
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+        def step(params, x, labels):
+            loss, grads = jax.value_and_grad(loss_fn)(params, x, labels)
+            return loss, [p - 0.1 * g for p, g in zip(params, grads)]
+        return step, (list(params), x, labels)
+    x = np.ones(16, np.float32)
+    if name == "chain20k":
+        def f(x):
+            for _ in range(10_000):
+                x = x * 1.0001 + 0.5
+            return x
+        return f, (x,)
+    if name == "sintanh":
+        def f(x):
+            for _ in range(500):
+                x = jnp.tanh(jnp.sin(x))
+            return x
+        return f, (x,)
+
+    def loss(w, x):
+        for _ in range(1000):
+            x = jnp.tanh(x * w)
+        return x.sum()
+    return jax.grad(loss), (np.full(16, 0.5, np.float32), x)
+
+
+def _one_target(name: str, peer: str) -> dict:
+    """In this (fresh) process: warm up, then one cold compile of workload `name`."""
+    import resource
+    import tempfile
+    if peer == "jax":
+        import jax
+        jax.jit(lambda v: v * 2).lower(np.ones(4, np.float32)).compile()  # jax's start-up
+        fn, args = _jax_workload(name)
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.process_time()
+        jax.jit(fn).lower(*args).compile()
+        t = time.process_time() - t0
+        return {"cpu_s": t, "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                                       - rss0) / 1024}
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["COMPILER_CACHE_DIR"] = d
+        warm, warm_args = chain(3)  # imports, LLVM's start-up, the pool's module
+        cc.compile(warm, backend="cpu").lower(*warm_args)
+        fn, args = TARGETS[name][0]()
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.process_time()
+        prog = cc.compile(fn, backend="cpu").lower(*args)
+        t = time.process_time() - t0
+        rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    return {"cpu_s": t, "rss_mb": rss, "functions": prog.source.count("\ndefine ")}
+
+
+def targets_main(repeat: int, names, with_jax: bool) -> int:
+    import json
+    import subprocess
+    rows = {}
+    for r in range(repeat):  # interleaved: one run of each, then the next round
+        for name in names:
+            for peer in ("ours", "jax") if with_jax else ("ours",):
+                out = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--one-target", name, peer],
+                    capture_output=True, text=True, check=False)
+                if out.returncode != 0:
+                    print(f"({name}, {peer}: failed: {out.stderr.strip().splitlines()[-1:]})",
+                          file=sys.stderr)
+                    continue
+                rows.setdefault((name, peer), []).append(json.loads(out.stdout.splitlines()[-1]))
+    print("| workload | target CPU s | ours CPU s (median) | ours peak MB added | functions "
+          "| jax.jit CPU s (median) | jax.jit peak MB added | runs (ours) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in names:
+        ours, jx = rows.get((name, "ours"), []), rows.get((name, "jax"), [])
+
+        def med(rs, k, fmt):
+            return format(float(np.median([x[k] for x in rs])), fmt) if rs else "—"
+        print(f"| {name} | {TARGETS[name][1]:g} | {med(ours, 'cpu_s', '.2f')} | "
+              f"{med(ours, 'rss_mb', '.0f')} | {ours[0]['functions'] if ours else '—'} | "
+              f"{med(jx, 'cpu_s', '.2f')} | {med(jx, 'rss_mb', '.0f')} | "
+              + " ".join(f"{x['cpu_s']:.2f}" for x in ours) + " |")
+    print(f"\n(cold caches, a fresh process per run, CPU seconds of all threads; peak memory: "
+          f"ru_maxrss after minus before the compile; numpy {np.__version__}, one BLAS thread)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k and 10k nodes only")
@@ -210,8 +338,20 @@ def main(argv=None) -> int:
                         help="skip the cpu codegen column above this many traced nodes")
     parser.add_argument("--mlp", action="store_true",
                         help="cold compile of a 24-layer MLP, identical kernels once or not")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per column of --mlp")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="runs per column of --mlp and --targets")
+    parser.add_argument("--targets", nargs="?", const=",".join(TARGETS), default=None,
+                        help="the issue's compile-time targets (optionally a comma-separated "
+                             "subset: mlp,chain20k,sintanh,loop), jax.jit beside them")
+    parser.add_argument("--no-jax", action="store_true", help="--targets without jax.jit")
+    parser.add_argument("--one-target", nargs=2, help=argparse.SUPPRESS)  # (a child process)
     args = parser.parse_args(argv)
+    if args.one_target:
+        import json
+        print(json.dumps(_one_target(*args.one_target)))
+        return 0
+    if args.targets:
+        return targets_main(args.repeat, args.targets.split(","), not args.no_jax)
     if args.mlp:
         return mlp_main(args.repeat)
     sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]

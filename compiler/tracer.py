@@ -67,12 +67,24 @@ def call_site() -> CallSite:
     return CallSite(sys._getframe(2))
 
 
+# An absolute code file name -> (its normalised name, whether it is ours): tracing asks for
+# every op's line, and normalising the same few names again was most of a trace's time.
+_FILE_KIND: dict[str, tuple[str, bool]] = {}
+
+
 def _user_loc_from(frame) -> Loc:
     while frame is not None:
-        fname = frame.f_code.co_filename
-        # (abspath calls getcwd: only relative names need it; normpath is string work)
-        fname = os.path.normpath(fname) if os.path.isabs(fname) else os.path.abspath(fname)
-        if not fname.startswith(_PACKAGE_DIRS) and fname not in _SKIP_FILES:
+        raw = frame.f_code.co_filename
+        known = _FILE_KIND.get(raw)
+        if known is None:
+            # (abspath calls getcwd: only relative names need it, and they are not cached,
+            # since the working directory may change)
+            fname = os.path.normpath(raw) if os.path.isabs(raw) else os.path.abspath(raw)
+            known = (fname, fname.startswith(_PACKAGE_DIRS) or fname in _SKIP_FILES)
+            if os.path.isabs(raw):
+                _FILE_KIND[raw] = known
+        fname, ours = known
+        if not ours:
             return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
         frame = frame.f_back
     return Loc("<unknown>", 0)

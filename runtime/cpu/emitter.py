@@ -67,7 +67,8 @@ module-wide) is not added: the node calls the earlier one. Shapes, strides, offs
 and attributes are constants in the body, so equal text is equal code; every layer of a stack
 shares its kernels, and LLVM optimises and compiles each distinct body once (a 24-layer MLP
 step: 322 kernels -> 31, `benchmarks/compile_scaling.py --mlp`). The first node's name stays
-(`k<t>_<op>`).
+(`k<t>_<op>`). Elementwise and fused kernels are also keyed before they are emitted
+(`_elementwise_key`), so a repeated body is not even built again (a 20k-op chain: 7.2 -> 3.8 s).
 
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
@@ -85,6 +86,7 @@ from compiler.ops.registry import normalize_axes
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import expr_cost
+from passes.cse import _NoKey, attr_key
 
 from runtime.lowering import families as F
 from runtime.lowering.layout import broadcast_strides, collapse
@@ -105,6 +107,9 @@ POISON = 0xFF
 # dependent chain (measured: 100 fused additions, [1000, 1000] float32, see benchmarks).
 INTERLEAVE_MIN_COST = 8
 INTERLEAVE = 4
+# ...except a body of this cost or more on a loop too short for INTERLEAVE full vectors
+# (`_interleave_fits`: compile time, measured).
+INTERLEAVE_MAX_SHORT_COST = 160
 
 # Parallel kernels. Work is counted in element operations (an element of a loop times its
 # body's cost). Below PARALLEL_MIN_WORK a kernel stays serial: 128k additions are ~30 us on
@@ -165,6 +170,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         self.blas_ok = jit.has_blas()
         self._consts = 0
         self._bodies: dict[str, ir.Function] = {}  # normalised IR -> its first function
+        # Before emission (`_elementwise_key`): a kernel's key -> how to call the function
+        # emitted for it, and an elementwise key -> (cost, split).
+        self._by_key: dict = {}
+        self._costs: dict = {}
         self.const_data: dict[int, bytearray] = {}
         self._emit_entry()
         self.ir_text = str(self.module)
@@ -247,11 +256,17 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
 
     # -- one method per kernel family (LOWER_BY_FAMILY) ---------------------------------------
     def _lower_elementwise(self, t, node, out, ins):
-        strides = [out.strides] + [broadcast_strides(p, out.shape) for p in ins]
-        shape, _ = collapse(out.shape, strides)
-        cost = max(expr_cost(self._expr(node, out, ins)), 1) if node.op != "full" else 1
+        key = _elementwise_key(node, [out] + ins) if DEDUPE else None
+        cost = self._costs.get(key)
+        if cost is None:  # (a known key: the kernel is called, never emitted or costed again)
+            strides = [out.strides] + [broadcast_strides(p, out.shape) for p in ins]
+            shape, _ = collapse(out.shape, strides)
+            cost = max(expr_cost(self._expr(node, out, ins)), 1) if node.op != "full" else 1
+            cost = (cost, _outer_split(shape, cost))
+            if key is not None:
+                self._costs[key] = cost
         self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins),
-                     split=_outer_split(shape, cost))
+                     split=cost[1], key=key)
 
     def _lower_reduction(self, t, node, out, ins):
         x = ins[0]
@@ -337,18 +352,32 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
 
     def _kernel(self, t, node, places, emit, checked=False, split=None, scratch=False,
-                after=None):
+                after=None, key=None):
         """A function `k<t>_<op>` with one noalias pointer per distinct slot, called from the
         entry; `emit(builder, {slot: ptr})` fills its body. A `checked` kernel returns an i64
         (nonzero: data out of range, nothing written) and the entry returns `t + 1` on it.
         `split=(n, work)`: the body's top-level loop has extent n, each iteration `work`
         element operations; when `chunking` cuts it, the kernel runs in parallel chunks
-        (`_parallel_kernel`; `scratch`, `after`: see there). Returns the chunking or None."""
+        (`_parallel_kernel`; `scratch`, `after`: see there). Returns the chunking or None.
+        `key` (not None): equal keys mean equal kernels (`_elementwise_key`); a kernel whose
+        key was seen is not emitted again: the node calls the first one's function."""
         slots = list(dict.fromkeys(p.slot for p in places))
+        hit = self._by_key.get(key) if key is not None else None
+        if hit is not None:
+            fn, cut, fin = hit
+            if cut is None:
+                self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
+            else:
+                self._call_chunks(fn, slots + [("scratch", 0)] if scratch else slots, cut[1],
+                                  fin)
+            return cut
         if split is not None and not checked and len(slots) + 1 <= CTX_SLOTS:
             cut = chunking(*split)
             if cut is not None:
-                self._parallel_kernel(t, node, slots, emit, split[0], *cut, scratch, after)
+                chunk, fin = self._parallel_kernel(t, node, slots, emit, split[0], *cut,
+                                                   scratch, after)
+                if key is not None:
+                    self._by_key[key] = (chunk, cut, fin)
                 return cut
         if scratch or after is not None:
             return None  # (the caller emits its serial form)
@@ -368,6 +397,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         if not checked:
             b.ret_void()
             fn = self._unique(fn)
+            if key is not None:
+                self._by_key[key] = (fn, None, None)
             self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
             return
         b.ret(i64(0))
@@ -383,7 +414,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         entry calls `inplace_parallel_for(chunk, ctx, chunks, threads)`. `scratch`: the
         kernel also gets a per-call float64[MAX_CHUNKS] (the slot ("scratch", 0)), for a
         value per chunk; `after(builder, ptrs)` is emitted in `k<t>_<op>.after`, run once
-        when every chunk is done (a reduction combines its partials there, in order)."""
+        when every chunk is done (a reduction combines its partials there, in order).
+        Returns (the chunk function, the after function or None)."""
         e = self.entry_builder
         if self._ctx is None:  # at the top of the entry: one array for every parallel kernel
             here = e.block
@@ -427,15 +459,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         c.call(body, args + [start, end])
         c.ret_void()
         chunk = self._unique(chunk)
-
-        pf = self.module.globals.get("inplace_parallel_for") or ir.Function(
-            self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
-            "inplace_parallel_for")
-        vals = [self._scratch if s == ("scratch", 0) else self.slot_ptr(s) for s in slots]
-        for j, v in enumerate(vals):
-            e.store(v, e.gep(self._ctx, [i64(j)], source_etype=PTR))
-        e.call(pf, [chunk, self._ctx, i64(chunks), self.threads_arg])
-        self.parallel = True
+        fin = None
         if after is not None:
             fin = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR] * len(slots)),
                               f"{name}.after")
@@ -445,7 +469,24 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             fb = ir.IRBuilder(fin.append_basic_block("entry"))
             after(fb, fptrs)
             fb.ret_void()
-            e.call(self._unique(fin), vals)
+            fin = self._unique(fin)
+        self._call_chunks(chunk, slots, chunks, fin)
+        return chunk, fin
+
+    def _call_chunks(self, chunk, slots, chunks, fin):
+        """In the entry: the slots' pointers into the context array, `chunks` chunks run by
+        the pool, then `fin` (the after function) when there is one."""
+        e = self.entry_builder
+        pf = self.module.globals.get("inplace_parallel_for") or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
+            "inplace_parallel_for")
+        vals = [self._scratch if s == ("scratch", 0) else self.slot_ptr(s) for s in slots]
+        for j, v in enumerate(vals):
+            e.store(v, e.gep(self._ctx, [i64(j)], source_etype=PTR))
+        e.call(pf, [chunk, self._ctx, i64(chunks), self.threads_arg])
+        self.parallel = True
+        if fin is not None:
+            e.call(fin, vals)
 
     def _unique(self, fn: ir.Function) -> ir.Function:
         """`fn`, or the function emitted earlier whose IR is the same as fn's but for the
@@ -527,7 +568,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         # A long body (a fused chain: 100 dependent additions) is latency-bound with one
         # vector in flight: ask for several independent ones per iteration.
         md = interleave_hint(self.module, INTERLEAVE) \
-            if expr_cost(expr) >= INTERLEAVE_MIN_COST else None
+            if _interleave_fits(shape, [out] + list(ins), expr_cost(expr)) else None
         loop_nest(b, shape, body, inner_md=md)
 
     def _reduce_shapes(self, node, out: Place, x: Place):
@@ -771,6 +812,44 @@ def _flat_index(b, shape, idxs):
         strides.insert(0, inner)
         inner *= int(d)
     return index(b, 0, strides, idxs)
+
+
+def _elementwise_key(node, places):
+    """A key naming an elementwise kernel's code before it is emitted, or None: the op and
+    its attributes (a fused node's: every inner node's op, attributes, dtypes and operands,
+    which `FusedBody.expr` is built from), and each place's layout, dtype and which distinct
+    buffer it is. Emitting and printing the same fused body once per layer was most of the
+    emitter's time on long chains; equal keys give equal IR (`_unique` would merge them)."""
+    try:
+        body = node.attrs.get("body") if node.op == "fused" else None
+        if body is not None:
+            op = ("fused", body.in_types, body.operands, tuple(
+                (n.op, attr_key(n.attrs), tuple(v.dtype.str for v in n.inputs), n.out.dtype.str)
+                for n in body.nodes))
+        else:
+            op = (node.op, attr_key(node.attrs))
+    except _NoKey:
+        return None
+    slots = {}
+    return op, tuple((slots.setdefault(p.slot, len(slots)), p.offset, p.shape, p.strides,
+                      p.dtype.str) for p in places)
+
+
+def _interleave_fits(shape, places, cost: int) -> bool:
+    """Whether to ask for INTERLEAVE vectors on this loop nest (a body of at least
+    INTERLEAVE_MIN_COST). Not on a huge body (INTERLEAVE_MAX_SHORT_COST) whose innermost loop is
+    shorter than INTERLEAVE vectors of the widest (64-byte) registers: LLVM then vectorises
+    that short loop at a narrow width four times over and the SLP vectoriser works through the
+    copies, which is where the time goes (measured, a chain of 1,000 sin/tanh on 16 floats,
+    fused into kernels of 8 pairs: 5 s of LLVM with the hint, 0.7 s without; each call
+    12-25% slower without, ~240 against ~275 us, noisy). A smaller body keeps the hint: it
+    compiles in a fraction of a second and interleaving pays there (exp/tanh over [4096, 10]
+    with a broadcast column, ~50 operations: 1.1 ms against 1.9 without). backend_speed's
+    workloads have the same IR either way."""
+    if not shape or cost < INTERLEAVE_MIN_COST:
+        return False
+    lanes = 64 // min(np.dtype(p.dtype).itemsize for p in places)
+    return cost < INTERLEAVE_MAX_SHORT_COST or shape[-1] >= INTERLEAVE * lanes
 
 
 def _outer_split(shape, work_per_element):

@@ -1,0 +1,128 @@
+"""The compile-time paths of the cpu backend give the same results as the slow ones.
+
+- Elementwise kernels keyed before emission (`emitter._elementwise_key`): a node whose kernel
+  (op and attributes, or a fused body's inner nodes; each operand's layout and dtype; which
+  operands share a buffer) was seen is not emitted again, it calls the first one's function.
+  The bodies emitted are the distinct ones; what runs is bit for bit what the build with one
+  function per node (`emitter.DEDUPE = False`) computes; constants that differ only in their
+  sign bit stay apart.
+- Effort by kernel size (`emitter._interleave_fits`): a big fused body on an innermost loop
+  too short for INTERLEAVE full vectors is not given the interleave hint (LLVM took seconds
+  over it); smaller bodies and long loops keep it; results are the numpy reference's.
+"""
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import compiler as cc
+from runtime.cpu import emitter, jit
+from tests.backends import AVAILABLE
+from tests.runtime.test_kernel_dedupe import assert_same_bits, calls, defines
+
+pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend can't run here")
+
+HINT = "llvm.loop.interleave.count"
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Every compile reaches LLVM or the disk (a private in-memory code cache)."""
+    monkeypatch.setattr(jit, "_cache", OrderedDict())
+
+
+@pytest.fixture
+def bodies(monkeypatch):
+    """Counts the elementwise kernel bodies the emitter builds."""
+    count = [0]
+    real = emitter.ModuleEmitter._elementwise
+
+    def counted(self, *a, **k):
+        count[0] += 1
+        return real(self, *a, **k)
+    monkeypatch.setattr(emitter.ModuleEmitter, "_elementwise", counted)
+    return count
+
+
+def run_both(fn, args, monkeypatch, bodies):
+    """[(program, outputs, bodies built)] for the keyed build, then one function per node."""
+    got = []
+    for dedupe in (True, False):
+        monkeypatch.setattr(emitter, "DEDUPE", dedupe)
+        bodies[0] = 0
+        mine = [a.copy() for a in args]
+        prog = cc.compile(fn, backend="cpu", sanitize=True).lower(*mine)
+        got.append((prog, prog(*mine), bodies[0]))
+    return got
+
+
+def long_chain(x):
+    # 1,200 cheap operations: the fusion pass cuts them into fused nodes of MAX_COST
+    # operations, all but the last one the same body on the same buffer.
+    for _ in range(600):
+        x = x * 1.0001 + 0.5
+    return x
+
+
+def test_a_repeated_fused_body_is_built_once_and_computes_the_same_bits(
+        fresh, monkeypatch, bodies):
+    x = np.random.default_rng(0).standard_normal(16).astype(np.float32)
+    (prog, out, built), (plain, plain_out, plain_built) = run_both(long_chain, [x], monkeypatch,
+                                                                  bodies)
+    fused = [k for k in defines(prog.source) if k.endswith("_fused")]
+    nodes = sum(calls(prog.source, k) for k in fused)
+    assert nodes >= 3 and len(fused) < nodes
+    assert built == len(fused)           # each distinct body built once, the rest only called
+    assert plain_built == nodes          # one per node without the key
+    assert_same_bits(out, plain_out)
+    ref = cc.compile(long_chain, backend="numpy").lower(x)(x)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+def signed_zeros(x, y):
+    # Three kernels of one shape and layout: the first and third differ only in the buffer
+    # they read (one body), the second only in the sign of a constant (its own body).
+    return 1.0 / (x * 0.0), 1.0 / (x * -0.0), 1.0 / (y * 0.0)
+
+
+def test_kernels_whose_constants_differ_in_the_sign_bit_stay_apart(fresh, monkeypatch, bodies):
+    x = np.array([1.0, -2.0, 3.0, -0.5], np.float32)
+    y = np.array([-1.0, 2.0, -3.0, 0.5], np.float32)
+    (prog, out, built), (plain, plain_out, plain_built) = run_both(signed_zeros, [x, y],
+                                                                  monkeypatch, bodies)
+    assert (built, plain_built) == (2, 3)
+    for got, want in zip(out, plain_out):
+        assert_same_bits(got, want)
+    with np.errstate(divide="ignore"):
+        want = [1.0 / (x * np.float32(0.0)), 1.0 / (x * np.float32(-0.0)),
+                1.0 / (y * np.float32(0.0))]
+    for got, w in zip(out, want):
+        assert_same_bits(got, w)
+    assert np.signbit(out[0]).tolist() == [False, True, False, True]
+    assert np.signbit(out[1]).tolist() == [True, False, True, False]
+
+
+def sin_tanh(x):
+    for _ in range(8):  # one fused node of cost ~320 (sin and tanh count 20 each)
+        x = x.sin().tanh()
+    return x
+
+
+def exp_tanh(x, m):
+    return ((x - m).exp() * 0.5 + x * x - m * 0.25).tanh() * 3.0 + 1.0  # cost ~50
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_interleave_hint_is_left_off_big_bodies_on_short_loops_only(fresh, dtype):
+    rng = np.random.default_rng(3)
+    short = rng.standard_normal(16).astype(dtype)            # shorter than 4 vectors
+    long = rng.standard_normal(4096).astype(dtype)
+    rows = rng.standard_normal((64, 10)).astype(dtype)       # inner loop of 10 (broadcast)
+    col = rng.standard_normal((64, 1)).astype(dtype)
+    cases = [(sin_tanh, (short,), False), (sin_tanh, (long,), True),
+             (exp_tanh, (rows, col), True)]
+    for fn, args, hinted in cases:
+        prog = cc.compile(fn, backend="cpu", sanitize=True).lower(*args)
+        assert (HINT in prog.source) == hinted, (fn.__name__, args[0].shape)
+        ref = cc.compile(fn, backend="numpy").lower(*args)(*args)
+        np.testing.assert_allclose(prog(*args), ref, rtol=1e-5, atol=1e-6)
