@@ -144,6 +144,10 @@ def chunking(n: int, work: float):
 # and completes the all-reduce on the bucket's arena memory from the callback (the entry is
 # not split; see executable.py).
 FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
+# Kernels that accumulate in their output's memory, which in a 16-bit float would round every
+# partial sum: on those dtypes these ops run the numpy reference (float32, rounded once)
+# through the same callback until they get a float32 accumulator of their own.
+HALF_FALLBACK_OPS = frozenset({"conv2d", "conv2d_grad_input", "max_pool2d_grad"})
 
 
 # -- the module ---------------------------------------------------------------------------
@@ -231,7 +235,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 and self.plan.reuse[node] not in opdef.overwrites:
             raise NotImplementedError(f"the plan runs {op} in place; the cpu backend only "
                                       "writes elementwise ops and scatters over an input")
-        if op in FALLBACK_OPS:
+        if op in FALLBACK_OPS or (op in HALF_FALLBACK_OPS and is_half(node.out.dtype)):
             self._emit_fallback(t, node, cb, cb_type)
             return
         lower = LOWER_BY_FAMILY.get(F.family_of(op))

@@ -13,6 +13,7 @@ import numpy as np
 from llvmlite import ir
 
 
+from compiler.ops.registry import compute_dtype, dkind
 from runtime.lowering.layout import blas_layout, broadcast_strides, collapse
 from runtime.lowering.places import Place
 
@@ -49,7 +50,8 @@ class GemmKernels:
         dt = out.dtype
         if kk == 0:  # an empty sum: zeros (never hand BLAS k = 0)
             return ("fill",)
-        use_blas = (self.blas_ok and dt.kind == "f" and x.dtype == dt and y.dtype == dt
+        # (16-bit floats: the generated loop, accumulating in float32)
+        use_blas = (self.blas_ok and dt.name in jit.BLAS_GEMM and x.dtype == dt and y.dtype == dt
                     and (blas_layout(m, n, om, on) or ("T",))[0] == "N"
                     and blas_layout(m, kk, xm, xk) and blas_layout(kk, n, yk, yn))
         if not use_blas:
@@ -178,6 +180,7 @@ class GemmKernels:
         if copy:
             self._copy(b, ptrs, out, c)
         acc = b.alloca(ll_type(dt))
+        cd = compute_dtype(dt)  # (a 16-bit float's alpha and beta are not rounded to it)
 
         def body(idxs):
             i, j = idxs
@@ -189,8 +192,8 @@ class GemmKernels:
                     b, y.offset, y.strides, (kv, j))), y.dtype), y.dtype, dt)
                 b.store(b.fadd(b.load(acc, typ=ll_type(dt)), b.fmul(xv, yv)), acc)
             at_out = elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, out.strides, idxs))
-            prod = b.fmul(constant(alpha, dt), b.load(acc, typ=ll_type(dt)))
-            old = b.fmul(constant(beta, dt), load(b, at_out, dt))
+            prod = b.fmul(constant(alpha, cd), b.load(acc, typ=ll_type(dt)))
+            old = b.fmul(constant(beta, cd), load(b, at_out, dt))
             store(b, b.fadd(old, prod), at_out, dt)
         loop_nest(b, (m, n), body)
 
@@ -199,7 +202,8 @@ class GemmKernels:
         m, kk, n = x.shape[0], x.shape[1], y.shape[1]
         dt = out.dtype
         lc = blas_layout(m, n, *out.strides)
-        return bool(self.blas_ok and kk > 0 and x.dtype == dt and y.dtype == dt and lc
+        return bool(self.blas_ok and kk > 0 and dt.name in jit.BLAS_GEMM and x.dtype == dt
+                    and y.dtype == dt and lc
                     and lc[0] == "N" and blas_layout(m, kk, *x.strides)
                     and blas_layout(kk, n, *y.strides))
 
@@ -257,7 +261,7 @@ class GemmKernels:
                                                  b.add(yo, b.mul(kv, i64(yk)))), y.dtype),
                              y.dtype, dt)
                 a = b.load(acc, typ=ll_type(dt))
-                if dt.kind == "f":
+                if dkind(dt) == "f":
                     a = b.fadd(a, b.fmul(xv, yv))
                 elif dt.kind == "b":
                     a = b.or_(a, b.and_(xv, yv))
