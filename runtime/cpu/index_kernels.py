@@ -176,8 +176,10 @@ class IndexKernels:
         def xval(off):
             return convert(b, load(b, self._at(b, ptrs, x, off), xd), xd, od)
 
-        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
-            # kept dims innermost: update the output row by row (vectorises across the row)
+        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)) \
+                and not (is_half(od) and node.op == "prod"):
+            # kept dims innermost: update the output row by row (vectorises across the row;
+            # not a 16-bit float's product, whose stored partial products would be rounded)
             def at_out(kidx):
                 return self._at(b, ptrs, out, L.index(b, out.offset, ko, kidx))
             L.loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")

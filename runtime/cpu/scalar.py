@@ -119,14 +119,17 @@ def round_half(b: ir.IRBuilder, v, dtype):
 
 
 def _f64_to_f32_odd(b: ir.IRBuilder, v):
-    """float64 -> float32 rounding to odd: an inexact result gets its last bit set, so that
-    rounding it again to float16 (11 bits < 24 - 1) is the float64 value rounded once, as
-    numpy's float64 -> float16 cast does (ml_dtypes' bfloat16 rounds through float32)."""
+    """float64 -> float32 rounding to odd (truncate, then set the last bit of an inexact
+    result), so that rounding it again to float16 (11 bits < 24 - 1) is the float64 value
+    rounded once, as numpy's float64 -> float16 cast does (ml_dtypes' bfloat16 rounds
+    through float32). A NaN is the caller's."""
     f = b.fptrunc(v, F32)
-    inexact = b.fcmp_ordered("!=", b.fpext(f, F64), v)
-    fin = b.fcmp_ordered("<", intrinsic(b, "fabs", f), ir.Constant(F32, float("inf")))
+    back = b.fpext(f, F64)
     bits = b.bitcast(f, I32)
-    return b.bitcast(b.select(b.and_(inexact, fin), b.or_(bits, _c32(1)), bits), F32)
+    away = b.fcmp_ordered(">", intrinsic(b, "fabs", back), intrinsic(b, "fabs", v))
+    trunc = b.select(away, b.sub(bits, _c32(1)), bits)  # (magnitude bits: one step down)
+    inexact = b.fcmp_ordered("!=", back, v)
+    return b.bitcast(b.select(inexact, b.or_(trunc, _c32(1)), bits), F32)
 
 
 def load(b: ir.IRBuilder, ptr, dtype):
@@ -171,11 +174,27 @@ def convert(b: ir.IRBuilder, v, src, dst):
     src, dst = np.dtype(src), np.dtype(dst)
     if src == dst:
         return v
+    if src == FLOAT16 and dst == F64D:  # numpy's direct cast keeps a NaN unquieted
+        w = b.zext(b.bitcast(v, I32), I64)
+        nb = b.or_(b.or_(b.shl(b.and_(w, ir.Constant(I64, 1 << 31)), ir.Constant(I64, 32)),
+                         ir.Constant(I64, 0x7FF << 52)),
+                   b.shl(b.and_(w, ir.Constant(I64, 0x7FFFFF)), ir.Constant(I64, 29)))
+        return b.select(b.fcmp_unordered("uno", v, v), b.bitcast(nb, F64), b.fpext(v, F64))
     if is_half(src):  # its float32 register holds the value exactly
         return convert(b, v, F32D, dst)
     if is_half(dst):
+        if src == F64D and dst == FLOAT16:
+            # numpy's direct cast: the NaN's top 10 payload bits, unquieted
+            w = b.bitcast(v, I64)
+            m = b.trunc(b.and_(b.lshr(w, ir.Constant(I64, 42)), ir.Constant(I64, 0x3FF)), I32)
+            m = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(1), m)
+            sign = b.trunc(b.and_(b.lshr(w, ir.Constant(I64, 48)), ir.Constant(I64, 0x8000)),
+                           I32)
+            nan = widen_bits(b, b.trunc(b.or_(b.or_(sign, _c32(0x7C00)), m), I16), FLOAT16)
+            r = round_half(b, _f64_to_f32_odd(b, v), dst)
+            return b.select(b.fcmp_unordered("uno", v, v), nan, r)
         if src == F64D:
-            v = _f64_to_f32_odd(b, v) if dst == FLOAT16 else b.fptrunc(v, F32)
+            v = b.fptrunc(v, F32)
         else:
             v = convert(b, v, src, F32D)
         return round_half(b, v, dst)
