@@ -363,3 +363,60 @@ def test_threads_do_not_change_results(half):
     assert bits(l1) == bits(l2)
     for w1, w2 in zip(a1[2:], a2[2:]):
         np.testing.assert_array_equal(bits(w1), bits(w2))
+
+
+# -- every public op: cpu against the numpy backend ------------------------------------------
+# The op database's first sample of each public name with a float32 (int32) argument, that
+# argument given as a 16-bit float (a narrow integer): the cpu backend must give the numpy
+# backend's dtype and values, integers exactly, halves within 1 ulp (plus, for sums and
+# composites, the half's epsilon of the output's scale: a different summation order).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "opdb"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "passes"))
+import samples as db  # noqa: E402
+
+
+def _first_samples(src):
+    seen, out = set(), []
+    for s in db.SAMPLES:
+        if s.writes is None and s.returns is None and s.api not in seen and any(
+                isinstance(a, np.ndarray) and a.dtype == src for a in s.args):
+            seen.add(s.api)
+            out.append(s)
+    return out
+
+
+_BROAD = [pytest.param(s, d, id=f"{d}-{s.id}") for d in HALVES
+          for s in _first_samples(F32)] + \
+         [pytest.param(s, d, id=f"{d}-{s.id}") for d in NARROW_INTS
+          for s in _first_samples(np.dtype(np.int32))]
+
+
+@pytest.mark.parametrize("sample,dtype", _BROAD)
+def test_every_public_op_matches_the_numpy_backend(sample, dtype):
+    src = F32 if dtype in HALVES else np.dtype(np.int32)
+
+    def args():
+        with np.errstate(all="ignore"):
+            return [a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype == src else
+                    (a.copy() if isinstance(a, np.ndarray) else a) for a in sample.args]
+    with np.errstate(all="ignore"):
+        try:
+            want = ref(sample.fn)(*args())
+        except cc.CompilerError:  # the op refuses the dtype: so must the cpu backend
+            with pytest.raises(cc.CompilerError):
+                cpu(sample.fn)(*args())
+            return
+        got = cpu(sample.fn)(*args())
+    gs, ws = (got, want) if isinstance(want, (tuple, list)) else ((got,), (want,))
+    assert len(gs) == len(ws)
+    for g, w in zip(gs, ws):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        if w.dtype.kind in "iub":
+            np.testing.assert_array_equal(g, w)
+            continue
+        w64 = w.astype(F64)
+        scale = float(np.max(np.abs(w64[np.isfinite(w64)]), initial=0.0))
+        extra = 0.0 if sample.tol in (db.EXACT, db.ULP) else \
+            float(ml_dtypes.finfo(w.dtype).eps) * scale
+        assert_within_ulps(g, w, w.dtype, 1, extra)
