@@ -245,6 +245,18 @@ def test_matmul_accumulates_in_float32(half, shapes):
         assert_within_ulps(got_t, want.T, half, 1)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "numpy"])
+def test_arguments_sharing_a_bfloat16_array(backend):
+    """`x @ x` and overlapping slices of one bfloat16 array: one storage of that dtype (its
+    dtype string, "<V2", is no dtype to rebuild it from)."""
+    a = (np.arange(30).reshape(5, 6) / 7).astype(BF16)
+    got = cc.compile(lambda p, q: (p @ q.T, p[1:] * q[:-1]), backend=backend)(a, a)
+    a32 = a.astype(F32)
+    assert got[0].dtype == BF16 and got[1].dtype == BF16
+    assert_within_ulps(got[0], (a32 @ a32.T).astype(BF16), BF16, 1)
+    np.testing.assert_array_equal(bits(got[1]), bits((a32[1:] * a32[:-1]).astype(BF16)))
+
+
 @pytest.mark.parametrize("half", HALVES, ids=str)
 def test_conv_and_pool(half):
     x, w = _rand((2, 3, 9, 9), half, 9, 1.0), _rand((4, 3, 3, 3), half, 10, 0.5)
