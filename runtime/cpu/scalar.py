@@ -81,13 +81,60 @@ def _c32(n):
     return ir.Constant(I32, n)
 
 
+def _host_has_f16c() -> bool:
+    """Whether LLVM's half <-> float conversions are instructions on this host (x86: F16C;
+    other targets convert natively). Without them LLVM calls __extendhfsf2 / __truncsfhf2,
+    which the JIT does not import: the integer forms below are used instead."""
+    import llvmlite.binding as llvm
+    from .jit import host_triple
+    if not host_triple().startswith(("x86_64", "i686", "i386")):
+        return True
+    return bool(llvm.get_host_cpu_features().get("f16c", False))
+
+
+# float16 conversions by F16C (True) or by integer operations (False; tests set it to check
+# the integer forms over every pattern)
+HARD_F16 = _host_has_f16c()
+
+
+def _f16_to_f32_soft(b: ir.IRBuilder, w):
+    """float32 bits (i32) of float16 bits (zero-extended to i32), exact: the exponent
+    rebiased; a subnormal normalised by one float subtraction (Giesen's half_to_float)."""
+    o = b.shl(b.and_(w, _c32(0x7FFF)), _c32(13))
+    e = b.and_(o, _c32(0x7C00 << 13))
+    o = b.add(o, _c32((127 - 15) << 23))
+    infnan = b.add(o, _c32((128 - 16) << 23))
+    sub = b.fsub(b.bitcast(b.add(o, _c32(1 << 23)), F32), ir.Constant(F32, 2.0 ** -14))
+    o = b.select(b.icmp_unsigned("==", e, _c32(0x7C00 << 13)), infnan,
+                 b.select(b.icmp_unsigned("==", e, _c32(0)), b.bitcast(sub, I32), o))
+    return b.or_(o, b.shl(b.and_(w, _c32(0x8000)), _c32(16)))
+
+
+def _f32_to_f16_soft(b: ir.IRBuilder, v):
+    """float16 bits (i32) of a float32 register, rounded to nearest even (NaN: the caller's):
+    a subnormal result by one float addition that rounds at the right place, a normal one by
+    adding 0xfff + the kept lowest bit before the shift (Giesen's float_to_half_fast3_rtne)."""
+    x = b.bitcast(v, I32)
+    sign = b.and_(b.lshr(x, _c32(16)), _c32(0x8000))
+    a = b.and_(x, _c32(0x7FFFFFFF))
+    magic = ((127 - 15) + (23 - 10) + 1) << 23
+    sub = b.sub(b.bitcast(b.fadd(b.bitcast(a, F32), b.bitcast(_c32(magic), F32)), I32),
+                _c32(magic))
+    odd = b.and_(b.lshr(a, _c32(13)), _c32(1))
+    norm = b.lshr(b.add(b.add(a, _c32(((15 - 127) << 23) + 0xFFF)), odd), _c32(13))
+    o = b.select(b.icmp_unsigned("<", a, _c32(113 << 23)), sub, norm)
+    o = b.select(b.icmp_unsigned(">=", a, _c32((127 + 16) << 23)), _c32(0x7C00), o)
+    return b.or_(o, sign)
+
+
 def widen_bits(b: ir.IRBuilder, bits, dtype):
     """The float32 value of a 16-bit float's bits (i16), exact; NaN payloads kept as
     numpy's and ml_dtypes' casts keep them."""
     w = b.zext(bits, I32)
     if np.dtype(dtype) == BFLOAT16:
         return b.bitcast(b.shl(w, _c32(16)), F32)
-    f = b.fpext(b.bitcast(bits, HALF), F32)
+    f = b.fpext(b.bitcast(bits, HALF), F32) if HARD_F16 else \
+        b.bitcast(_f16_to_f32_soft(b, w), F32)
     # NaN: numpy shifts the payload without quieting it (vcvtph2ps would quiet it)
     nan = b.icmp_unsigned(">", b.and_(w, _c32(0x7FFF)), _c32(0x7C00))
     nb = b.or_(b.or_(b.shl(b.and_(w, _c32(0x8000)), _c32(16)), _c32(0x7F800000)),
@@ -107,7 +154,8 @@ def narrow_bits(b: ir.IRBuilder, v, dtype):
         r = b.lshr(b.add(b.add(bits, _c32(0x7FFF)), odd), _c32(16))
         r = b.select(nan, b.or_(sign, _c32(0x7FC0)), r)
         return b.trunc(r, I16)
-    h = b.bitcast(b.fptrunc(v, HALF), I16)
+    h = b.bitcast(b.fptrunc(v, HALF), I16) if HARD_F16 else \
+        b.trunc(_f32_to_f16_soft(b, v), I16)
     m = b.and_(b.lshr(bits, _c32(13)), _c32(0x3FF))
     m = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(1), m)  # stays a NaN
     return b.select(nan, b.trunc(b.or_(b.or_(sign, _c32(0x7C00)), m), I16), h)

@@ -64,8 +64,17 @@ def assert_within_ulps(got, want, dtype, n=1, extra=0.0):
 
 
 # -- conversions, bit for bit ------------------------------------------------------------------
+@pytest.fixture(params=["f16c", "integer"])
+def f16_conversions(request, monkeypatch):
+    """float16 converted by F16C (this host) and by the integer forms a host without it
+    uses: both bit for bit."""
+    import runtime.cpu.scalar as scalar
+    monkeypatch.setattr(scalar, "HARD_F16", request.param == "f16c")
+    return request.param
+
+
 @pytest.mark.parametrize("half", HALVES, ids=str)
-def test_widening_every_16_bit_pattern(half):
+def test_widening_every_16_bit_pattern(half, f16_conversions):
     x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(half)
     got = cpu(lambda t: t.astype("float32"))(x)
     np.testing.assert_array_equal(bits(got), bits(x.astype(F32)))
@@ -94,7 +103,7 @@ def _float32_patterns():
 
 
 @pytest.mark.parametrize("half", HALVES, ids=str)
-def test_narrowing_float32_patterns_as_numpy(half):
+def test_narrowing_float32_patterns_as_numpy(half, f16_conversions):
     x = _float32_patterns()
     got = cpu(lambda t: t.astype(half.name))(x)
     assert got.dtype == half
@@ -104,7 +113,7 @@ def test_narrowing_float32_patterns_as_numpy(half):
 
 
 @pytest.mark.parametrize("half", HALVES, ids=str)
-def test_narrowing_float64_as_numpy(half):
+def test_narrowing_float64_as_numpy(half, f16_conversions):
     """float16 rounds a float64 once (numpy's direct cast: rounding to odd through float32
     first), bfloat16 through float32, as ml_dtypes does."""
     rng = np.random.default_rng(5)
@@ -119,7 +128,7 @@ def test_narrowing_float64_as_numpy(half):
 
 
 @pytest.mark.parametrize("src,dst", [(BF16, F16), (F16, BF16)], ids=str)
-def test_half_to_half(src, dst):
+def test_half_to_half(src, dst, f16_conversions):
     x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(src)
     got = cpu(lambda t: t.astype(dst.name))(x)
     with np.errstate(all="ignore"):
