@@ -358,6 +358,25 @@ def test_bfloat16_plan_is_about_half_of_float32():
     assert 0.45 <= p16.peak_bytes / p32.peak_bytes <= 0.55, (p16.peak_bytes, p32.peak_bytes)
 
 
+def test_transformer_step_in_bfloat16():
+    """examples/transformer_block.py's step with every array in bfloat16: the plan is half
+    the float32 one's bytes, and a step on cpu follows the numpy backend's."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "examples"))
+    import transformer_block as tb
+    a32 = tb.example_inputs()
+    a16 = [a.astype(BF16) for a in a32]
+    f = cpu(tb.train_step)
+    p16, p32 = f.lower(*a16).plan, f.lower(*a32).plan
+    assert 0.49 <= p16.peak_bytes / p32.peak_bytes <= 0.51, (p16.peak_bytes, p32.peak_bytes)
+    b_cpu, b_ref = [a.copy() for a in a16], [a.copy() for a in a16]
+    l_cpu, l_ref = f(*b_cpu), ref(tb.train_step)(*b_ref)
+    assert l_cpu.dtype == BF16
+    assert_within_ulps(l_cpu, l_ref, BF16, 1)
+    for w_cpu, w_ref in zip(b_cpu[2:], b_ref[2:]):
+        assert_within_ulps(w_cpu, w_ref, BF16, 2, extra=1e-4)
+
+
 @pytest.mark.parametrize("half", HALVES, ids=str)
 def test_training_steps_follow_the_numpy_backend(half):
     """Three SGD steps of an MLP in 16 bits: the losses and weights stay within a few half
