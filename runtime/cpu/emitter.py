@@ -36,10 +36,10 @@ elementwise, reductions, copies and regions here:
     that are contiguous in every operand are merged first, so a contiguous op is one loop;
   - reductions (sum, mean, max over any axes, keepdim): when a reduced dim is innermost in
     memory, a loop nest over the kept dims and a register accumulator over the reduced ones:
-    float64 for float32 sums (one rounding at the end, well inside the 1e-5 tolerance) with
-    `reassoc` so the accumulation vectorises; when the kept dims are innermost (a bias
-    gradient), the output accumulates row by row (numpy's own order), contiguous and
-    vectorised;
+    float64 for float32 and 16-bit float sums (one rounding at the end, well inside the 1e-5
+    tolerance) with `reassoc` so the accumulation vectorises; when the kept dims are innermost
+    (a bias gradient), the output accumulates row by row (numpy's own order), contiguous and
+    vectorised (not into a 16-bit float output: those keep the register accumulator);
   - matmul: numpy's OpenBLAS `cblas_?gemm` (64-bit ints), transposed operands as BLAS flags,
     batch loops over broadcast batch dims, and a batch that is contiguous with the rows of a
     2-D right operand folded into one GEMM; integer or non-BLAS layouts get a generated loop;

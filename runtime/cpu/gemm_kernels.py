@@ -1,7 +1,8 @@
 """GEMM kernels of the cpu backend: matmul and `gemm` (the fused weight update) through the
 OpenBLAS that NumPy ships where the layouts allow (transposes as flags, alpha/beta exposed, a
 batch contiguous with a 2-D right operand's rows folded into one call), generated loops
-otherwise (integer dtypes, layouts BLAS can't take).
+otherwise (integer dtypes, layouts BLAS can't take). 16-bit floats take the float32 GEMM on
+widened panels (`gemm_half`), their generated loops a float32 accumulator.
 
 A mixin of `emitter.ModuleEmitter`, as `index_kernels.py` is: each method fills a kernel body
 with the emitter's helpers; `ptrs` maps a buffer slot to its pointer, places give offsets and
