@@ -135,7 +135,9 @@ def _trace(fn, args, loc, name=None, kwnames=(), distributed=None) -> tuple[Grap
                     # Named after the first argument that is the whole storage, if any.
                     whole = next((m for m, e in zip(names, signature) if e[0] == "view"
                                   and e[3] == group and e[4] == ()), f"{n}_storage")
-                    storage = Storage(graph.add_input(whole, group[2], group[3]),
+                    # (a.dtype: the group's, as every member's; its .str, the key's,
+                    # is "<V2" for bfloat16)
+                    storage = Storage(graph.add_input(whole, group[2], a.dtype),
                                       input_index=len(storages))
                     storages.append(storage)
                     shared[group] = Tensor(tracer, storage, name=whole)

@@ -50,6 +50,7 @@ import numpy as np
 
 from compiler.ir import Graph, Node, Value
 from compiler.ops import REGISTRY, VIEW
+from compiler.ops.registry import compute_dtype, dkind
 
 from .alias import alias_analysis
 from .liveness import liveness
@@ -150,7 +151,7 @@ def not_a_matmul(g: Value, w: Value) -> str | None:
     if p is None or p.op != "matmul" or len(g.shape) != 2 \
             or any(len(v.shape) != 2 for v in p.inputs):
         return "its gradient is not a 2-D matmul"
-    if g.shape != w.shape or g.dtype != w.dtype or g.dtype.kind != "f":
+    if g.shape != w.shape or g.dtype != w.dtype or dkind(g.dtype) != "f":
         return f"its gradient is {g.type}, the weight {w.type}"
     return None
 
@@ -244,8 +245,9 @@ def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
             continue
         a, ta = _untransposed(g.producer.inputs[0])
         b, tb = _untransposed(g.producer.inputs[1])
-        # alpha as the float32 (or float64) value the unfolded multiply used
-        alpha = float(g.dtype.type(alpha))
+        # alpha as the float32 (or float64) value the unfolded multiply used (a 16-bit
+        # float's multiply computes in float32)
+        alpha = float(compute_dtype(g.dtype).type(alpha))
         scaled = None if rate is None else _operand_to_scale(a, b, f)
         folds[u] = (a, b, w, alpha, ta, tb, rate, scaled)
         flags = "".join(f", trans_{n}" for n, t in (("a", ta), ("b", tb)) if t)

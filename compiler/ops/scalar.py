@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .registry import is_half, promote
+
 # Function names an emitter must know. Arithmetic and comparisons are spelled as operators.
 FUNCTIONS = ("neg", "abs", "exp", "expm1", "log", "sin", "cos", "tan", "tanh", "sqrt", "erf",
              "asinh", "acosh", "atanh", "max", "min", "pow", "where", "not", "and", "or", "cast",
@@ -120,7 +122,9 @@ def common_dtype(items) -> np.dtype:
     typed = [d for d in items if not isinstance(d, Weak)]
     weak = [d for d in items if isinstance(d, Weak)]
     if typed:
-        t = np.result_type(*typed)
+        # np.result_type knows no bfloat16 with float16 (and no int with a half's rule):
+        # the registry's promotion where a 16-bit float takes part, numpy's elsewhere
+        t = promote(*typed) if any(is_half(d) for d in typed) else np.result_type(*typed)
         if any(w.is_float for w in weak) and t.kind in "iub":
             t = np.dtype(np.float64)
         elif weak and t == np.dtype(np.bool_):

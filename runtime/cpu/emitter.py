@@ -36,10 +36,10 @@ elementwise, reductions, copies and regions here:
     that are contiguous in every operand are merged first, so a contiguous op is one loop;
   - reductions (sum, mean, max over any axes, keepdim): when a reduced dim is innermost in
     memory, a loop nest over the kept dims and a register accumulator over the reduced ones:
-    float64 for float32 sums (one rounding at the end, well inside the 1e-5 tolerance) with
-    `reassoc` so the accumulation vectorises; when the kept dims are innermost (a bias
-    gradient), the output accumulates row by row (numpy's own order), contiguous and
-    vectorised;
+    float64 for float32 and 16-bit float sums (one rounding at the end, well inside the 1e-5
+    tolerance) with `reassoc` so the accumulation vectorises; when the kept dims are innermost
+    (a bias gradient), the output accumulates row by row (numpy's own order), contiguous and
+    vectorised (not into a 16-bit float output: those keep the register accumulator);
   - matmul: numpy's OpenBLAS `cblas_?gemm` (64-bit ints), transposed operands as BLAS flags,
     batch loops over broadcast batch dims, and a batch that is contiguous with the rows of a
     2-D right operand folded into one GEMM; integer or non-BLAS layouts get a generated loop;
@@ -82,7 +82,7 @@ import numpy as np
 from llvmlite import ir
 
 from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
-from compiler.ops.registry import normalize_axes
+from compiler.ops.registry import compute_dtype, dkind, is_half, normalize_axes
 from compiler.ops import scalar as S
 from compiler.ops.elementwise import expr_for
 from compiler.ops.fused import expr_cost
@@ -98,7 +98,8 @@ from .index_kernels import IndexKernels
 from .sort_kernels import SortKernels
 from .window_kernels import WindowKernels
 from .loops import Split, elem_ptr, for_range, i64, index, interleave_hint, loop_nest
-from .scalar import (I1, I8, I64, Renderer, constant, convert, ll_type, load, select_max, store)
+from .scalar import (I1, I8, I64, Renderer, constant, convert, ll_type, load, mem_type,
+                     select_max, store, store_as)
 
 PTR = ir.PointerType()
 POISON = 0xFF
@@ -148,6 +149,10 @@ def chunking(n: int, work: float):
 # and completes the all-reduce on the bucket's arena memory from the callback (the entry is
 # not split; see executable.py).
 FALLBACK_OPS: frozenset = F.ops_of(F.COMMUNICATION)
+# Kernels that accumulate in their output's memory, which in a 16-bit float would round every
+# partial sum: on those dtypes these ops run the numpy reference (float32, rounded once)
+# through the same callback until they get a float32 accumulator of their own.
+HALF_FALLBACK_OPS = frozenset({"conv2d", "conv2d_grad_input", "max_pool2d_grad"})
 
 
 # -- the module ---------------------------------------------------------------------------
@@ -239,7 +244,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 and self.plan.reuse[node] not in opdef.overwrites:
             raise NotImplementedError(f"the plan runs {op} in place; the cpu backend only "
                                       "writes elementwise ops and scatters over an input")
-        if op in FALLBACK_OPS:
+        if op in FALLBACK_OPS or (op in HALF_FALLBACK_OPS and is_half(node.out.dtype)):
             self._emit_fallback(t, node, cb, cb_type)
             return
         lower = LOWER_BY_FAMILY.get(F.family_of(op))
@@ -533,13 +538,15 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
     def _copy(self, b, ptrs, dst: Place, src: Place):
         """dst = src (with a cast when dtypes differ), src broadcast to dst's shape."""
         shape, (so, si) = collapse(dst.shape, [dst.strides, broadcast_strides(src, dst.shape)])
+        raw = src.dtype == dst.dtype and is_half(src.dtype)  # a copy moves the bits (NaNs too)
 
         def body(idxs):
-            v = load(b, elem_ptr(b, ptrs[src.slot], src.dtype, index(b, src.offset, si, idxs)),
-                     src.dtype)
-            v = convert(b, v, src.dtype, dst.dtype)
-            store(b, v, elem_ptr(b, ptrs[dst.slot], dst.dtype, index(b, dst.offset, so, idxs)),
-                  dst.dtype)
+            p = elem_ptr(b, ptrs[src.slot], src.dtype, index(b, src.offset, si, idxs))
+            q = elem_ptr(b, ptrs[dst.slot], dst.dtype, index(b, dst.offset, so, idxs))
+            if raw:
+                b.store(b.load(p, typ=mem_type(src.dtype)), q)
+                return
+            store(b, convert(b, load(b, p, src.dtype), src.dtype, dst.dtype), q, dst.dtype)
         loop_nest(b, shape, body)
 
     @staticmethod
@@ -562,9 +569,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             r = Renderer(b, [loader(k) for k in range(len(ins))],
                          index=lambda: _flat_index(b, shape, idxs))
             v, d = r.render(expr, out.dtype)
-            v = convert(b, v, d, out.dtype)
-            store(b, v, elem_ptr(b, ptrs[out.slot], out.dtype, index(b, out.offset, strides[0],
-                                                                      idxs)), out.dtype)
+            store_as(b, v, d, elem_ptr(b, ptrs[out.slot], out.dtype,
+                                       index(b, out.offset, strides[0], idxs)), out.dtype)
         # A long body (a fused chain: 100 dependent additions) is latency-bound with one
         # vector in flight: ask for several independent ones per iteration.
         md = interleave_hint(self.module, INTERLEAVE) \
@@ -576,7 +582,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         whether the kept dims are innermost in memory (`_reduce_outer`)."""
         k = self._reduce_layout(node, out, x)
         kshape, kx, rshape, rx = k[0], k[1], k[3], k[4]
-        return kshape, rshape, bool(kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)))
+        return kshape, rshape, _rows_outer(out.dtype, kshape, kx, rshape, rx)
 
     def _reduce_layout(self, node, out: Place, x: Place):
         axes = normalize_axes(node.attrs.get("axis"), len(x.shape))
@@ -599,16 +605,18 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
 
     @staticmethod
     def _acc_dtype(op, xd):
+        # 16-bit floats accumulate as float32 does, in float64 (max: in their float32
+        # register), and round once at the end
         if op == "max":
             return xd
-        if xd.kind == "f" or op == "mean":
+        if dkind(xd) == "f" or op == "mean":
             return np.dtype(np.float64)  # one rounding at the end (see module docstring)
         return np.dtype(np.int64)
 
     @staticmethod
     def _acc_init(op, acc_d):
         if op == "max":
-            return constant(-np.inf, acc_d) if acc_d.kind == "f" else \
+            return constant(-np.inf, acc_d) if dkind(acc_d) == "f" else \
                 constant(np.iinfo(acc_d).min if acc_d.kind == "i" else 0, acc_d)
         return constant(0, acc_d)
 
@@ -646,14 +654,22 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                        typ=acc_t)
             if op == "max":
                 a = select_max(b, a, v, acc_d)
-            elif acc_d.kind == "f":
+            elif dkind(acc_d) == "f":
                 a = b.fadd(a, v)
             else:
                 a = b.add(a, v)
-        a = convert(b, a, acc_d, od)
+        self._store_result(b, op, a, acc_d, int(np.prod(rshape, dtype=np.int64)),
+                           elem_ptr(b, ptrs[out.slot], od, i64(out.offset)), od)
+
+    @staticmethod
+    def _store_result(b, op, a, acc_d, count, ptr, od):
+        """A reduction's accumulator into its output: converted to the output's dtype (a
+        mean divided there), a 16-bit float's quotient taken in float32 and rounded once."""
+        cd = compute_dtype(od)
+        a = convert(b, a, acc_d, cd)
         if op == "mean":
-            a = b.fdiv(a, constant(float(int(np.prod(rshape, dtype=np.int64))), od))
-        store(b, a, elem_ptr(b, ptrs[out.slot], od, i64(out.offset)), od)
+            a = b.fdiv(a, constant(float(count), cd))
+        store_as(b, a, cd, ptr, od)
 
     def _reduce(self, b, ptrs, node, out: Place, x: Place):
         kshape, kx, ko, rshape, rx = self._reduce_layout(node, out, x)
@@ -662,7 +678,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         acc_d = self._acc_dtype(op, xd)
         acc_t = ll_type(acc_d)
         count = int(np.prod(rshape, dtype=np.int64)) if rshape else 1
-        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
+        if _rows_outer(od, kshape, kx, rshape, rx):
             self._reduce_outer(b, ptrs, op, out, x, kshape, kx, ko, rshape, rx, count)
             return
         slot = b.alloca(acc_t, name="acc")
@@ -677,13 +693,9 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 v = convert(b, v, xd, acc_d)
                 b.store(_accumulate(b, op, b.load(slot, typ=acc_t), v, acc_d), slot)
             loop_nest(b, rshape, inner, "r")
-            a = b.load(slot, typ=acc_t)
-            if op == "mean":
-                a = convert(b, a, acc_d, od)
-                a = b.fdiv(a, constant(float(count), od))
-            else:
-                a = convert(b, a, acc_d, od)
-            store(b, a, elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, oidx)), od)
+            self._store_result(b, op, b.load(slot, typ=acc_t), acc_d, count,
+                               elem_ptr(b, ptrs[out.slot], od, index(b, out.offset, ko, oidx)),
+                               od)
         loop_nest(b, kshape, outer, "o")
 
     def _reduce_outer(self, b, ptrs, op, out, x, kshape, kx, ko, rshape, rx, count):
@@ -852,6 +864,14 @@ def _interleave_fits(shape, places, cost: int) -> bool:
     return cost < INTERLEAVE_MAX_SHORT_COST or shape[-1] >= INTERLEAVE * lanes
 
 
+def _rows_outer(od, kshape, kx, rshape, rx) -> bool:
+    """Whether a reduction accumulates into its output row by row (`_reduce_outer`: the kept
+    dims innermost in memory). Not into a 16-bit float output: each row's sum would be
+    rounded to 8 or 11 bits; those take a register accumulator per element instead."""
+    return bool(kshape and rshape and not is_half(od)
+                and min(map(abs, kx)) < min(map(abs, rx)))
+
+
 def _outer_split(shape, work_per_element):
     """split= for a kernel whose top-level loop nest is `shape` (collapsed): its outer extent
     and the work of one outer iteration; None for a 0-d loop."""
@@ -884,6 +904,6 @@ def _accumulate(b, op, acc, v, acc_d):
     float sum may reassociate, which the partition keeps fixed)."""
     if op == "max":
         return select_max(b, acc, v, acc_d)
-    if acc_d.kind == "f":
+    if dkind(acc_d) == "f":
         return b.fadd(acc, v, flags=["reassoc"])
     return b.add(acc, v)

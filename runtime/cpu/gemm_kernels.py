@@ -1,7 +1,8 @@
 """GEMM kernels of the cpu backend: matmul and `gemm` (the fused weight update) through the
 OpenBLAS that NumPy ships where the layouts allow (transposes as flags, alpha/beta exposed, a
 batch contiguous with a 2-D right operand's rows folded into one call), generated loops
-otherwise (integer dtypes, layouts BLAS can't take).
+otherwise (integer dtypes, layouts BLAS can't take). 16-bit floats take the float32 GEMM on
+widened panels (`gemm_half`), their generated loops a float32 accumulator.
 
 A mixin of `emitter.ModuleEmitter`, as `index_kernels.py` is: each method fills a kernel body
 with the emitter's helpers; `ptrs` maps a buffer slot to its pointer, places give offsets and
@@ -9,16 +10,20 @@ strides in elements.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+
 import numpy as np
 from llvmlite import ir
 
 
+from compiler.ops.registry import compute_dtype, dkind, is_half
 from runtime.lowering.layout import blas_layout, broadcast_strides, collapse
 from runtime.lowering.places import Place
 
 from . import jit
 from .loops import elem_ptr, for_range, i64, index, loop_nest
-from .scalar import F32, F64, I32, I64, constant, convert, ll_type, load, store
+from .scalar import F32, F64, I32, I64, constant, convert, ll_type, load, mem_type, store
 
 PTR = ir.PointerType()
 # A parallel GEMM (no batch to split) is cut into blocks of whole units of GEMM_ROWS rows (or
@@ -49,7 +54,7 @@ class GemmKernels:
         dt = out.dtype
         if kk == 0:  # an empty sum: zeros (never hand BLAS k = 0)
             return ("fill",)
-        use_blas = (self.blas_ok and dt.kind == "f" and x.dtype == dt and y.dtype == dt
+        use_blas = (self.blas_ok and _blas_dtype(dt) and x.dtype == dt and y.dtype == dt
                     and (blas_layout(m, n, om, on) or ("T",))[0] == "N"
                     and blas_layout(m, kk, xm, xk) and blas_layout(kk, n, yk, yn))
         if not use_blas:
@@ -137,6 +142,10 @@ class GemmKernels:
         is 1 decides the transpose flag; no operand is ever copied."""
         # (m or n may be an i64 value: a block of a parallel GEMM; the layout's leading
         # dimension and transpose don't depend on it)
+        if is_half(dtype):
+            self.gemm_half(b, dtype, m, n, k, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc,
+                           alpha, beta)
+            return
         ta, lda = blas_layout(m if isinstance(m, int) else 2, k, *a_strides)
         tb, ldb = blas_layout(k, n if isinstance(n, int) else 2, *b_strides)
         ft = F32 if np.dtype(dtype) == np.float32 else F64
@@ -149,6 +158,60 @@ class GemmKernels:
                     ir.Constant(I32, flag[tb]), _i64(m), _i64(n), i64(k),
                     ir.Constant(ft, alpha), a_ptr, i64(lda), b_ptr, i64(ldb),
                     ir.Constant(ft, beta), c_ptr, i64(ldc)])
+
+    def gemm_half(self, b, dtype, m, n, k, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc,
+                  alpha=1.0, beta=0.0):
+        """`gemm` on 16-bit floats: A and B widened into contiguous float32 panels (one
+        malloc per call), cblas_sgemm into a float32 C (C's old values widened first when
+        beta is not 0), C rounded once into the output. Accumulates in float32, as PyTorch's
+        CPU bfloat16 GEMM does."""
+        _register_alloc()
+        split, b.split = getattr(b, "split", None), None  # (loops inside a chunk's block)
+        mi, ni = _i64(m), _i64(n)
+        nbytes = b.mul(b.add(b.add(b.mul(mi, i64(k)), b.mul(i64(k), ni)), b.mul(mi, ni)),
+                       i64(4))
+        mod = self.module
+        malloc = mod.globals.get("malloc") or ir.Function(mod, ir.FunctionType(PTR, [I64]),
+                                                          "malloc")
+        free = mod.globals.get("free") or ir.Function(mod, ir.FunctionType(ir.VoidType(),
+                                                                            [PTR]), "free")
+        a32 = b.call(malloc, [nbytes])
+        b32 = b.gep(a32, [b.mul(mi, i64(k))], source_etype=F32)
+        c32 = b.gep(b32, [b.mul(i64(k), ni)], source_etype=F32)
+
+        def widen_panel(src, strides, rows, cols, dst, ld):
+            """dst[i * ld + j] = src[i * strides[0] + j * strides[1]] as float32, the loop
+            along src's unit stride innermost."""
+            def one(i, j):
+                v = load(b, b.gep(src, [b.add(b.mul(i, i64(strides[0])),
+                                              b.mul(j, i64(strides[1])))],
+                                  source_etype=mem_type(dtype)), dtype)
+                b.store(v, b.gep(dst, [b.add(b.mul(i, _i64(ld)), j)], source_etype=F32))
+            if strides[1] == 1:
+                with for_range(b, _i64(rows), "wi") as i:
+                    with for_range(b, _i64(cols), "wj") as j:
+                        one(i, j)
+            else:
+                with for_range(b, _i64(cols), "wj") as j:
+                    with for_range(b, _i64(rows), "wi") as i:
+                        one(i, j)
+        widen_panel(a_ptr, a_strides, mi, k, a32, k)
+        widen_panel(b_ptr, b_strides, k, ni, b32, ni)
+        if beta != 0.0:
+            widen_panel(c_ptr, (ldc, 1), mi, ni, c32, ni)
+        fn = mod.globals.get(jit.BLAS_GEMM["float32"]) or ir.Function(mod, ir.FunctionType(
+            ir.VoidType(), [I32, I32, I32, I64, I64, I64, F32, PTR, I64, PTR, I64, F32, PTR,
+                            I64]), jit.BLAS_GEMM["float32"])
+        no = ir.Constant(I32, 111)
+        b.call(fn, [ir.Constant(I32, 101), no, no, mi, ni, i64(k), ir.Constant(F32, alpha),
+                    a32, i64(k), b32, ni, ir.Constant(F32, beta), c32, ni])
+        with for_range(b, mi, "ci") as i:
+            with for_range(b, ni, "cj") as j:
+                v = b.load(b.gep(c32, [b.add(b.mul(i, ni), j)], source_etype=F32), typ=F32)
+                store(b, v, b.gep(c_ptr, [b.add(b.mul(i, i64(ldc)), j)],
+                                  source_etype=mem_type(dtype)), dtype)
+        b.call(free, [a32])
+        b.split = split
 
     def _gemm(self, b, ptrs, node, out: Place, x: Place, y: Place, c: Place):
         """out = beta * c + alpha * op(x) @ op(y) (GEMM-accumulate, `cc.addmm`): in place over
@@ -178,6 +241,7 @@ class GemmKernels:
         if copy:
             self._copy(b, ptrs, out, c)
         acc = b.alloca(ll_type(dt))
+        cd = compute_dtype(dt)  # (a 16-bit float's alpha and beta are not rounded to it)
 
         def body(idxs):
             i, j = idxs
@@ -189,8 +253,8 @@ class GemmKernels:
                     b, y.offset, y.strides, (kv, j))), y.dtype), y.dtype, dt)
                 b.store(b.fadd(b.load(acc, typ=ll_type(dt)), b.fmul(xv, yv)), acc)
             at_out = elem_ptr(b, ptrs[out.slot], dt, index(b, out.offset, out.strides, idxs))
-            prod = b.fmul(constant(alpha, dt), b.load(acc, typ=ll_type(dt)))
-            old = b.fmul(constant(beta, dt), load(b, at_out, dt))
+            prod = b.fmul(constant(alpha, cd), b.load(acc, typ=ll_type(dt)))
+            old = b.fmul(constant(beta, cd), load(b, at_out, dt))
             store(b, b.fadd(old, prod), at_out, dt)
         loop_nest(b, (m, n), body)
 
@@ -199,7 +263,8 @@ class GemmKernels:
         m, kk, n = x.shape[0], x.shape[1], y.shape[1]
         dt = out.dtype
         lc = blas_layout(m, n, *out.strides)
-        return bool(self.blas_ok and kk > 0 and x.dtype == dt and y.dtype == dt and lc
+        return bool(self.blas_ok and kk > 0 and _blas_dtype(dt) and x.dtype == dt
+                    and y.dtype == dt and lc
                     and lc[0] == "N" and blas_layout(m, kk, *x.strides)
                     and blas_layout(kk, n, *y.strides))
 
@@ -257,7 +322,7 @@ class GemmKernels:
                                                  b.add(yo, b.mul(kv, i64(yk)))), y.dtype),
                              y.dtype, dt)
                 a = b.load(acc, typ=ll_type(dt))
-                if dt.kind == "f":
+                if dkind(dt) == "f":
                     a = b.fadd(a, b.fmul(xv, yv))
                 elif dt.kind == "b":
                     a = b.or_(a, b.and_(xv, yv))
@@ -272,6 +337,23 @@ class GemmKernels:
 
 def _i64(v):
     return v if isinstance(v, ir.Value) else i64(v)
+
+
+def _blas_dtype(dt) -> bool:
+    """float32 and float64 call their cblas_?gemm; 16-bit floats sgemm on float32 panels."""
+    return np.dtype(dt).name in jit.BLAS_GEMM or is_half(dt)
+
+
+_ALLOC: dict = {}
+
+
+def _register_alloc():
+    """libc's malloc and free for the JIT (gemm_half's panels), once per process."""
+    if not _ALLOC:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        for name in ("malloc", "free"):
+            _ALLOC[name] = ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+            jit.register_symbol(name, _ALLOC[name])
 
 
 def gemm_units(m: int, n: int, kk: int):

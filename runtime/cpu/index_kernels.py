@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from compiler.ops.registry import normalize_axes
+from compiler.ops.registry import dkind, is_half, normalize_axes
 from runtime.lowering.layout import broadcast_strides, collapse
 from runtime.lowering.places import Place
 
@@ -132,13 +132,13 @@ class IndexKernels:
         """max / min with NaN propagating. Floats use `llvm.maximum`/`minimum` (NaN-propagating
         like np.maximum; they order -0.0 below +0.0, where NumPy keeps either: equal values),
         which LLVM vectorises as a reduction, unlike a compare-and-select chain."""
-        if dt.kind == "f":
+        if dkind(dt) == "f":
             return intrinsic2(b, "maximum" if is_max else "minimum", a, v)
         return select_max(b, a, v, dt, is_max)
 
     @staticmethod
     def _combine_add(b, a, v, dt):
-        if dt.kind == "f":
+        if dkind(dt) == "f":
             return b.fadd(a, v)
         return b.or_(a, v) if dt.kind == "b" else b.add(a, v)
 
@@ -165,9 +165,9 @@ class IndexKernels:
             init = constant(1, od)
 
             def combine(a, v):
-                return b.fmul(a, v) if od.kind == "f" else b.mul(a, v)
+                return b.fmul(a, v) if dkind(od) == "f" else b.mul(a, v)
         else:  # min: NaN propagates, as np.minimum
-            init = (constant(np.inf, od) if od.kind == "f" else constant(True, od)
+            init = (constant(np.inf, od) if dkind(od) == "f" else constant(True, od)
                     if od.kind == "b" else constant(np.iinfo(od).max, od))
 
             def combine(a, v):
@@ -176,8 +176,10 @@ class IndexKernels:
         def xval(off):
             return convert(b, load(b, self._at(b, ptrs, x, off), xd), xd, od)
 
-        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)):
-            # kept dims innermost: update the output row by row (vectorises across the row)
+        if kshape and rshape and min(map(abs, kx)) < min(map(abs, rx)) \
+                and not (is_half(od) and node.op == "prod"):
+            # kept dims innermost: update the output row by row (vectorises across the row;
+            # not a 16-bit float's product, whose stored partial products would be rounded)
             def at_out(kidx):
                 return self._at(b, ptrs, out, L.index(b, out.offset, ko, kidx))
             L.loop_nest(b, kshape, lambda kidx: store(b, init, at_out(kidx), od), "i")
@@ -258,7 +260,7 @@ class IndexKernels:
     def _better(b, v, cur, dt, is_max):
         """Does `v` beat the best so far `cur`? Strictly (the first extreme stays); a NaN
         beats every number and the first NaN stays (NaN > NaN is false)."""
-        if dt.kind == "f":
+        if dkind(dt) == "f":
             better = b.fcmp_ordered(">" if is_max else "<", v, cur)
             return b.or_(better, b.and_(b.fcmp_unordered("uno", v, v),
                                         b.fcmp_ordered("ord", cur, cur)))
@@ -314,9 +316,11 @@ class IndexKernels:
         res = b.alloca(I64, name="pos")
         kx = [x.strides[d] for d in kept]
         # the search compares 32 bytes at a time where the run is contiguous
-        lanes = 32 // dt.itemsize if stride == 1 and dt.kind in "fiu" else 0
+        # (not a 16-bit float's: its register type is float32, its memory i16)
+        lanes = 32 // dt.itemsize if stride == 1 and dt.kind in "fiu" and not is_half(dt) \
+            else 0
         blocks = n // lanes if lanes else 0
-        if dt.kind == "f":
+        if dkind(dt) == "f":
             init = constant(-np.inf if is_max else np.inf, dt)
         elif dt.kind == "b":
             init = constant(not is_max, dt)
@@ -335,7 +339,7 @@ class IndexKernels:
             m = b.load(acc, typ=t)
 
             def hit(v, m):  # v holds the extreme m (a NaN when m is one)
-                if dt.kind != "f":
+                if dkind(dt) != "f":
                     return b.icmp_unsigned("==", v, m)
                 return b.select(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v),
                                 b.fcmp_ordered("==", v, m))
@@ -406,8 +410,10 @@ class IndexKernels:
         def xval(off):
             return convert(b, load(b, self._at(b, ptrs, x, off), xd), xd, od)
 
-        if oshape and min(map(abs, so)) < abs(ax_o):
-            # the axis is outer: slab by slab, out[i] = out[i-1] + x[i] (vectorised per slab)
+        if oshape and min(map(abs, so)) < abs(ax_o) and not is_half(od):
+            # the axis is outer: slab by slab, out[i] = out[i-1] + x[i] (vectorised per slab;
+            # not for a 16-bit float, whose stored running sums are rounded: its rows keep the
+            # sum in a float32 register)
             def first(idxs):
                 store(b, xval(L.index(b, x.offset, sx, idxs)),
                       self._at(b, ptrs, out, L.index(b, out.offset, so, idxs)), od)

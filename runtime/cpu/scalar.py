@@ -22,6 +22,19 @@ Semantics chosen to be bit-identical to numpy where the project promises it (doc
     see `jit.LIBM`), which LLVM can't vectorise; both differ from numpy's own SIMD kernels
     by up to 3 ulp (NumPy's error), within the 4-ulp tolerance (CONVENTIONS.md, tolerances);
     `sqrt` and `abs` are exact LLVM intrinsics.
+
+16-bit floats (float16, bfloat16) are storage types: a half value lives in a float32
+register, always exactly representable in its dtype (rounded when it is made), and operators
+on halves compute in float32 (`compute_dtype`), as the numpy backend computes a half node on
+widened operands. `load` widens (bfloat16: the bits shifted left 16; float16: F16C's
+`vcvtph2ps` through LLVM's `half`), `store` narrows with round-to-nearest-even (bfloat16 by
+integer operations, float16 by `vcvtps2ph`), and a cast to a half rounds in the register
+(`round_half`). NaNs come out as NumPy/ml_dtypes' casts give them, bit for bit: bfloat16
+narrowing gives the sign and 0x7fc0; float16 keeps the payload's top bits unquieted (numpy's
+npy_floatbits_to_halfbits), so NaNs go by an integer path beside the hardware conversion.
+Narrow integers: uint8 zero-extends, compares, divides, shifts and takes max/min unsigned;
+a float cast to int8/uint8/int16 goes through int32 and keeps the low bits, as numpy's C
+cast does (300.0 -> uint8 44, NaN -> 0).
 """
 from __future__ import annotations
 
@@ -29,6 +42,7 @@ import numpy as np
 from llvmlite import ir
 
 from compiler.ops.fused import postorder
+from compiler.ops.registry import BFLOAT16, FLOAT16, compute_dtype, dkind, is_half
 from compiler.ops.scalar import Weak, common_dtype, d_value  # (typing shared by renderers)
 
 # The maths library (re-exported: the emitters and benchmarks/transcendentals.py take these
@@ -37,29 +51,159 @@ from .mathlib import (F32, F64, I1, I8, I32, I64, fast_erf32, fast_erf64, fast_e
                       fast_log, fast_tanh32, fast_trig32, intrinsic, intrinsic2, libm)
 
 BOOL = np.dtype(np.bool_)
+F32D, F64D = np.dtype(np.float32), np.dtype(np.float64)
+I16 = ir.IntType(16)
+HALF = ir.HalfType()
+# (a 16-bit float's register is a float32: see the module docstring)
 _LL = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "bool": I1,
-       "int8": ir.IntType(8), "uint8": ir.IntType(8), "uint64": I64}
+       "int8": I8, "uint8": I8, "int16": I16, "uint64": I64, "float16": F32, "bfloat16": F32}
 
 
 def ll_type(dtype) -> ir.Type:
-    """The register type of a dtype (bool computes as i1)."""
+    """The register type of a dtype (bool computes as i1, a 16-bit float as float32)."""
     return _LL[np.dtype(dtype).name]
 
 
 def mem_type(dtype) -> ir.Type:
-    """The in-memory type of a dtype (numpy's bool is one byte)."""
-    return I8 if np.dtype(dtype) == BOOL else ll_type(dtype)
+    """The in-memory type of a dtype (numpy's bool is one byte, a 16-bit float an i16)."""
+    dtype = np.dtype(dtype)
+    if dtype == BOOL:
+        return I8
+    return I16 if is_half(dtype) else ll_type(dtype)
+
+
+def is_unsigned(dtype) -> bool:
+    """uint8 (uint64, the seeds' words, keeps its signed-looking code paths: see convert)."""
+    return np.dtype(dtype) == np.uint8
+
+
+def _c32(n):
+    return ir.Constant(I32, n)
+
+
+def _host_has_f16c() -> bool:
+    """Whether LLVM's half <-> float conversions are instructions on this host (x86: F16C;
+    other targets convert natively). Without them LLVM calls __extendhfsf2 / __truncsfhf2,
+    which the JIT does not import: the integer forms below are used instead."""
+    import llvmlite.binding as llvm
+    from .jit import host_triple
+    if not host_triple().startswith(("x86_64", "i686", "i386")):
+        return True
+    return bool(llvm.get_host_cpu_features().get("f16c", False))
+
+
+# float16 conversions by F16C (True) or by integer operations (False; tests set it to check
+# the integer forms over every pattern)
+HARD_F16 = _host_has_f16c()
+
+
+def _f16_to_f32_soft(b: ir.IRBuilder, w):
+    """float32 bits (i32) of float16 bits (zero-extended to i32), exact: the exponent
+    rebiased; a subnormal normalised by one float subtraction (Giesen's half_to_float)."""
+    o = b.shl(b.and_(w, _c32(0x7FFF)), _c32(13))
+    e = b.and_(o, _c32(0x7C00 << 13))
+    o = b.add(o, _c32((127 - 15) << 23))
+    infnan = b.add(o, _c32((128 - 16) << 23))
+    sub = b.fsub(b.bitcast(b.add(o, _c32(1 << 23)), F32), ir.Constant(F32, 2.0 ** -14))
+    o = b.select(b.icmp_unsigned("==", e, _c32(0x7C00 << 13)), infnan,
+                 b.select(b.icmp_unsigned("==", e, _c32(0)), b.bitcast(sub, I32), o))
+    return b.or_(o, b.shl(b.and_(w, _c32(0x8000)), _c32(16)))
+
+
+def _f32_to_f16_soft(b: ir.IRBuilder, v):
+    """float16 bits (i32) of a float32 register, rounded to nearest even (NaN: the caller's):
+    a subnormal result by one float addition that rounds at the right place, a normal one by
+    adding 0xfff + the kept lowest bit before the shift (Giesen's float_to_half_fast3_rtne)."""
+    x = b.bitcast(v, I32)
+    sign = b.and_(b.lshr(x, _c32(16)), _c32(0x8000))
+    a = b.and_(x, _c32(0x7FFFFFFF))
+    magic = ((127 - 15) + (23 - 10) + 1) << 23
+    sub = b.sub(b.bitcast(b.fadd(b.bitcast(a, F32), b.bitcast(_c32(magic), F32)), I32),
+                _c32(magic))
+    odd = b.and_(b.lshr(a, _c32(13)), _c32(1))
+    norm = b.lshr(b.add(b.add(a, _c32(((15 - 127) << 23) + 0xFFF)), odd), _c32(13))
+    o = b.select(b.icmp_unsigned("<", a, _c32(113 << 23)), sub, norm)
+    o = b.select(b.icmp_unsigned(">=", a, _c32((127 + 16) << 23)), _c32(0x7C00), o)
+    return b.or_(o, sign)
+
+
+def widen_bits(b: ir.IRBuilder, bits, dtype):
+    """The float32 value of a 16-bit float's bits (i16), exact; NaN payloads kept as
+    numpy's and ml_dtypes' casts keep them."""
+    w = b.zext(bits, I32)
+    if np.dtype(dtype) == BFLOAT16:
+        return b.bitcast(b.shl(w, _c32(16)), F32)
+    f = b.fpext(b.bitcast(bits, HALF), F32) if HARD_F16 else \
+        b.bitcast(_f16_to_f32_soft(b, w), F32)
+    # NaN: numpy shifts the payload without quieting it (vcvtph2ps would quiet it)
+    nan = b.icmp_unsigned(">", b.and_(w, _c32(0x7FFF)), _c32(0x7C00))
+    nb = b.or_(b.or_(b.shl(b.and_(w, _c32(0x8000)), _c32(16)), _c32(0x7F800000)),
+               b.shl(b.and_(w, _c32(0x3FF)), _c32(13)))
+    return b.select(nan, b.bitcast(nb, F32), f)
+
+
+def narrow_bits(b: ir.IRBuilder, v, dtype):
+    """The bits (i16) of a float32 register rounded to nearest even into a 16-bit float,
+    as ml_dtypes' / numpy's astype: bfloat16 `(bits + 0x7fff + ((bits >> 16) & 1)) >> 16`,
+    NaN the sign and 0x7fc0; float16 by the F16C conversion, NaN as numpy makes it."""
+    bits = b.bitcast(v, I32)
+    nan = b.fcmp_unordered("uno", v, v)
+    sign = b.and_(b.lshr(bits, _c32(16)), _c32(0x8000))
+    if np.dtype(dtype) == BFLOAT16:
+        odd = b.and_(b.lshr(bits, _c32(16)), _c32(1))
+        r = b.lshr(b.add(b.add(bits, _c32(0x7FFF)), odd), _c32(16))
+        r = b.select(nan, b.or_(sign, _c32(0x7FC0)), r)
+        return b.trunc(r, I16)
+    h = b.bitcast(b.fptrunc(v, HALF), I16) if HARD_F16 else \
+        b.trunc(_f32_to_f16_soft(b, v), I16)
+    m = b.and_(b.lshr(bits, _c32(13)), _c32(0x3FF))
+    m = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(1), m)  # stays a NaN
+    return b.select(nan, b.trunc(b.or_(b.or_(sign, _c32(0x7C00)), m), I16), h)
+
+
+def round_half(b: ir.IRBuilder, v, dtype):
+    """A float32 register rounded to the 16-bit float `dtype` (still a float32 register)."""
+    return widen_bits(b, narrow_bits(b, v, dtype), dtype)
+
+
+def _f64_to_f32_odd(b: ir.IRBuilder, v):
+    """float64 -> float32 rounding to odd (truncate, then set the last bit of an inexact
+    result), so that rounding it again to float16 (11 bits < 24 - 1) is the float64 value
+    rounded once, as numpy's float64 -> float16 cast does (ml_dtypes' bfloat16 rounds
+    through float32). A NaN is the caller's."""
+    f = b.fptrunc(v, F32)
+    back = b.fpext(f, F64)
+    bits = b.bitcast(f, I32)
+    away = b.fcmp_ordered(">", intrinsic(b, "fabs", back), intrinsic(b, "fabs", v))
+    trunc = b.select(away, b.sub(bits, _c32(1)), bits)  # (magnitude bits: one step down)
+    inexact = b.fcmp_ordered("!=", back, v)
+    return b.bitcast(b.select(inexact, b.or_(trunc, _c32(1)), bits), F32)
 
 
 def load(b: ir.IRBuilder, ptr, dtype):
+    dtype = np.dtype(dtype)
     v = b.load(ptr, typ=mem_type(dtype))
-    return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if np.dtype(dtype) == BOOL else v
+    if is_half(dtype):
+        return widen_bits(b, v, dtype)
+    return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dtype == BOOL else v
 
 
 def store(b: ir.IRBuilder, value, ptr, dtype):
-    if np.dtype(dtype) == BOOL:
+    dtype = np.dtype(dtype)
+    if dtype == BOOL:
         value = b.zext(value, I8)
+    elif is_half(dtype):
+        value = narrow_bits(b, value, dtype)
     b.store(value, ptr)
+
+
+def store_as(b: ir.IRBuilder, value, src, ptr, dst):
+    """store(convert(value, src, dst)), a float32 value into a 16-bit float rounded once (by
+    the store) rather than in the register and again in the store."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if not (is_half(dst) and src == F32D):
+        value = convert(b, value, src, dst)
+    store(b, value, ptr, dst)
 
 
 def constant(value, dtype):
@@ -67,8 +211,9 @@ def constant(value, dtype):
     if dtype == BOOL:
         return ir.Constant(I1, int(bool(value)))
     with np.errstate(all="ignore"):  # as numpy's astype: inf for a too-large float32
-        if dtype.kind == "f":
-            return ir.Constant(ll_type(dtype), float(np.asarray(value).astype(dtype)))
+        if dkind(dtype) == "f":  # (a half: its value rounded, in a float32 register)
+            return ir.Constant(ll_type(dtype), float(np.asarray(value).astype(dtype)
+                                                     .astype(compute_dtype(dtype))))
         return ir.Constant(ll_type(dtype), int(np.asarray(value).astype(dtype)))
 
 
@@ -77,6 +222,30 @@ def convert(b: ir.IRBuilder, v, src, dst):
     src, dst = np.dtype(src), np.dtype(dst)
     if src == dst:
         return v
+    if src == FLOAT16 and dst == F64D:  # numpy's direct cast keeps a NaN unquieted
+        w = b.zext(b.bitcast(v, I32), I64)
+        nb = b.or_(b.or_(b.shl(b.and_(w, ir.Constant(I64, 1 << 31)), ir.Constant(I64, 32)),
+                         ir.Constant(I64, 0x7FF << 52)),
+                   b.shl(b.and_(w, ir.Constant(I64, 0x7FFFFF)), ir.Constant(I64, 29)))
+        return b.select(b.fcmp_unordered("uno", v, v), b.bitcast(nb, F64), b.fpext(v, F64))
+    if is_half(src):  # its float32 register holds the value exactly
+        return convert(b, v, F32D, dst)
+    if is_half(dst):
+        if src == F64D and dst == FLOAT16:
+            # numpy's direct cast: the NaN's top 10 payload bits, unquieted
+            w = b.bitcast(v, I64)
+            m = b.trunc(b.and_(b.lshr(w, ir.Constant(I64, 42)), ir.Constant(I64, 0x3FF)), I32)
+            m = b.select(b.icmp_unsigned("==", m, _c32(0)), _c32(1), m)
+            sign = b.trunc(b.and_(b.lshr(w, ir.Constant(I64, 48)), ir.Constant(I64, 0x8000)),
+                           I32)
+            nan = widen_bits(b, b.trunc(b.or_(b.or_(sign, _c32(0x7C00)), m), I16), FLOAT16)
+            r = round_half(b, _f64_to_f32_odd(b, v), dst)
+            return b.select(b.fcmp_unordered("uno", v, v), nan, r)
+        if src == F64D:
+            v = b.fptrunc(v, F32)
+        else:
+            v = convert(b, v, src, F32D)
+        return round_half(b, v, dst)
     t = ll_type(dst)
     if dst == BOOL:
         if src.kind == "f":
@@ -88,15 +257,18 @@ def convert(b: ir.IRBuilder, v, src, dst):
         return b.fpext(v, t) if dst.itemsize > src.itemsize else b.fptrunc(v, t)
     if src.kind == "f":
         # x86's cvtt* (what numpy's C cast compiles to) gives INT_MIN for NaN and out-of-range
-        # values; `fptosi` would give poison there, which the select never picks.
-        lim = float(2 ** (8 * dst.itemsize - 1))
+        # values; `fptosi` would give poison there, which the select never picks. A narrower
+        # integer is numpy's C cast through int32, keeping the low bits.
+        wide = I32 if dst.itemsize < 4 else t
+        lim = float(2 ** (8 * max(dst.itemsize, 4) - 1))
         inside = b.and_(b.fcmp_ordered(">=", v, ir.Constant(v.type, -lim)),
                         b.fcmp_ordered("<", v, ir.Constant(v.type, lim)))
-        return b.select(inside, b.fptosi(v, t), ir.Constant(t, -int(lim)))
+        r = b.select(inside, b.fptosi(v, wide), ir.Constant(wide, -int(lim)))
+        return b.trunc(r, t) if wide is not t else r
     if dst.kind == "f":
-        return b.sitofp(v, t)
+        return b.uitofp(v, t) if is_unsigned(src) else b.sitofp(v, t)
     if dst.itemsize > src.itemsize:
-        return b.sext(v, t)
+        return b.zext(v, t) if is_unsigned(src) else b.sext(v, t)
     return b.trunc(v, t) if dst.itemsize < src.itemsize else v
 
 
@@ -107,6 +279,12 @@ def divmod_(b: ir.IRBuilder, x, y, dtype):
     INT_MIN, with a divisor that can't trap; for floats numpy's npy_divmod step by step
     (fmod, then the corrections), and a zero divisor gives (x / 0, fmod(x, 0))."""
     t = x.type
+    if np.dtype(dtype).kind != "f" and is_unsigned(dtype):  # (nothing wraps, no signs)
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        by_zero = b.icmp_unsigned("==", y, zero)
+        ys = b.select(by_zero, one, y)
+        return (b.select(by_zero, zero, b.udiv(x, ys)),
+                b.select(by_zero, zero, b.urem(x, ys)))
     if np.dtype(dtype).kind != "f":
         zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
         minv = ir.Constant(t, -(1 << (t.width - 1)))
@@ -139,20 +317,21 @@ def divmod_(b: ir.IRBuilder, x, y, dtype):
 
 def select_max(b, x, y, dtype, is_max=True):
     """numpy.maximum / minimum: NaN-propagating, first operand on ties."""
-    if np.dtype(dtype).kind == "f":
+    if dkind(dtype) == "f":
         keep = b.fcmp_ordered(">=" if is_max else "<=", x, y)
         keep = b.or_(keep, b.fcmp_unordered("uno", x, x))
         return b.select(keep, x, y)
     if np.dtype(dtype) == BOOL:
         return b.or_(x, y) if is_max else b.and_(x, y)
-    return b.select(b.icmp_signed(">=" if is_max else "<=", x, y), x, y)
+    cmp = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
+    return b.select(cmp(">=" if is_max else "<=", x, y), x, y)
 
 
 
 
-def _int_pow(b: ir.IRBuilder, x, y):
+def _int_pow(b: ir.IRBuilder, x, y, unsigned=False):
     """x ** y for integers by repeated squaring; a negative exponent gives 0 (numpy raises;
-    generated code must not trap)."""
+    generated code must not trap). `unsigned` (uint8): no exponent is negative."""
     fn = b.function
     t = x.type
     pre = b.block
@@ -165,17 +344,20 @@ def _int_pow(b: ir.IRBuilder, x, y):
     acc.add_incoming(ir.Constant(t, 1), pre)
     base.add_incoming(x, pre)
     e.add_incoming(y, pre)
-    b.cbranch(b.icmp_signed(">", e, ir.Constant(t, 0)), body, done)
+    b.cbranch((b.icmp_unsigned if unsigned else b.icmp_signed)(">", e, ir.Constant(t, 0)),
+              body, done)
     b.position_at_end(body)
     odd = b.trunc(e, I1)
     acc2 = b.select(odd, b.mul(acc, base), acc)
     base2 = b.mul(base, base)
-    e2 = b.ashr(e, ir.Constant(t, 1))
+    e2 = (b.lshr if unsigned else b.ashr)(e, ir.Constant(t, 1))
     acc.add_incoming(acc2, body)
     base.add_incoming(base2, body)
     e.add_incoming(e2, body)
     b.branch(head)
     b.position_at_end(done)
+    if unsigned:
+        return acc
     return b.select(b.icmp_signed("<", y, ir.Constant(t, 0)), ir.Constant(t, 0), acc)
 
 
@@ -250,7 +432,7 @@ class Renderer:
             if e.op == "not":
                 return b.xor(vals[0], ir.Constant(I1, 1)), BOOL
             return (b.and_ if e.op == "and" else b.or_)(*vals), BOOL
-        t = common_dtype([x[1] for x in items])
+        t = compute_dtype(common_dtype([x[1] for x in items]))  # (halves: in float32)
         if e.op in ("bitand", "bitxor", "shr"):  # unsigned words (Philox): i64 bit operations
             # 64-bit words whatever NumPy's promotion would say (uint64 with int64 is float64)
             t = np.dtype(np.uint64)
@@ -258,7 +440,7 @@ class Renderer:
             fn = {"bitand": b.and_, "bitxor": b.xor, "shr": b.lshr}[e.op]
             return fn(x, y), t
         if e.op in ("exp", "expm1", "log", "sin", "cos", "tan", "tanh", "erf", "sqrt", "asinh",
-                    "acosh", "atanh", *_LIBM_UNARY, *_ROUNDING) and t.kind != "f":
+                    "acosh", "atanh", *_LIBM_UNARY, *_ROUNDING) and dkind(t) != "f":
             t = np.dtype(np.float64)  # numpy computes these on ints in float64
         vals = [self._materialize(x, t) for x in items]
         fl = t.kind == "f"
@@ -267,7 +449,7 @@ class Renderer:
                 # numpy: `!=` is true for NaN (unordered), every other comparison false.
                 return (b.fcmp_unordered("!=", *vals) if e.op == "!=" else
                         b.fcmp_ordered(e.op, *vals)), BOOL
-            cmp = b.icmp_unsigned if t == BOOL else b.icmp_signed
+            cmp = b.icmp_unsigned if t == BOOL or is_unsigned(t) else b.icmp_signed
             return cmp(e.op, *vals), BOOL
         if e.op in ("+", "-", "*", "/"):
             x, y = vals
@@ -277,7 +459,8 @@ class Renderer:
                 fn = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}[e.op]
                 return fn(x, y), t
             if e.op == "/":  # true division of ints: float64, as numpy
-                return b.fdiv(b.sitofp(x, F64), b.sitofp(y, F64)), np.dtype(np.float64)
+                x, y = convert(b, x, t, F64D), convert(b, y, t, F64D)
+                return b.fdiv(x, y), F64D
             fn = {"+": b.add, "-": b.sub, "*": b.mul}[e.op]
             return fn(x, y), t
         x = vals[0]
@@ -286,7 +469,7 @@ class Renderer:
         if e.op == "abs":
             if fl:
                 return intrinsic(b, "fabs", x), t
-            if t == BOOL:
+            if t == BOOL or is_unsigned(t):
                 return x, t
             return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)),
                             b.sub(ir.Constant(x.type, 0), x), x), t
@@ -316,7 +499,7 @@ class Renderer:
                 return b.or_(vals[0], b.xor(vals[1], ir.Constant(I1, 1))), t
             if fl:
                 return libm(b, "pow", *vals), t
-            return _int_pow(b, *vals), t
+            return _int_pow(b, *vals, unsigned=is_unsigned(t)), t
         raise NotImplementedError(f"scalar function {e.op}")
 
 

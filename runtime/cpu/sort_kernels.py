@@ -19,7 +19,7 @@ compared in their own dtype (uint64 unsigned), read from the row's copy through 
 """
 from __future__ import annotations
 
-from compiler.ops.registry import normalize_axes
+from compiler.ops.registry import dkind, normalize_axes
 from runtime.lowering.layout import collapse
 from runtime.lowering.places import Place
 
@@ -40,7 +40,7 @@ class SortKernels:
     @staticmethod
     def _before(b, a, c, dtype, descending):
         """Does key `a` come strictly before key `c`? (NaN after every number.)"""
-        if dtype.kind == "f":
+        if dkind(dtype) == "f":
             if descending:
                 return b.or_(b.fcmp_ordered(">", a, c),
                              b.and_(b.fcmp_unordered("uno", a, a), b.fcmp_ordered("ord", c, c)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ops.registry import normalize_axes
+from compiler.ops.registry import compute_dtype, dkind, is_half, normalize_axes
 
 from runtime.lowering.layout import conv_roles, leading_padding
 from runtime.lowering.places import Place
@@ -32,7 +32,10 @@ class WindowKernels:
             out = Place(out.slot, out.offset, (1,), (1,), out.dtype)
         ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
         dt = x.dtype
-        t = ll_type(dt)
+        # A 16-bit float row computes in float32 and rounds once at the store: its exps are
+        # computed again in the last pass rather than kept (rounded) in the output.
+        cd, half = compute_dtype(dt), is_half(dt)
+        t = ll_type(cd)
         others = [d for d in range(len(x.shape)) if d != ax]
         n, sx, so = x.shape[ax], x.strides[ax], out.strides[ax]
         mx, sm = b.alloca(t, name="max"), b.alloca(F64, name="sum")
@@ -47,22 +50,25 @@ class WindowKernels:
 
             def oat(j):
                 return elem_ptr(b, ptrs[out.slot], dt, b.add(oo, b.mul(j, i64(so))))
-            b.store(constant(-np.inf, dt), mx)
+            b.store(constant(-np.inf, cd), mx)
             with for_range(b, n, "j") as j:
-                b.store(select_max(b, b.load(mx, typ=t), xat(j), dt), mx)
+                b.store(select_max(b, b.load(mx, typ=t), xat(j), cd), mx)
             m = b.load(mx, typ=t)
             b.store(constant(0.0, np.float64), sm)
             with for_range(b, n, "j") as j:
                 e = fast_exp(b, b.fsub(xat(j), m))
-                if not log:
+                if not log and not half:
                     store(b, e, oat(j), dt)
-                b.store(b.fadd(b.load(sm, typ=F64), convert(b, e, dt, np.float64),
+                b.store(b.fadd(b.load(sm, typ=F64), convert(b, e, cd, np.float64),
                                flags=["reassoc"]), sm)
-            s = convert(b, b.load(sm, typ=F64), np.float64, dt)
+            s = convert(b, b.load(sm, typ=F64), np.float64, cd)
             if log:
                 lse = libm(b, "log", s)
                 with for_range(b, n, "j") as j:
                     store(b, b.fsub(b.fsub(xat(j), m), lse), oat(j), dt)
+            elif half:
+                with for_range(b, n, "j") as j:
+                    store(b, b.fdiv(fast_exp(b, b.fsub(xat(j), m)), s), oat(j), dt)
             else:
                 with for_range(b, n, "j") as j:
                     store(b, b.fdiv(b.load(oat(j), typ=t), s), oat(j), dt)
@@ -137,7 +143,7 @@ class WindowKernels:
             else:
                 nest((nb,), out.shape[2:], lambda idx: store(b, constant(0, dt), at(out, idx),
                                                              dt), "z")
-        acc_d = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
+        acc_d = np.dtype(np.float64) if dkind(dt) == "f" else np.dtype(np.int64)
         acc = b.alloca(ll_type(acc_d))
         with for_range(b, kh, "u") as u:
             ilo, ni = valid(u, sh, ph, dh, h, oh)
@@ -190,11 +196,11 @@ class WindowKernels:
 
     @staticmethod
     def _mul(b, x, y, dt):
-        return b.fmul(x, y) if dt.kind == "f" else b.mul(x, y)
+        return b.fmul(x, y) if dkind(dt) == "f" else b.mul(x, y)
 
     @staticmethod
     def _add(b, x, y, dt):
-        return b.fadd(x, y, flags=["reassoc"]) if dt.kind == "f" else b.add(x, y)
+        return b.fadd(x, y, flags=["reassoc"]) if dkind(dt) == "f" else b.add(x, y)
 
     # -- pooling -----------------------------------------------------------------------------
     def _pool_window(self, b, node, x: Place, idxs, visit):
@@ -225,7 +231,7 @@ class WindowKernels:
         acc = b.alloca(t)
 
         def body(idxs):
-            b.store(constant(-np.inf, dt) if dt.kind == "f" else
+            b.store(constant(-np.inf, dt) if dkind(dt) == "f" else
                     constant(np.iinfo(dt).min, dt), acc)
             self._pool_window(b, node, x, idxs, lambda k: b.store(
                 select_max(b, b.load(acc, typ=t), load(b, elem_ptr(b, ptrs[x.slot], dt, k), dt),
@@ -251,7 +257,7 @@ class WindowKernels:
                     b, constant(0, dt), elem_ptr(b, ptrs[out.slot], dt, index(
                         b, out.offset, out.strides, [n] + list(rest))), dt), "z")
         best, where = b.alloca(ll_type(x.dtype)), b.alloca(I64)
-        fl = x.dtype.kind == "f"
+        fl = dkind(x.dtype) == "f"
 
         def body(idxs):
             b.store(i64(-1), where)
