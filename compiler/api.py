@@ -399,8 +399,9 @@ class Program:
         if (make is None or self.distributed is not None
                 or (self._checks_while_running and self.graph.mutations)
                 or not getattr(self._exec, "_memory_checked", False)
-                or len(args) != self._n_args):
-            return None
+                or len(args) != self._n_args
+                or not all(a.flags.c_contiguous for a in self.state_arrays)):
+            return None  # (a strided state array runs through a private copy)
         positions = []
         for p, (a, sig) in enumerate(zip(args, self.signature)):
             if sig[0] == "array":

@@ -12,6 +12,7 @@ import pytest
 
 import compiler as cc
 from compiler import api, nn
+from compiler.tensor import state_tensor
 from tests.backends import AVAILABLE
 from tests.error_lines import error_checker
 
@@ -322,3 +323,30 @@ def test_keyword_calls_take_the_general_path_with_the_same_bits(general):
     assert same_bits(fn(x, scale=y), want)   # the same program, bound on the general path
     assert len(general) == 2 and fn.traces == 1
     assert same_bits(fn(x, y), want) and len(general) == 2
+
+
+def test_a_strided_state_array_takes_the_general_path():
+    """Found after the merge: a parameter that is a non-contiguous view (a plain ndarray
+    `base.T[::2]` handed to an optimizer) was read and written on the short path as if it
+    were contiguous: wrong values from the second call, and its base's other elements
+    written. It runs through a private copy, as on the general path."""
+    base = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    w = base.T[::2]
+    assert not w.flags.c_contiguous
+    before = base.copy()
+
+    @cc.compile
+    def step():
+        t = state_tensor(w, "w", trainable=True)
+        loss = (t * t).sum()
+        loss.backward()
+        with cc.no_grad():
+            t.subtract_(0.25 * t.grad)
+        return loss
+    losses = [float(step()) for _ in range(3)]
+    want = before.T[::2].astype(np.float64)
+    for k in range(3):
+        assert losses[k] == pytest.approx(float((want * want).sum()), rel=1e-6)
+        want = want - 0.25 * 2 * want
+    np.testing.assert_allclose(w, want, rtol=1e-6)
+    np.testing.assert_array_equal(base.T[1::2], before.T[1::2])   # the rest untouched
