@@ -502,7 +502,7 @@ def build_cast():
             add(Sample("cc.cast", lambda t, d=dst: cc.cast(t, d), (np.asarray(x[0]),), want))
     add(Sample("Tensor.cast", lambda t: t.cast("float64") * 1.0, (rand((3,), F64),),
                lambda a: a, grad=True))
-    invalid("Tensor.cast", lambda t: t.cast("float16"), [np.ones(2)], cc.TraceError)
+    invalid("Tensor.cast", lambda t: t.cast("uint32"), [np.ones(2)], cc.TraceError)
 
 
 # -- binary elementwise ------------------------------------------------------------------------
@@ -988,7 +988,7 @@ def build_reductions():
                                                         dtype=d), SUM,
                    terms=lambda a: np.abs(f64(a)).sum(keepdims=True), label="|dtype"))
     invalid("Tensor.sum", lambda t: t.sum(0, True), [np.ones((2, 3))], cc.TraceError)
-    invalid("Tensor.sum", lambda t: t.sum(dtype="float16"), [np.ones((2, 3))], cc.TraceError)
+    invalid("Tensor.sum", lambda t: t.sum(dtype="complex64"), [np.ones((2, 3))], cc.TraceError)
     # ties share the gradient equally (PyTorch's amax; conventions table)
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
     add(Sample("Tensor.max", lambda t: t.max(axis=1), (x,), lambda t: t.max(axis=1),
@@ -1432,7 +1432,7 @@ def build_creation():
         add(Sample("cc.arange", lambda a=args, k=kw: cc.arange(*a, **k), (),
                    lambda w=want: w))
     invalid("cc.arange", lambda: cc.arange(0, 5, 0), [], cc.TraceError)
-    invalid("cc.zeros", lambda: cc.zeros([2], "float16"), [], cc.TraceError)
+    invalid("cc.zeros", lambda: cc.zeros([2], "uint16"), [], cc.TraceError)
     for data, dtype, want in [([1.0, 2.5], None, np.array([1.0, 2.5], F32)),
                               ([[1, 2], [3, 4]], None, np.array([[1, 2], [3, 4]])),
                               (2.0, None, np.array(2.0, F32)), (True, None, np.array(True)),
@@ -3961,3 +3961,42 @@ def build_sorting():
 
 
 build_sorting()
+
+
+# -- issue 26: casts and creations in the 16-bit floats and narrow integers ------------------------
+# (tests/opdb/narrow.py runs the other samples in these dtypes; a cast or a `dtype=` fixes the
+# result's dtype, so its samples are written here, with NumPy's / ml_dtypes' casts as the formula)
+def build_narrow_casts():
+    import ml_dtypes
+    bf16, f16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+    narrow = (bf16, f16, np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+    halfway = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -11, 65520.0, 3.4e38,
+                        1e-8, -0.0, np.inf, np.nan], F32)
+    for dst in narrow:
+        if dst.kind in "iu":
+            src = rand((3, 4), F32, -100, 100, seed=1).round()
+        else:
+            src = np.concatenate([halfway, rand((7,), F32, seed=2)])
+        add(Sample("Tensor.cast", lambda t, d=dst.name: t.cast(d), (src,),
+                   lambda v, d=dst: v.astype(d), label=f"|to-{dst.name}"))
+        add(Sample("Tensor.astype", lambda t, d=dst.name: t.astype(d), (src,),
+                   lambda v, d=dst: v.astype(d), label=f"|to-{dst.name}"))
+        back = src.astype(dst)
+        for to in (F32, F64, I32):
+            with np.errstate(invalid="ignore"):
+                ok = dst.kind in "iu" or to.kind == "f"
+            if ok:
+                add(Sample("cc.cast", lambda t, d=to.name: cc.cast(t, d), (back,),
+                           lambda v, d=to: v.astype(d), label=f"|{dst.name}-to-{to.name}"))
+        add(Sample("cc.zeros", lambda d=dst.name: cc.zeros([2, 3], d), (),
+                   lambda d=dst: np.zeros((2, 3), d), label=f"|{dst.name}"))
+        add(Sample("cc.full", lambda d=dst.name: cc.full([3], 7, d), (),
+                   lambda d=dst: np.full((3,), 7, d), label=f"|{dst.name}"))
+    # a sum with dtype= widens first (Paddle), here into a 16-bit float: float32 sum, one rounding
+    x = rand((4, 5), F32, seed=3)
+    add(Sample("Tensor.sum", lambda t: t.sum(axis=1, dtype="bfloat16"), (x,),
+               lambda v: v.sum(axis=1).astype(bf16), SUM, terms=lambda v: np.abs(v).sum(axis=1),
+               label="|dtype-bf16"))
+
+
+build_narrow_casts()
