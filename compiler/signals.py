@@ -96,7 +96,8 @@ class DeferredSignals:
 
     def __exit__(self, *exc):
         received = self._received
-        originals = dict(self._saved) if received else None
+        # (always: a signal may still be recorded while _restore swaps the handlers back)
+        originals = dict(self._saved)
         caught = self._restore()
         for signum, frame in received:
             try:

@@ -39,6 +39,7 @@ cast does (300.0 -> uint8 44, NaN -> 0).
 from __future__ import annotations
 
 import numpy as np
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from compiler.ops.fused import postorder
@@ -47,6 +48,7 @@ from compiler.ops.scalar import Weak, common_dtype, d_value  # (typing shared by
 
 # The maths library (re-exported: the emitters and benchmarks/transcendentals.py take these
 # names from here, and the benchmark swaps the fast_* functions on this module).
+from .jit import host_triple
 from .mathlib import (F32, F64, I1, I8, I32, I64, fast_erf32, fast_erf64, fast_exp,  # noqa: F401
                       fast_log, fast_tanh32, fast_trig32, intrinsic, intrinsic2, libm)
 
@@ -85,8 +87,6 @@ def _host_has_f16c() -> bool:
     """Whether LLVM's half <-> float conversions are instructions on this host (x86: F16C;
     other targets convert natively). Without them LLVM calls __extendhfsf2 / __truncsfhf2,
     which the JIT does not import: the integer forms below are used instead."""
-    import llvmlite.binding as llvm
-    from .jit import host_triple
     if not host_triple().startswith(("x86_64", "i686", "i386")):
         return True
     return bool(llvm.get_host_cpu_features().get("f16c", False))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -34,6 +35,7 @@ from examples import seeds  # noqa: E402
 SCHEDULES = harness.SCHEDULES
 EXAMPLES = ["mlp", "transformer_block", "cnn", "gpt"]
 RANDOM_PROGRAMS = 40
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _copy(args):
@@ -58,6 +60,8 @@ def assert_same(got, want, what, rtol):
         assert isinstance(g, np.ndarray) and g.shape == w.shape and g.dtype == w.dtype, \
             f"{what}, result {i}: {getattr(g, 'shape', g)} {getattr(g, 'dtype', '')} " \
             f"!= {w.shape} {w.dtype}"
+        if w.dtype == BF16:   # (NumPy's kind "V": compared as the float32 it widens to)
+            g, w = g.astype(np.float32), w.astype(np.float32)
         if w.dtype.kind not in "fc":
             np.testing.assert_array_equal(g, w, err_msg=f"{what}, result {i}")
             continue
