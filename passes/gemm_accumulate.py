@@ -54,7 +54,7 @@ from compiler.ops.registry import compute_dtype, dkind
 
 from .alias import alias_analysis
 from .liveness import liveness
-from .rewrite import clone_node, rebuilt
+from .rewrite import clone_node, rebuilt, stand_in
 from .schedule import compact_derivation
 from .simplify import dce
 
@@ -289,9 +289,7 @@ def _clone(graph: Graph, folds: dict) -> Graph:
             shape, dtype = REGISTRY["gemm"].infer(
                 [(v.shape, v.dtype) for v in new.inputs], **new.attrs)
             assert tuple(shape) == node.out.shape and np.dtype(dtype) == node.out.dtype
-            v = Value(node.out.id, node.out.shape, node.out.dtype, new, node.out.name)
-            v.requires_grad = node.out.requires_grad
-            new.out = v
+            stand_in(node, new)
         else:
             new = clone_node(node, [vmap[id(v)] for v in node.inputs])
         vmap[id(node.out)], nmap[id(node)] = new.out, new

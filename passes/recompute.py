@@ -55,7 +55,7 @@ from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW
 
 from .alias import alias_analysis
 from .reinplace import describe_reader
-from .rewrite import clone_node, rebuilt
+from .rewrite import clone_node, rebuilt, stand_in
 from .schedule import _Model, schedule
 from .simplify import dce
 
@@ -565,9 +565,7 @@ def pack_masks(graph: Graph, chosen: list[tuple[Node, list[Node]]]) -> Graph:
             y = add("where", [c, g, vmap[id(node.inputs[2])]], ph, loc)
             new = Node("reshape", [y], {"shape": list(node.out.shape)}, None, loc, ph,
                        None, node.grad_of)
-            v = Value(node.out.id, node.out.shape, node.out.dtype, new, node.out.name)
-            v.requires_grad = node.out.requires_grad
-            new.out = v
+            stand_in(node, new)
         else:
             new = clone_node(node, [vmap[id(v)] for v in node.inputs])
         vmap[id(node.out)], nmap[id(node)] = new.out, new

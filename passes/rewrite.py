@@ -32,6 +32,15 @@ def clone_node(node: Node, inputs, value_id: int | None = None) -> Node:
     return new
 
 
+def stand_in(node: Node, new: Node) -> Node:
+    """`new` (another op computing `node`'s value) given a fresh value with `node`'s id, type,
+    name and requires_grad, so every reader and side table keeps naming it."""
+    v = Value(node.out.id, node.out.shape, node.out.dtype, new, node.out.name)
+    v.requires_grad = node.out.requires_grad
+    new.out = v
+    return new
+
+
 def rebuilt(graph: Graph, nodes: list[Node], values: dict[int, Value],
             node_map: dict[int, Node], next_id: int | None = None) -> Graph:
     """A shallow copy of `graph` holding `nodes`, every side table remapped: `values` maps
