@@ -89,9 +89,10 @@ struct SumOp { template <typename T> __device__ static T f(T a, T b) { return a 
 struct ProdOp { template <typename T> __device__ static T f(T a, T b) { return a * b; } };
 struct MaxOp { template <typename T> __device__ static T f(T a, T b) { return np_max(a, b); } };
 struct MinOp { template <typename T> __device__ static T f(T a, T b) { return np_min(a, b); } };
-// every thread of the block calls it (blockDim.x a multiple of 32); all get the result
+// every thread of the block calls it (blockDim.x a multiple of 32); all get the result.
+// (T): 8- and 16-bit integers shuffle as int, and Op::f takes two of one type
 template <typename Op, typename T> __device__ T block_reduce(T v, T ident, T* sh) {
-  for (int s = 16; s > 0; s >>= 1) v = Op::f(v, __shfl_down_sync(0xffffffffu, v, s));
+  for (int s = 16; s > 0; s >>= 1) v = Op::f(v, (T)__shfl_down_sync(0xffffffffu, v, s));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nw = (blockDim.x + 31) >> 5;
   __syncthreads();  // sh is free: its previous use has been read by every thread
@@ -99,7 +100,7 @@ template <typename Op, typename T> __device__ T block_reduce(T v, T ident, T* sh
   __syncthreads();
   if (warp == 0) {
     v = lane < nw ? sh[lane] : ident;
-    for (int s = 16; s > 0; s >>= 1) v = Op::f(v, __shfl_down_sync(0xffffffffu, v, s));
+    for (int s = 16; s > 0; s >>= 1) v = Op::f(v, (T)__shfl_down_sync(0xffffffffu, v, s));
     if (lane == 0) sh[0] = v;
   }
   __syncthreads();

@@ -185,19 +185,20 @@ def test_example_training_steps_compile_to_ptx(name):
                                          else status + 256)
 
 
-def _one_sample_per_op():
-    """For each registry op (and each output dtype it is sampled with), the first opdb sample
-    whose traced graph contains it: every op's kernels, compiled."""
-    from opdb.samples import SAMPLES
+def _one_sample_per_op(samples=None, key=lambda n: (n.op, n.out.dtype.name)):
+    """For each registry op (and each output dtype it is sampled with: `key`), the first opdb
+    sample whose traced graph contains it: every op's kernels, compiled."""
+    if samples is None:
+        from opdb.samples import SAMPLES as samples
     seen, picked = set(), []
-    for sample in SAMPLES:
+    for sample in samples:
         try:
             fn = cc.compile(sample.fn, backend="gpu")
             prog = fn.lower(*[a.copy() if isinstance(a, np.ndarray) else a
                               for a in sample.args])
         except cc.CompilerError:
             continue
-        keys = {(n.op, n.out.dtype.name) for n in prog.graph.nodes} - seen
+        keys = {key(n) for n in prog.graph.nodes} - seen
         if keys:
             seen |= keys
             picked.append((sample.id, prog))
@@ -217,15 +218,34 @@ def test_every_registry_op_in_the_op_samples_compiles_to_ptx():
     from compiler.ops import COMM_OPS  # data-parallel only, and not on the gpu yet (issue 12)
     missing = set(REGISTRY) - {op for op, _ in seen} - COMM_OPS
     assert not missing, f"no opdb sample lowers {sorted(missing)} for the gpu"
-    # one module: every picked program's kernels, renamed apart (one NVRTC call)
+    _compile_together(picked, "opdb.cu")
+
+
+def _compile_together(picked, name):
+    """One module of every picked program's kernels, renamed apart: one NVRTC call."""
     from runtime.gpu.scalar import HALF_PRELUDE, PRELUDE
     from runtime.gpu.emitter import BLOCK_PRELUDE
     parts = [PRELUDE, HALF_PRELUDE, BLOCK_PRELUDE]
     for k, (_, prog) in enumerate(picked):
         body = prog.source.split(BLOCK_PRELUDE, 1)[1]
         parts.append(body.replace('void k', f'void p{k}_k').replace("const_", f"p{k}_const_"))
-    ptx = nvrtc.compile_ptx("\n".join(parts), "opdb.cu")
+    ptx = nvrtc.compile_ptx("\n".join(parts), name)
     assert ptx.count(".entry ") == sum(_kernels(p) for _, p in picked)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variants", ["INT_SAMPLES", "HALF_SAMPLES"])
+def test_every_op_in_narrow_and_16_bit_dtypes_compiles_to_ptx(variants):
+    """Each op with each combination of input and output dtypes its int8/uint8/int16 (or
+    float16/bfloat16) samples give it: the templates must instantiate for those types too (a
+    block reduction of int8 once shuffled as int and stopped NVRTC on the device only)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "opdb"))
+    import narrow
+    samples = getattr(narrow, variants)
+    seen, picked = _one_sample_per_op(samples, key=lambda n: (
+        n.op, n.out.dtype.name, tuple(i.dtype.name for i in n.inputs)))
+    assert len(picked) > 20
+    _compile_together(picked, f"{variants.lower()}.cu")
 
 
 # -- random programs -------------------------------------------------------------------------
