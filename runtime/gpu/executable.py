@@ -163,15 +163,22 @@ class GpuExecutable:
         base = inputs[arg[1]] if kind == "input" else outputs[arg[1]]
         return base.data.ptr + arg[2]
 
-    def _run_launches(self, cupy, inputs, outputs):
+    @staticmethod
+    def _cublas_on_current_stream(cupy):
+        """cuBLAS's handle set to this call's stream (before a capture: CuPy refuses cuBLAS
+        set-up calls while a stream is being captured)."""
         from cupy_backends.cuda.libs import cublas
-        handle = None
+        handle = cupy.cuda.device.get_cublas_handle()
+        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+        return handle
+
+    def _run_launches(self, cupy, inputs, outputs, handle=None):
+        from cupy_backends.cuda.libs import cublas
         for ln in self.module.launches:
             if ln.library == "cublas":
-                if handle is None:  # on this call's stream (a graph capture's, too)
-                    handle = cupy.cuda.device.get_cublas_handle()
-                    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-                    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+                if handle is None:
+                    handle = self._cublas_on_current_stream(cupy)
                 (ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) = ln.args
                 ptrs = [self._pointer(p, inputs, outputs) for p in (a, b, c)]
                 if ln.dtype in GEMM_EX:   # 16-bit A, B, C; float32 alpha, beta, accumulation
@@ -315,7 +322,8 @@ class GpuExecutable:
             return
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
+            handle = self._cublas_on_current_stream(cupy)
             stream.begin_capture()
-            self._run_launches(cupy, dev_in, outputs)
+            self._run_launches(cupy, dev_in, outputs, handle)
             self._cuda_graph = stream.end_capture()
         self._cuda_graph.launch()
