@@ -54,8 +54,11 @@ define void @inplace_pool_init(ptr %s) {
   ret void
 }
 
-; Claim and run chunks of job %g until none is left (or a newer job was posted).
-define internal void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n) noinline {
+; Claim and run chunks of job %g until none is left (or a newer job was posted). The claim
+; word is (generation:32, front:16, back:16): chunks [front, back) are unclaimed; the caller
+; takes them from the front, workers from the back (%back), so each thread's chunks are
+; contiguous and two threads don't start on the same memory.
+define internal void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 %back) noinline {
 entry:
   %claimp = getelementptr i8, ptr %s, i64 256
   %donep = getelementptr i8, ptr %s, i64 320
@@ -67,11 +70,17 @@ loop:
   %same = icmp eq i64 %wg, %g32
   br i1 %same, label %check, label %out
 check:
-  %i = and i64 %w, 4294967295
-  %more = icmp ult i64 %i, %n
+  %fr0 = lshr i64 %w, 16
+  %fr = and i64 %fr0, 65535
+  %bk = and i64 %w, 65535
+  %more = icmp ult i64 %fr, %bk
   br i1 %more, label %claim, label %out
 claim:
-  %w1 = add i64 %w, 1
+  %bk1 = sub i64 %bk, 1
+  %i = select i1 %back, i64 %bk1, i64 %fr
+  %wb = sub i64 %w, 1
+  %wf = add i64 %w, 65536
+  %w1 = select i1 %back, i64 %wb, i64 %wf
   %r = cmpxchg ptr %claimp, i64 %w, i64 %w1 acq_rel acquire
   %ok = extractvalue { i64, i1 } %r, 1
   br i1 %ok, label %work, label %loop
@@ -124,7 +133,7 @@ take:
   %mine = icmp ult i64 %id, %lim
   br i1 %mine, label %run, label %got
 run:
-  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n)
+  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 1)
   br label %sleep
 got:
   br label %sleep
@@ -138,8 +147,10 @@ entry:
   %nos = icmp eq ptr %s, null
   %one = icmp sle i64 %threads, 1
   %few = icmp sle i64 %n, 1
+  %many = icmp sgt i64 %n, 65535
+  %x0 = or i1 %few, %many
   %x1 = or i1 %nos, %one
-  %x2 = or i1 %x1, %few
+  %x2 = or i1 %x1, %x0
   br i1 %x2, label %serial, label %pool
 pool:
   %workersp = getelementptr i8, ptr %s, i64 448
@@ -186,11 +197,12 @@ post:
   store i64 %lim, ptr %limp, align 8
   store atomic i64 0, ptr %donep monotonic, align 8
   %gs = shl i64 %g, 32
-  store atomic i64 %gs, ptr %claimp release, align 8
+  %gsn = or i64 %gs, %n
+  store atomic i64 %gsn, ptr %claimp release, align 8
   store atomic i64 %g, ptr %genp release, align 8
   %b1 = call i32 @pthread_cond_broadcast(ptr %workc)
   %u1 = call i32 @pthread_mutex_unlock(ptr %s)
-  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n)
+  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 0)
   %d0 = load atomic i64, ptr %donep acquire, align 8
   %fin0 = icmp eq i64 %d0, %n
   br i1 %fin0, label %release, label %block
