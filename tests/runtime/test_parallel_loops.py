@@ -312,7 +312,7 @@ def _minor_faults(tid) -> int:
 def test_fresh_outputs_fault_on_the_calling_thread_not_on_a_worker():
     """A fresh 4 MB output written by a parallel loop takes its page faults on the calling
     thread, before the job (as a serial call does): a worker that faulted them as well costs
-    1-3 ms of kernel time per call on a VM (benchmarks/parallel_loops.py --cpu). The worker
+    1-3 ms of kernel time per call on a VM (benchmarks/parallel_loops.py: CPU per call). The worker
     does run chunks (its share of the CPU time), and the values are the serial ones."""
     x = np.random.default_rng(4).standard_normal((1000, 1000)).astype(np.float32)
 
