@@ -56,7 +56,9 @@ partials, then the partials in order; the bias-gradient reduction by column bloc
 and log_softmax rows, cumsum rows, max_pool2d and its gradient (batch rows), conv2d and its
 gradients (output channels), and BLAS matmul and gemm (batches, or row or column blocks of
 one GEMM). Which thread runs a chunk never changes what it computes: results are
-bit-identical for any `threads`. Not parallel yet: copies (concat, slice_scatter,
+bit-identical for any `threads`. A fresh output of 2 MiB or more is touched once per huge
+page by the calling thread before its first parallel kernel (`_first_touch`: its page faults
+stay on that thread, as in a serial call). Not parallel yet: copies (concat, slice_scatter,
 constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
 generated matmul loops.
 
@@ -505,15 +507,15 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
     @staticmethod
     def _first_touch(e, ptr, size):
         """Write one byte (its own value) per huge page of a fresh output of TOUCH_BYTES or
-        more, on the calling thread, before its first parallel kernel: the page faults then
-        happen here, as in a serial call. Measured (add100, 2 threads, a 4 MB output on 2
-        MiB pages): left to the chunks, the worker's first touches cost it 1-3 ms of kernel
-        time per call (two threads zeroing the same huge page, and pages the worker's CPU
-        takes from the page allocator's shared lists instead of the caller's warm ones)."""
+        more, on the calling thread, before its first parallel kernel: its page faults then
+        happen here, as in a serial call, not in a worker. Measured (add100: a 4 MB output,
+        2 threads, a 2-vCPU VM): left to the chunks, the worker spent 1-3 ms per call in the
+        kernel on them (two threads zeroing the same 2 MiB page, and huge pages faulted on
+        the worker's CPU costing it more than the caller's); touched here, ~0."""
         if size < TOUCH_BYTES:
             return
-        for off in range(0, size, TOUCH_STRIDE):
-            p = e.gep(ptr, [i64(off)], inbounds=True, source_etype=I8)
+        with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
+            p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
             # (atomic, so that LLVM keeps a store of the value just loaded; built by hand:
             # llvmlite's store_atomic wants a typed pointer)
             v = e.load_atomic(p, "monotonic", 1, typ=I8)
