@@ -312,8 +312,9 @@ def _minor_faults(tid) -> int:
 def test_fresh_outputs_fault_on_the_calling_thread_not_on_a_worker():
     """A fresh 4 MB output written by a parallel loop takes its page faults on the calling
     thread, before the job (as a serial call does): a worker that faulted them as well costs
-    1-3 ms of kernel time per call on a VM (benchmarks/parallel_loops.py: CPU per call). The worker
-    does run chunks (its share of the CPU time), and the values are the serial ones."""
+    1-3 ms of kernel time per call on a VM (benchmarks/parallel_loops.py: CPU per
+    call). The worker does run chunks (its share of the CPU time); the values are the
+    serial ones."""
     x = np.random.default_rng(4).standard_normal((1000, 1000)).astype(np.float32)
 
     def f(a):
@@ -328,17 +329,23 @@ def test_fresh_outputs_fault_on_the_calling_thread_not_on_a_worker():
     me = threading.get_native_id()
     before = {t: _minor_faults(t) for t in workers | {me}}
     mine = total = 0.0
+    calls = 0
     for _ in range(400):  # until the worker has done a tenth of the work (a loaded machine)
         t0, p0 = time.thread_time(), time.process_time()
         for _ in range(10):
-            assert prog(x).tobytes() == expected
+            out = prog(x)
+        calls += 10
         mine += time.thread_time() - t0
         total += time.process_time() - p0
         if total - mine > 0.1 * total and total > 0.05:
             break
+    after = {t: _minor_faults(t) for t in workers | {me}}
+    assert out.tobytes() == expected
     assert total - mine > 0.1 * total, "the worker never ran"
-    assert sum(_minor_faults(t) - before[t] for t in workers) == 0
-    assert _minor_faults(me) > before[me]  # (the caller took them)
+    if after[me] - before[me] > 100 * calls:  # (4 KiB pages: ~1000 a call)
+        pytest.skip("the outputs are not on 2 MiB pages here")
+    assert sum(after[t] - before[t] for t in workers) == 0
+    assert after[me] > before[me]  # (the caller took them)
 
 
 def test_parallel_programs_called_from_threads_match_the_serial_calls():
