@@ -284,7 +284,7 @@ def test_the_caller_takes_chunks_from_the_front_and_a_worker_from_the_back():
         ran: list = []
         other = threading.Event()
 
-        def chunk(c):
+        def chunk(c, ran=ran, other=other):
             mine = threading.get_native_id() == caller
             ran.append((c, mine))
             if not mine:
