@@ -136,7 +136,7 @@ entry:
   %spinp = getelementptr i8, ptr %s, i64 232
   br label %sleep
 sleep:
-  %seen = phi i64 [ 0, %entry ], [ %g, %got ], [ %g, %run ]
+  %seen = phi i64 [ 0, %entry ], [ %g, %run ]
   %slim = load atomic i64, ptr %spinp monotonic, align 8
   %st0 = call i64 @llvm.readcyclecounter()
   br label %spin
@@ -150,11 +150,12 @@ spin2:
   %smore = icmp ult i64 %sel, %slim
   br i1 %smore, label %spin, label %lock
 lock:
+  %lseen = phi i64 [ %seen, %spin ], [ %seen, %spin2 ], [ %g, %got ]
   %l1 = call i32 @pthread_mutex_lock(ptr %s)
   br label %test
 test:
   %g = load atomic i64, ptr %genp monotonic, align 8
-  %new = icmp ne i64 %g, %seen
+  %new = icmp ne i64 %g, %lseen
   br i1 %new, label %take, label %wait
 wait:
   %w1 = call i32 @pthread_cond_wait(ptr %workc, ptr %s)
@@ -170,8 +171,8 @@ take:
 run:
   call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 1)
   br label %sleep
-got:
-  br label %sleep
+got:  ; (not admitted to this job: back to sleep without polling)
+  br label %lock
 }
 
 ; Run f(ctx, 0..n-1), on up to `threads` threads (this one included; workers with an id
