@@ -47,13 +47,13 @@ from . import jit
 
 # The state block (bytes): pthread objects get 64 bytes each (glibc's mutex is 40, its
 # condition variable 48); the claim and done words have cache lines of their own; _SPIN holds
-# the poll's length in cycle-counter ticks.
+# the poll's length in rounds of its loop.
 _MUTEX, _WORK, _DONE = 0, 64, 128
 _GEN, _FN, _CTX, _N, _LIMIT, _SPIN = 192, 200, 208, 216, 224, 232
 _CLAIM, _DONE_COUNT, _BUSY, _WORKERS = 256, 320, 384, 448
 _STATE_BYTES = 512
-# How long a thread polls before it sleeps (module docstring), converted at start-up to the
-# ticks of LLVM's cycle counter (the TSC on x86).
+# How long a thread polls before it sleeps (module docstring), converted at start-up to rounds
+# of the polling loop (timed then: portable, where a cycle counter may not be readable).
 SPIN_SECONDS = 30e-6
 
 POOL_IR = r"""
@@ -63,11 +63,22 @@ declare i32 @pthread_mutex_lock(ptr)
 declare i32 @pthread_mutex_unlock(ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
-declare i64 @llvm.readcyclecounter()
 
-define i64 @inplace_pool_ticks() {
-  %t = call i64 @llvm.readcyclecounter()
-  ret i64 %t
+; `k` rounds of the polls' loop on a word that never changes (to time them: `_poll_rate`).
+define void @inplace_pool_poll(ptr %p, i64 %k) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %next ]
+  %v = load atomic i64, ptr %p acquire, align 8
+  %hit = icmp eq i64 %v, 1
+  br i1 %hit, label %out, label %next
+next:
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, %k
+  br i1 %more, label %loop, label %out
+out:
+  ret void
 }
 
 define void @inplace_pool_init(ptr %s) {
@@ -138,16 +149,15 @@ entry:
 sleep:
   %seen = phi i64 [ 0, %entry ], [ %g, %run ]
   %slim = load atomic i64, ptr %spinp monotonic, align 8
-  %st0 = call i64 @llvm.readcyclecounter()
   br label %spin
 spin:
+  %si = phi i64 [ 0, %sleep ], [ %si1, %spin2 ]
   %sg = load atomic i64, ptr %genp monotonic, align 8
   %snew = icmp ne i64 %sg, %seen
   br i1 %snew, label %lock, label %spin2
 spin2:
-  %st1 = call i64 @llvm.readcyclecounter()
-  %sel = sub i64 %st1, %st0
-  %smore = icmp ult i64 %sel, %slim
+  %si1 = add i64 %si, 1
+  %smore = icmp ult i64 %si1, %slim
   br i1 %smore, label %spin, label %lock
 lock:
   %lseen = phi i64 [ %seen, %spin ], [ %seen, %spin2 ], [ %g, %got ]
@@ -245,16 +255,15 @@ post:
 cspin0:
   %spinp = getelementptr i8, ptr %s, i64 232
   %climit = load atomic i64, ptr %spinp monotonic, align 8
-  %ct0 = call i64 @llvm.readcyclecounter()
   br label %cspin
 cspin:
+  %ci = phi i64 [ 0, %cspin0 ], [ %ci1, %cspin2 ]
   %dd = load atomic i64, ptr %donep acquire, align 8
   %fin1 = icmp eq i64 %dd, %n
   br i1 %fin1, label %release, label %cspin2
 cspin2:
-  %ct1 = call i64 @llvm.readcyclecounter()
-  %cel = sub i64 %ct1, %ct0
-  %cmore = icmp ult i64 %cel, %climit
+  %ci1 = add i64 %ci, 1
+  %cmore = icmp ult i64 %ci1, %climit
   br i1 %cmore, label %cspin, label %block
 block:
   %l2 = call i32 @pthread_mutex_lock(ptr %s)
@@ -326,16 +335,19 @@ def _init_state(addr: int):
                     (_DONE, libc.pthread_cond_init)):
         if fn(ctypes.c_void_p(addr + off), None) != 0:
             raise OSError("pthread_*_init failed")
-    ctypes.c_int64.from_address(addr + _SPIN).value = _pool.get("spin_ticks", 0)
+    ctypes.c_int64.from_address(addr + _SPIN).value = _pool.get("spin_rounds", 0)
 
 
-def _cycle_rate(ticks) -> float:
-    """Cycle counter ticks per second (`llvm.readcyclecounter`), 0 where the target has none
-    (it then reads 0: no spin)."""
-    t0, p0 = ticks(), time.perf_counter()
-    time.sleep(0.002)
-    t1, p1 = ticks(), time.perf_counter()
-    return max(t1 - t0, 0) / (p1 - p0)
+def _poll_rate(poll) -> float:
+    """Rounds of the polls' loop per second on this machine (the fastest of a few timings:
+    one that was preempted only shortens the poll)."""
+    word = ctypes.c_int64(0)
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        poll(ctypes.byref(word), 20000)
+        best = max(best, 20000 / max(time.perf_counter() - t0, 1e-9))
+    return best
 
 
 def _spawn(count: int):
@@ -382,10 +394,10 @@ def ensure(threads: int) -> None:
             for name, address in pthread_symbols().items():  # (what POOL_IR calls)
                 jit.register_symbol(name, address)
             compiled = jit.compile_ir(POOL_IR, ["inplace_pool_init", "inplace_pool_worker",
-                                                "inplace_parallel_for", "inplace_pool_ticks"])
-            rate = _cycle_rate(ctypes.CFUNCTYPE(ctypes.c_uint64)(
-                compiled.address("inplace_pool_ticks")))
-            st["spin_ticks"] = int(rate * SPIN_SECONDS)
+                                                "inplace_parallel_for", "inplace_pool_poll"])
+            rate = _poll_rate(ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+                compiled.address("inplace_pool_poll")))
+            st["spin_rounds"] = int(rate * SPIN_SECONDS)
             buf = ctypes.create_string_buffer(_STATE_BYTES + 64)
             addr = ctypes.addressof(buf) + (-ctypes.addressof(buf)) % 64
             _init_state(addr)
