@@ -7,16 +7,18 @@ Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hun
 fused loop), the MLP training step (examples/mlp.py) and the transformer training step
 (examples/transformer_block.py). Each repeat times a batch of calls with 1 thread, then the same
 with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio 1 thread /
-2 threads are printed, with this process's CPU time over wall time (~2 when 2 threads really ran at
-once) and, with 2 threads, the share of that CPU time spent outside the calling thread (the pool's
-worker; ~0.5 when it takes half the work). On a machine shared with other sessions, Linux's
-autogroup scheduling gives this process one session's share of the cores however many threads it
-runs: the ratio then stays near 1 while the worker share shows the work is split; measure the ratio
-on a quiet machine. The first call's outputs (and updated parameters) of both are compared bit for
-bit. Printed with it: the load average (a shared machine's figure is as good as the cores that were
-free), the cores this process may use, and the BLAS: OpenBLAS's kernel (`OPENBLAS_CORETYPE` picks it
-when set) and its thread count outside our calls (inside them it is 1: the pool runs the GEMM
-blocks, `runtime/cpu/pool.py`).
+2 threads are printed, with this process's CPU time per call (all its threads) for each and their
+ratio (2 threads / 1: the cost of splitting, ~1.0 when the split adds no work; robust under load,
+where the wall-time ratio is not) and, with 2 threads, the share of that CPU time spent outside the
+calling thread (the pool's worker; ~0.5 when it takes half the work). On a machine shared with
+other sessions, Linux's autogroup scheduling gives this process one session's share of the cores
+however many threads it runs, and a woken worker may wait its turn behind other sessions' jobs:
+the ratio then stays near 1 while the CPU columns and the worker share still show what splitting
+costs; measure the ratio on a quiet machine. The first call's outputs (and updated parameters) of
+both are compared bit for bit. Printed with it: the load average (a shared machine's figure is as
+good as the cores that were free), the cores this process may use, and the BLAS: OpenBLAS's kernel
+(`OPENBLAS_CORETYPE` picks it when set) and its thread count outside our calls (inside them it is
+1: the pool runs the GEMM blocks, `runtime/cpu/pool.py`).
 
 `--grain`: the measurement behind `emitter.PARALLEL_MIN_WORK`: one addition `x + 1.0` over n
 float32 elements, forced parallel (the threshold set to 0), 1 thread against 2.
@@ -114,8 +116,8 @@ def _time(prog, args, calls, cpu=None):
     for _ in range(calls):
         prog(*args)
     wall = time.perf_counter() - start
-    if cpu is not None:  # this process's CPU time over wall time: ~N when N threads ran
-        cpu.append((time.process_time() - cpu0) / wall)
+    if cpu is not None:  # this process's CPU time per call (every thread of it)
+        cpu.append((time.process_time() - cpu0) / calls)
     return wall / calls
 
 
@@ -139,9 +141,10 @@ def compare(name, fn, args, repeat, target):
     q = {t: (np.percentile(v, 25), np.percentile(v, 75)) for t, v in times.items()}
     ratio = med[1] / med[2]
     share = worker_share(progs[2], argsets[2], max(calls, int(1.0 / max(med[2], 1e-6))))
+    c1, c2 = float(np.median(cpu[1])), float(np.median(cpu[2]))
     print(f"| {name} | {med[1] * 1e3:.3f} ({q[1][0] * 1e3:.3f}..{q[1][1] * 1e3:.3f}) | "
           f"{med[2] * 1e3:.3f} ({q[2][0] * 1e3:.3f}..{q[2][1] * 1e3:.3f}) | {ratio:.2f}x | "
-          f"{target} | {np.median(cpu[1]):.2f} / {np.median(cpu[2]):.2f} | "
+          f"{target} | {c1 * 1e3:.3f} / {c2 * 1e3:.3f} | {c2 / c1:.2f} | "
           f"{'?' if share is None else f'{share:.2f}'} | "
           f"{'yes' if same else 'NO'} |", flush=True)
     return ratio, same
@@ -182,9 +185,9 @@ def main():
     else:
         print("\nMedian seconds per call (ms, p25..p75) of "
               f"{a.repeat} interleaved repeats; ratio = 1 thread / 2 threads\n")
-        print("| workload | 1 thread | 2 threads | ratio | target | CPU/wall 1 / 2 | "
-              "worker share (2) | bit-identical |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| workload | 1 thread | 2 threads | ratio | target | CPU ms/call 1 / 2 | "
+              "CPU 2 / 1 | worker share (2) | bit-identical |")
+        print("|---|---|---|---|---|---|---|---|---|")
         targets = {"add100": ">= 1.7x", "mlp": ">= 1.5x", "transformer": ">= 1.5x"}
         for name, (fn, args) in workloads(a.quick).items():
             compare(name, fn, args, a.repeat, targets[name])

@@ -15,8 +15,18 @@ The pool is written in LLVM IR (`POOL_IR`, compiled once through `jit.compile_ir
 like libm: its `inplace_parallel_for` is one of the symbols modules import), and calls libc's
 pthread mutex and condition variable; threads are started from Python through ctypes'
 `pthread_create` on the JIT'd `inplace_pool_worker`. Chunks are claimed with a
-compare-and-swap on one word holding (job generation, next chunk), so a worker that wakes
-late for a finished job claims nothing of the next one. Two calls at once from Python threads
+compare-and-swap on one word holding (job generation, front, back), so a worker that wakes
+late for a finished job claims nothing of the next one. The caller claims from the front and
+workers from the back: each thread's chunks are contiguous, and the first chunks two threads
+run are far apart (measured: two threads starting on neighbouring chunks of a fresh output
+both fault, and zero, the same 2 MiB page). Jobs of more than 65535 chunks run serially.
+
+Waiting: a worker that ran out of chunks polls for the next job for SPIN_SECONDS before it
+sleeps, and a caller whose chunks are done polls for the workers' last ones as long before
+it sleeps (measured on a 2-vCPU VM: a futex sleep and wake-up costs the pair 25-60 us of CPU
+and the worker joins ~25 us late, more than polling through the short gaps between a
+program's kernels); the poll is bounded, so no thread spins between calls for longer.
+Two calls at once from Python threads
 (tests/runtime/test_threads.py): the first takes the pool, the other runs its chunks on its
 own thread (same chunks, same results).
 
@@ -31,15 +41,20 @@ import ctypes.util
 import os
 import signal
 import threading
+import time
 
 from . import jit
 
 # The state block (bytes): pthread objects get 64 bytes each (glibc's mutex is 40, its
-# condition variable 48); the claim and done words have cache lines of their own.
+# condition variable 48); the claim and done words have cache lines of their own; _SPIN holds
+# the poll's length in rounds of its loop.
 _MUTEX, _WORK, _DONE = 0, 64, 128
-_GEN, _FN, _CTX, _N, _LIMIT = 192, 200, 208, 216, 224
+_GEN, _FN, _CTX, _N, _LIMIT, _SPIN = 192, 200, 208, 216, 224, 232
 _CLAIM, _DONE_COUNT, _BUSY, _WORKERS = 256, 320, 384, 448
 _STATE_BYTES = 512
+# How long a thread polls before it sleeps (module docstring), converted at start-up to rounds
+# of the polling loop (timed then: portable, where a cycle counter may not be readable).
+SPIN_SECONDS = 30e-6
 
 POOL_IR = r"""
 @state = internal global ptr null
@@ -49,13 +64,33 @@ declare i32 @pthread_mutex_unlock(ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
 
+; `k` rounds of the polls' loop on a word that never changes (to time them: `_poll_rate`).
+define void @inplace_pool_poll(ptr %p, i64 %k) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %next ]
+  %v = load atomic i64, ptr %p acquire, align 8
+  %hit = icmp eq i64 %v, 1
+  br i1 %hit, label %out, label %next
+next:
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, %k
+  br i1 %more, label %loop, label %out
+out:
+  ret void
+}
+
 define void @inplace_pool_init(ptr %s) {
   store atomic ptr %s, ptr @state release, align 8
   ret void
 }
 
-; Claim and run chunks of job %g until none is left (or a newer job was posted).
-define internal void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n) noinline {
+; Claim and run chunks of job %g until none is left (or a newer job was posted). The claim
+; word is (generation:32, front:16, back:16): chunks [front, back) are unclaimed; the caller
+; takes them from the front, workers from the back (%back), so each thread's chunks are
+; contiguous and two threads don't start on the same memory.
+define internal void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 %back) noinline {
 entry:
   %claimp = getelementptr i8, ptr %s, i64 256
   %donep = getelementptr i8, ptr %s, i64 320
@@ -67,11 +102,17 @@ loop:
   %same = icmp eq i64 %wg, %g32
   br i1 %same, label %check, label %out
 check:
-  %i = and i64 %w, 4294967295
-  %more = icmp ult i64 %i, %n
+  %fr0 = lshr i64 %w, 16
+  %fr = and i64 %fr0, 65535
+  %bk = and i64 %w, 65535
+  %more = icmp ult i64 %fr, %bk
   br i1 %more, label %claim, label %out
 claim:
-  %w1 = add i64 %w, 1
+  %bk1 = sub i64 %bk, 1
+  %i = select i1 %back, i64 %bk1, i64 %fr
+  %wb = sub i64 %w, 1
+  %wf = add i64 %w, 65536
+  %w1 = select i1 %back, i64 %wb, i64 %wf
   %r = cmpxchg ptr %claimp, i64 %w, i64 %w1 acq_rel acquire
   %ok = extractvalue { i64, i1 } %r, 1
   br i1 %ok, label %work, label %loop
@@ -103,14 +144,28 @@ entry:
   %ctxp = getelementptr i8, ptr %s, i64 208
   %np = getelementptr i8, ptr %s, i64 216
   %limp = getelementptr i8, ptr %s, i64 224
+  %spinp = getelementptr i8, ptr %s, i64 232
   br label %sleep
 sleep:
-  %seen = phi i64 [ 0, %entry ], [ %g, %got ], [ %g, %run ]
+  %seen = phi i64 [ 0, %entry ], [ %g, %run ]
+  %slim = load atomic i64, ptr %spinp monotonic, align 8
+  br label %spin
+spin:
+  %si = phi i64 [ 0, %sleep ], [ %si1, %spin2 ]
+  %sg = load atomic i64, ptr %genp monotonic, align 8
+  %snew = icmp ne i64 %sg, %seen
+  br i1 %snew, label %lock, label %spin2
+spin2:
+  %si1 = add i64 %si, 1
+  %smore = icmp ult i64 %si1, %slim
+  br i1 %smore, label %spin, label %lock
+lock:
+  %lseen = phi i64 [ %seen, %spin ], [ %seen, %spin2 ], [ %g, %got ]
   %l1 = call i32 @pthread_mutex_lock(ptr %s)
   br label %test
 test:
   %g = load atomic i64, ptr %genp monotonic, align 8
-  %new = icmp ne i64 %g, %seen
+  %new = icmp ne i64 %g, %lseen
   br i1 %new, label %take, label %wait
 wait:
   %w1 = call i32 @pthread_cond_wait(ptr %workc, ptr %s)
@@ -124,10 +179,10 @@ take:
   %mine = icmp ult i64 %id, %lim
   br i1 %mine, label %run, label %got
 run:
-  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n)
+  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 1)
   br label %sleep
-got:
-  br label %sleep
+got:  ; (not admitted to this job: back to sleep without polling)
+  br label %lock
 }
 
 ; Run f(ctx, 0..n-1), on up to `threads` threads (this one included; workers with an id
@@ -138,8 +193,10 @@ entry:
   %nos = icmp eq ptr %s, null
   %one = icmp sle i64 %threads, 1
   %few = icmp sle i64 %n, 1
+  %many = icmp sgt i64 %n, 65535
+  %x0 = or i1 %few, %many
   %x1 = or i1 %nos, %one
-  %x2 = or i1 %x1, %few
+  %x2 = or i1 %x1, %x0
   br i1 %x2, label %serial, label %pool
 pool:
   %workersp = getelementptr i8, ptr %s, i64 448
@@ -186,14 +243,28 @@ post:
   store i64 %lim, ptr %limp, align 8
   store atomic i64 0, ptr %donep monotonic, align 8
   %gs = shl i64 %g, 32
-  store atomic i64 %gs, ptr %claimp release, align 8
+  %gsn = or i64 %gs, %n
+  store atomic i64 %gsn, ptr %claimp release, align 8
   store atomic i64 %g, ptr %genp release, align 8
   %b1 = call i32 @pthread_cond_broadcast(ptr %workc)
   %u1 = call i32 @pthread_mutex_unlock(ptr %s)
-  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n)
+  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 0)
   %d0 = load atomic i64, ptr %donep acquire, align 8
   %fin0 = icmp eq i64 %d0, %n
-  br i1 %fin0, label %release, label %block
+  br i1 %fin0, label %release, label %cspin0
+cspin0:
+  %spinp = getelementptr i8, ptr %s, i64 232
+  %climit = load atomic i64, ptr %spinp monotonic, align 8
+  br label %cspin
+cspin:
+  %ci = phi i64 [ 0, %cspin0 ], [ %ci1, %cspin2 ]
+  %dd = load atomic i64, ptr %donep acquire, align 8
+  %fin1 = icmp eq i64 %dd, %n
+  br i1 %fin1, label %release, label %cspin2
+cspin2:
+  %ci1 = add i64 %ci, 1
+  %cmore = icmp ult i64 %ci1, %climit
+  br i1 %cmore, label %cspin, label %block
 block:
   %l2 = call i32 @pthread_mutex_lock(ptr %s)
   br label %wtest
@@ -264,6 +335,19 @@ def _init_state(addr: int):
                     (_DONE, libc.pthread_cond_init)):
         if fn(ctypes.c_void_p(addr + off), None) != 0:
             raise OSError("pthread_*_init failed")
+    ctypes.c_int64.from_address(addr + _SPIN).value = _pool.get("spin_rounds", 0)
+
+
+def _poll_rate(poll) -> float:
+    """Rounds of the polls' loop per second on this machine (the fastest of a few timings:
+    one that was preempted only shortens the poll)."""
+    word = ctypes.c_int64(0)
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        poll(ctypes.byref(word), 20000)
+        best = max(best, 20000 / max(time.perf_counter() - t0, 1e-9))
+    return best
 
 
 def _spawn(count: int):
@@ -310,7 +394,10 @@ def ensure(threads: int) -> None:
             for name, address in pthread_symbols().items():  # (what POOL_IR calls)
                 jit.register_symbol(name, address)
             compiled = jit.compile_ir(POOL_IR, ["inplace_pool_init", "inplace_pool_worker",
-                                                "inplace_parallel_for"])
+                                                "inplace_parallel_for", "inplace_pool_poll"])
+            rate = _poll_rate(ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+                compiled.address("inplace_pool_poll")))
+            st["spin_rounds"] = int(rate * SPIN_SECONDS)
             buf = ctypes.create_string_buffer(_STATE_BYTES + 64)
             addr = ctypes.addressof(buf) + (-ctypes.addressof(buf)) % 64
             _init_state(addr)

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -271,6 +272,80 @@ def test_calls_at_once_each_run_every_chunk_once():
     for t in threads:
         t.join()
     assert counts[0].tolist() == [20] * 50 and counts[1].tolist() == [20] * 50
+
+
+def test_the_caller_takes_chunks_from_the_front_and_a_worker_from_the_back():
+    """Each thread's chunks are contiguous, and a worker starts at the far end of the caller's
+    (not on the chunk next to it: two threads on the same fresh huge page both fault it). The
+    caller's chunk 0 waits until the worker has run one. Jobs of more chunks than the claim
+    word's 16 bits hold run serially, each chunk once."""
+    caller = threading.get_native_id()
+    for _ in range(3):
+        ran: list = []
+        other = threading.Event()
+
+        def chunk(c, ran=ran, other=other):
+            mine = threading.get_native_id() == caller
+            ran.append((c, mine))
+            if not mine:
+                other.set()
+            elif c == 0:
+                other.wait(10)
+        _run_chunks(12, 2, chunk)
+        front = [c for c, mine in ran if mine]
+        back = [c for c, mine in ran if not mine]
+        assert other.is_set() and back[0] == 11, ran
+        assert front == list(range(len(front))), ran
+        assert back == list(range(11, 11 - len(back), -1)), ran
+        assert sorted(front + back) == list(range(12))
+    counts = np.zeros(70000, np.int64)
+    _run_chunks(70000, 2, lambda c: counts.__setitem__(c, counts[c] + 1))
+    assert (counts == 1).all()
+
+
+def _minor_faults(tid) -> int:
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs /proc")
+def test_fresh_outputs_fault_on_the_calling_thread_not_on_a_worker():
+    """A fresh 4 MB output written by a parallel loop takes its page faults on the calling
+    thread, before the job (as a serial call does): a worker that faulted them as well costs
+    1-3 ms of kernel time per call on a VM (benchmarks/parallel_loops.py: CPU per
+    call). The worker does run chunks (its share of the CPU time); the values are the
+    serial ones."""
+    x = np.random.default_rng(4).standard_normal((1000, 1000)).astype(np.float32)
+
+    def f(a):
+        for _ in range(20):
+            a = a + 1.0
+        return a
+    expected = cc.compile(f, threads=1)(x).tobytes()
+    prog = cc.compile(f, threads=2).lower(x)
+    assert prog(x).tobytes() == expected
+    workers = _worker_ids()
+    assert workers
+    me = threading.get_native_id()
+    before = {t: _minor_faults(t) for t in workers | {me}}
+    mine = total = 0.0
+    calls = 0
+    for _ in range(400):  # until the worker has done a tenth of the work (a loaded machine)
+        t0, p0 = time.thread_time(), time.process_time()
+        for _ in range(10):
+            out = prog(x)
+        calls += 10
+        mine += time.thread_time() - t0
+        total += time.process_time() - p0
+        if total - mine > 0.1 * total and total > 0.05:
+            break
+    after = {t: _minor_faults(t) for t in workers | {me}}
+    assert out.tobytes() == expected
+    assert total - mine > 0.1 * total, "the worker never ran"
+    if after[me] - before[me] > 100 * calls:  # (4 KiB pages: ~1000 a call)
+        pytest.skip("the outputs are not on 2 MiB pages here")
+    assert sum(after[t] - before[t] for t in workers) == 0
+    assert after[me] > before[me]  # (the caller took them)
 
 
 def test_parallel_programs_called_from_threads_match_the_serial_calls():
