@@ -128,8 +128,9 @@ class BudgetSearch:
             taken = {id(d.node) for d in attention}
             considered = attention + [d for d in considered if id(d.node) not in taken]
             ok = attention_ok + [d for d in ok if id(d.node) not in taken]
-            for find in self.more:
+            for find in self.more:   # (a GEMM priced above as an attention input: once)
                 c, o = find(self.graph, f, MIN_BYTES)
+                c, o = ([d for d in x if id(d.node) not in taken] for x in (c, o))
                 considered, ok = considered + c, ok + o
             ok.sort(key=lambda d: -d.nbytes)
             self._facts = (f, considered, ok[:MAX_CANDIDATES] if self.allow_recompute else [])
@@ -152,8 +153,7 @@ class BudgetSearch:
 
     # -- points --------------------------------------------------------------------------
     def _point(self, chosen, how) -> BudgetPoint:
-        graph, copies = rc.rewrite(self.graph, [d.node for d in chosen], self.facts,
-                                   ra.chains_of(chosen))
+        graph, copies = ra.rewrite(self.graph, chosen, self.facts)
         plan = self.evaluate(graph)
         return BudgetPoint(tuple(chosen), ra.total_flops(chosen),
                            _beyond_inputs(plan), how, graph, plan, copies)
