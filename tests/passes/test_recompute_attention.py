@@ -45,7 +45,7 @@ def steps(fn, args, n=3, **options):
 def attention(plan):
     """The plan's attention decisions by what they are about: "probabilities", "output",
     and the inputs' roles, "queries", "keys", "values"."""
-    return {d.role or d.what: d for d in plan.recompute_decisions
+    return {getattr(d, "role", "") or d.what: d for d in plan.recompute_decisions
             if isinstance(d, ra.AttentionDecision)}
 
 
