@@ -25,8 +25,9 @@ Algorithm:
   2. Candidates: passes.recompute's (a cheap elementwise forward value the backward pass
      reads, at least MIN_BYTES, not returned, operands not overwritten before its backward
      reader), passes.recompute_attention's (a softmax over a GEMM's scores, recomputed
-     with the scores) and those of the finders the pipeline adds (passes.recompute_gemm:
-     matmul outputs, under the same conditions), the MAX_CANDIDATES largest; each priced by
+     with the scores; the attention output; q, k, v from their projection GEMMs) and
+     those of the finders the pipeline adds (passes.recompute_gemm: matmul outputs, under
+     the same conditions), the MAX_CANDIDATES largest; each priced by
      its decision's `extra_flops` (an elementwise op per element, a GEMM 2 * m * n * k).
   3. Greedy: from the recomputations chosen so far, plan each remaining candidate added;
      keep the one giving the lowest planned peak (fewer FLOPs on ties) while it lowers the

@@ -23,7 +23,22 @@ choice is kept only when the planned peak (`planned_peak(graph)`, as
 `compiler.pass_pipeline` passes it) is at least MIN_BYTES lower too, so the pass never costs
 memory there. The input graph is not changed (nodes are cloned by `passes.recompute`'s
 rewrite, which this pass shares: one rewrite for both kinds of recomputation, so the budget
-search (`passes.budget`) can price any mix).
+search (`passes.budget`) can price any mix; `rewrite` here runs it twice, the inputs below
+second, so that the scores and output copies read the inputs' copies).
+
+Attention inputs: with the probabilities and output recomputed, the forward pass of a
+transformer block still keeps q, k and v for the backward pass (examples/transformer_block.py:
+1 MiB each, live at all three of its 14 MiB points: the loss, the fc2 weight gradient and
+fc2's input gradient, beside the MLP's two 4 MiB activations). Any one of them can instead
+be made again in the backward pass by its projection GEMM, from a copy of the cheap
+elementwise node that feeds the GEMM (the block's layer_norm, whose operands, the block's
+input and two row statistics, stay alive anyway), so neither the input nor the normalized
+activations are kept for it. Unlike the copies above this costs a whole GEMM (2 * d_model
+FLOPs per element: 1/36 of a block's training step), so without a memory budget the pass
+takes inputs only while their extra FLOPs together stay within INPUT_WORK_SHARE of the
+program's (`program_flops`); each left out says so, and the budget search prices them all.
+The transformer's default plan: 14,696,516 -> 13,647,940 B beyond its inputs (the queries),
+11,550,788 B under a budget (all three).
 
 A forward node `n` is a candidate when all hold (each refusal is a sentence in the report):
   1. `n` is `softmax` (or `softmax_`) and backward nodes read its value (through views too)
@@ -34,11 +49,17 @@ A forward node `n` is a candidate when all hold (each refusal is a sentence in t
      writes over that value, never over another operand);
   3. `operand_overwritten`: no operand of the chain (q, k, a mask, a scale) is written by a
      requested inplace write between the GEMM and the first backward reader of `n`.
+An attention input `n` (`input_decision`) is a candidate when: 4. its value is, through
+views, an operand of an attention's scores GEMM (queries, keys) or value GEMM (values),
+made by a forward `matmul` (not an inplace write) and at most MAX_CHAIN elementwise steps
+(a bias), read by forward and backward nodes, at least MIN_BYTES, not returned; and 3.
+holds for its chain (the feeding node's operands, the weights).
 
-Algorithm: candidates in decreasing size (at most MAX_TRIES); each is estimated added to
-those taken so far and taken when the estimated peak falls by MIN_BYTES or more; then the
-choice is planned once, against the graph without it (a plan costs ~10 byte-model
-estimates: examples/gpt.py's step plans in ~2 s, estimates in ~0.25 s).
+Algorithm: 1. the probabilities and outputs in decreasing size (at most MAX_TRIES); each is
+estimated added to those taken so far and taken when the estimated peak falls by MIN_BYTES
+or more; then the choice is planned once, against the graph without it (a plan costs ~10
+byte-model estimates: examples/gpt.py's step plans in ~2 s, estimates in ~0.25 s). 2. The
+same for the inputs of the graph step 1 returns, each also within the allowance.
 """
 from __future__ import annotations
 
@@ -294,9 +315,9 @@ def candidates(graph: Graph, min_bytes: int = MIN_BYTES, f: rc._Facts | None = N
                 or rc.not_read_late(node, f) is not None or node.out.nbytes < min_bytes:
             continue
         if node.op == "softmax":
-            (chain, why), what = scores_chain(node), "probabilities"
+            chain, what = scores_chain(node)[0], "probabilities"
         else:
-            chain, why, what = output_chain(node), None, "output"
+            chain, what = output_chain(node), "output"
             if not chain:
                 continue   # not an attention output: not worth a line in the report
         if what not in kinds:
