@@ -258,6 +258,28 @@ def test_masked_scaled_attention_is_recomputed(backend):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("backend", NATIVE)
+def test_masked_attention_under_its_lowest_budget_recomputes_q_k_and_v(backend):
+    # the inputs are x @ w through a reshape (no layer_norm before them): each copy is its
+    # projection GEMM alone; the scores copy reads the q and k copies, the value GEMM's
+    # gradient the v copy (the second of recompute_attention.rewrite's two rewrites)
+    search = cc.compile(sdpa_step, backend=backend).lower(*sdpa_args()).plan.budget_search
+    budget = search.lowest().peak
+    prog = cc.compile(sdpa_step, backend=backend, memory_budget=budget).lower(*sdpa_args())
+    assert beyond(prog.plan) <= budget
+    d = attention(prog.plan)
+    for role, name in (("queries", "wq"), ("keys", "wk"), ("values", "wv")):
+        assert d[role].recomputed and d[role].chain == (), d[role].text
+        assert d[role].extra_flops == 2 * 32 * B * T * H * D
+        assert not _forward_read_late(prog.graph, d[role].node.out.id)
+        assert [n.inputs[0].name for n in prog.graph.nodes if n.op == "matmul"
+                and n.phase == "backward" and n.inputs[1].name == name] == ["x"]
+    want = steps(sdpa_step, sdpa_args(), backend=backend, recompute="off", schedule="off")
+    got = steps(sdpa_step, sdpa_args(), backend=backend, memory_budget=budget, sanitize=True)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_gpu_program_runs_the_copies(monkeypatch):
     harness = pytest.importorskip("tests.gpu.harness")
     if not harness.available():
