@@ -172,12 +172,20 @@ def test_transformer_steps_are_bit_identical_to_the_unrecomputed_program(transfo
 
 # -- under a memory budget ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def search(transformer):
+def default_plan(transformer):
     return cc.compile(transformer.train_step, backend="cpu").lower(
-        *transformer.example_inputs()).plan.budget_search
+        *transformer.example_inputs()).plan
 
 
-def test_the_budget_search_prices_the_attention_candidates(search):
+@pytest.fixture(scope="module")
+def search(default_plan):
+    return default_plan.budget_search
+
+
+def test_the_budget_search_prices_the_attention_candidates(search, default_plan):
+    # the default plan's peak is one the budget machinery reaches too
+    ((budget, peak, _),) = default_plan.budget_curve([beyond(default_plan)])
+    assert peak is not None and peak <= budget
     kinds = {getattr(d, "what", None) for d in search.candidates}
     assert {"probabilities", "output"} <= kinds
     lowest = search.lowest()
