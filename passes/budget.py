@@ -25,8 +25,9 @@ Algorithm:
   2. Candidates: passes.recompute's (a cheap elementwise forward value the backward pass
      reads, at least MIN_BYTES, not returned, operands not overwritten before its backward
      reader), passes.recompute_attention's (a softmax over a GEMM's scores, recomputed
-     with the scores) and those of the finders the pipeline adds (passes.recompute_gemm:
-     matmul outputs, under the same conditions), the MAX_CANDIDATES largest; each priced by
+     with the scores; the attention output; q, k, v from their projection GEMMs) and
+     those of the finders the pipeline adds (passes.recompute_gemm: matmul outputs, under
+     the same conditions), the MAX_CANDIDATES largest; each priced by
      its decision's `extra_flops` (an elementwise op per element, a GEMM 2 * m * n * k).
   3. Greedy: from the recomputations chosen so far, plan each remaining candidate added;
      keep the one giving the lowest planned peak (fewer FLOPs on ties) while it lowers the
@@ -128,8 +129,9 @@ class BudgetSearch:
             taken = {id(d.node) for d in attention}
             considered = attention + [d for d in considered if id(d.node) not in taken]
             ok = attention_ok + [d for d in ok if id(d.node) not in taken]
-            for find in self.more:
+            for find in self.more:   # (a GEMM priced above as an attention input: once)
                 c, o = find(self.graph, f, MIN_BYTES)
+                c, o = ([d for d in x if id(d.node) not in taken] for x in (c, o))
                 considered, ok = considered + c, ok + o
             ok.sort(key=lambda d: -d.nbytes)
             self._facts = (f, considered, ok[:MAX_CANDIDATES] if self.allow_recompute else [])
@@ -152,8 +154,7 @@ class BudgetSearch:
 
     # -- points --------------------------------------------------------------------------
     def _point(self, chosen, how) -> BudgetPoint:
-        graph, copies = rc.rewrite(self.graph, [d.node for d in chosen], self.facts,
-                                   ra.chains_of(chosen))
+        graph, copies = ra.rewrite(self.graph, chosen, self.facts)
         plan = self.evaluate(graph)
         return BudgetPoint(tuple(chosen), ra.total_flops(chosen),
                            _beyond_inputs(plan), how, graph, plan, copies)

@@ -6,8 +6,10 @@ Guarantees:
   1. What it returns are candidates for `passes.budget`'s search, each priced by its extra
      FLOPs (2 * m * n * k per product, times the batch); the search takes one only where a
      `memory_budget` needs it (a recomputed GEMM costs real work, so the default pipeline,
-     without a budget, never takes one). The report lists each taken with its extra FLOPs
-     and the planned bytes it saved.
+     without a budget, never takes one of these; the one exception is an attention input's
+     projection, which passes.recompute_attention prices with the layer_norm copy it reads,
+     within a small share of the program's FLOPs; the search prices such a GEMM there, not
+     here). The report lists each taken with its extra FLOPs and the planned bytes it saved.
   2. A recomputation is exact: the copy is the same matmul on the same SSA operands
      (`passes.recompute.rewrite` places it), and every backend's matmul partitions its work by
      the shapes alone, so the copy's bits are the original's: a budgeted program computes the

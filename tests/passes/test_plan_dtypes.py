@@ -124,20 +124,21 @@ def _plans(tb, batch):
     return amp, f32
 
 
-def test_the_transformer_steps_bfloat16_amp_peak_is_at_most_55_percent(transformer):
+def test_the_transformer_steps_bfloat16_amp_peak_is_at_most_57_percent(transformer):
     # At batch 16 the activations dominate: the step's planned peak in bfloat16 AMP is at most
-    # 55% of float32's (measured 0.543 with attention recomputed in both). At the example's
-    # batch 8 it is 0.605: the float32 master weights (3 MiB, the caller's arrays) don't
-    # halve; the arena does (0.536).
+    # 57% of float32's (measured 0.561 with attention and the queries' projection
+    # recomputed in both: the queries save 2 MiB in float32, 1 MiB in bfloat16; 0.543
+    # without the queries). At the example's batch 8 it is 0.611: the float32 master
+    # weights (3 MiB, the caller's arrays) don't halve; the arena does (0.539).
     amp, f32 = _plans(transformer, 16)
-    assert amp.peak_bytes <= 0.55 * f32.peak_bytes, (amp.summary(), f32.summary())
-    assert amp.arena_bytes <= 0.51 * f32.arena_bytes
+    assert amp.peak_bytes <= 0.57 * f32.peak_bytes, (amp.summary(), f32.summary())
+    assert amp.arena_bytes <= 0.53 * f32.arena_bytes
     per = bytes_by_dtype(amp)
     params = sum(p.nbytes for p in transformer.example_inputs(batch=16)[2:])
     assert per["bf16"] > per["f32"] >= params
     assert set(bytes_by_dtype(f32)) == {"f32"}
     amp8, f32_8 = _plans(transformer, 8)
-    assert amp8.peak_bytes < 0.61 * f32_8.peak_bytes and amp8.arena_bytes <= 0.54 * \
+    assert amp8.peak_bytes < 0.62 * f32_8.peak_bytes and amp8.arena_bytes <= 0.54 * \
         f32_8.arena_bytes
 
 
