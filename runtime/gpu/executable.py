@@ -166,7 +166,7 @@ def cublas_c(cupy, wrappers, handle):
                 ours, theirs = lib.version(handle), wrappers.getVersion(handle)
                 result = (lib, None) if ours == theirs else \
                     (None, f"{paths[0]} reports version {ours}, CuPy's cuBLAS {theirs}")
-            except Exception as e:   # OSError, a missing symbol (AttributeError)
+            except Exception as e:  # noqa: BLE001  (OSError, a missing symbol: AttributeError)
                 result = (None, f"{paths[0]}: {type(e).__name__}: {e}")
     _found_cublas[key] = result
     return result
@@ -485,18 +485,18 @@ class GpuExecutable:
                 except BaseException:
                     try:   # end the capture; what it made is incomplete
                         stream.end_capture()
-                    except Exception:
+                    except Exception:  # noqa: BLE001, S110
                         pass
                     raise
                 graph = stream.end_capture()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (any reason: eager for good)
             self.graph_refused = f"{type(e).__name__}: {e}"
             return None
         finally:
             if blas is not None and stream is not None:
                 try:   # back on the call's stream and cuBLAS's own workspace pool
                     blas.on_stream(cupy.cuda.get_current_stream().ptr, self.graph.name)
-                except Exception:
+                except Exception:  # noqa: BLE001, S110  (the next eager call sets it, or says why)
                     pass
         return graph
 

@@ -268,7 +268,7 @@ class _Device:
             monkeypatch.setitem(sys.modules, name, module)
 
     def execute(self, rec):
-        name, grid, block, params, shared = rec
+        name, params = rec[0], rec[3]
         self.log.append(rec)
         if name == "k_status_clear":
             ctypes.c_uint64.from_address(int(params[0])).value = 0
@@ -597,6 +597,6 @@ def test_cublas_c_is_not_looked_for_behind_cupys_back(monkeypatch):
     lib, why = gx.cublas_c(None, stand_in, HANDLE)
     assert lib is None and "not a compiled extension" in why
     ext = types.SimpleNamespace(__file__="/site/cupy_backends/cuda/libs/cublas.so")
-    monkeypatch.setattr(gx, "loaded_cublas_paths", lambda: [])
+    monkeypatch.setattr(gx, "loaded_cublas_paths", list)
     lib, why = gx.cublas_c(None, ext, HANDLE)
     assert lib is None and why == "0 cuBLAS libraries are loaded: []"
