@@ -144,6 +144,17 @@ def loaded_cublas_paths(maps: str = "/proc/self/maps") -> list[str]:
     return sorted(found)
 
 
+def _of_cuda_major(paths, cupy):
+    """The libraries among `paths` named for the major version of CuPy's CUDA runtime
+    (libcublas.so.13.x for CUDA 13): cuBLAS's soname carries its CUDA major."""
+    try:
+        major = int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+    except Exception:  # noqa: BLE001  (then no library is picked)
+        return []
+    return [p for p in paths
+            if re.fullmatch(rf"libcublas\.so\.{major}(\.\d+)*", os.path.basename(p))]
+
+
 _found_cublas: dict = {}   # id(CuPy's cublas module) -> (CublasC or None, why not)
 
 
@@ -158,8 +169,11 @@ def cublas_c(cupy, wrappers, handle):
     result = (None, "CuPy's cublas module is not a compiled extension")
     if getattr(wrappers, "__file__", None):
         paths = loaded_cublas_paths()
+        if len(paths) > 1:   # another package's too (PyTorch's): the one of CuPy's CUDA major
+            paths = _of_cuda_major(paths, cupy)
         if len(paths) != 1:
-            result = (None, f"{len(paths)} cuBLAS libraries are loaded: {paths}")
+            result = (None, f"{len(paths)} cuBLAS libraries for CuPy's CUDA are loaded: "
+                            f"{paths}")
         else:
             try:
                 lib = CublasC(ctypes.CDLL(paths[0], mode=os.RTLD_NOLOAD | os.RTLD_NOW))

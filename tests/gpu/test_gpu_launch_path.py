@@ -599,4 +599,50 @@ def test_cublas_c_is_not_looked_for_behind_cupys_back(monkeypatch):
     ext = types.SimpleNamespace(__file__="/site/cupy_backends/cuda/libs/cublas.so")
     monkeypatch.setattr(gx, "loaded_cublas_paths", list)
     lib, why = gx.cublas_c(None, ext, HANDLE)
-    assert lib is None and why == "0 cuBLAS libraries are loaded: []"
+    assert lib is None and why == "0 cuBLAS libraries for CuPy's CUDA are loaded: []"
+
+
+def test_cublas_c_opens_the_one_library_cupy_loaded(tmp_path):
+    """In a process where libcublas.so.12 is loaded (the fake, built under that name), it is
+    found in the maps and opened (not loaded again); with a libcublas.so.13 loaded beside it
+    (another package's CUDA), the one of CuPy's CUDA major is picked, or none. (In a child
+    process: this one must not hold fake cuBLAS libraries.)"""
+    cc_ = shutil.which("gcc") or shutil.which("cc")
+    if cc_ is None:
+        pytest.skip("no C compiler for the fake cuBLAS library")
+    libs = {}
+    for major in (12, 13):
+        (tmp_path / str(major)).mkdir()
+        libs[major] = str((tmp_path / str(major) / f"libcublas.so.{major}").resolve())
+        subprocess.run([cc_, "-O1", "-shared", "-fPIC", "-o", libs[major],
+                        str(HERE / "fake_cublas.c")], check=True)
+    script = f"""
+import ctypes, types
+from runtime.gpu import executable as gx
+libs = {libs!r}
+assert gx.loaded_cublas_paths() == [], gx.loaded_cublas_paths()
+
+def find(cuda_version):
+    gx._found_cublas.clear()
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+        runtimeGetVersion=lambda: cuda_version)))
+    ext = types.SimpleNamespace(__file__="/site/cupy_backends/cuda/libs/cublas.so",
+                                getVersion=lambda handle: 120900)
+    return gx.cublas_c(cupy, ext, {HANDLE})
+
+lib, why = find(12090)
+assert lib is None and why.startswith("0 cuBLAS libraries"), why
+loaded = [ctypes.CDLL(libs[12])]
+assert gx.loaded_cublas_paths() == [libs[12]]
+lib, why = find(12090)
+assert why is None and lib.lib._name == libs[12] and lib.version({HANDLE}) == 120900
+loaded.append(ctypes.CDLL(libs[13]))
+assert gx.loaded_cublas_paths() == [libs[12], libs[13]]
+assert find(13000)[0].lib._name == libs[13] and find(12000)[0].lib._name == libs[12]
+lib, why = find(11080)
+assert lib is None and why.startswith("0 cuBLAS libraries for CuPy's CUDA are loaded"), why
+print("checked")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=HERE.parent.parent)
+    assert done.returncode == 0 and done.stdout.strip() == "checked", done.stderr
