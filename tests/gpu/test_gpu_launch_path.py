@@ -646,3 +646,71 @@ print("checked")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=HERE.parent.parent)
     assert done.returncode == 0 and done.stdout.strip() == "checked", done.stderr
+
+
+# -- on a device (benchmarks/gpu_check.sh; skipped here) ----------------------------------------------
+def _device_count() -> int:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001  (no CuPy, no driver: no device)
+        return 0
+
+
+on_device = pytest.mark.skipif(_device_count() < 1, reason="no CUDA device (or no CuPy) here")
+
+
+def _tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _step(workload):
+    sys.path.insert(0, str(HERE.parent.parent / "benchmarks"))
+    import backend_speed as bs
+    return bs.OURS[workload], bs.inputs(workload, True)
+
+
+@pytest.mark.gpu
+@on_device
+@pytest.mark.parametrize("workload", ["mlp", "transformer"])
+def test_on_the_device_the_replayed_graph_computes_what_eager_launching_does(monkeypatch,
+                                                                             workload):
+    """Four calls of a training step from the same inputs: eager (COMPILER_CUDA_GRAPH=0) and
+    by default (call 2 captures, calls 2-4 replay, cuBLAS through ctypes) agree at each call
+    (within float32 rounding: cuBLAS may pick other algorithms in its own workspace)."""
+    fn, args = _step(workload)
+    monkeypatch.setenv("COMPILER_CUDA_GRAPH", "0")
+    eager = cc.compile(fn, backend="gpu").lower(*args)
+    monkeypatch.delenv("COMPILER_CUDA_GRAPH")
+    graphed = cc.compile(fn, backend="gpu").lower(*args)
+    assert not eager._exec.use_graph and graphed._exec.use_graph
+    for call in range(4):
+        ea, ga = [a.copy() for a in args], [a.copy() for a in args]
+        want, got = eager(*ea), graphed(*ga)
+        for w, g in zip([*_tuple(want), *ea], [*_tuple(got), *ga], strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6, err_msg=f"call {call}")
+    exe = graphed._exec
+    assert exe.graph_refused is None and exe._cuda_graph is not None
+    import cupy
+    assert gx._Blas(cupy).c is not None, gx._Blas(cupy).why
+
+
+@pytest.mark.gpu
+@on_device
+def test_on_the_device_a_replayed_graph_checks_data_and_release_recaptures():
+    prog, (a, b, i) = _half_gemm_with_check(BF16)
+    want = cc.compile(lambda a, b, i: (a @ b).take_along_axis(i, 1) * 2.0,
+                      backend="numpy")(a, b, i)
+    for _ in range(3):
+        assert np.array_equal(prog(a, b, i), want)
+    exe = prog._exec
+    assert exe.graph_refused is None and exe._cuda_graph is not None
+    bad = np.full_like(i, 7)
+    with pytest.raises(DataError, match=r"index 7 .* out of range .*test_gpu_launch_path"):
+        prog(a, b, bad)
+    assert np.array_equal(prog(a, b, i), want)   # the status word cleared by the replay
+    exe.release()
+    assert exe._cuda_graph is None and exe._bound is None
+    for _ in range(3):
+        assert np.array_equal(prog(a, b, i), want)
+    assert exe._cuda_graph is not None
