@@ -41,7 +41,9 @@ def _cpu_executable(graph, plan, sanitize):
 
 def _gpu_executable(graph, plan, sanitize):
     # (no sanitizer on the device: the arena lives in GPU memory)
-    graph_capture = os.environ.get("COMPILER_CUDA_GRAPH", "") not in ("", "0")
+    # CUDA graph replay from the second call on; COMPILER_CUDA_GRAPH=0 launches eagerly
+    graph_capture = os.environ.get("COMPILER_CUDA_GRAPH", "").strip().lower() \
+        not in ("0", "off", "false")
     executable = GpuExecutable(graph, plan, use_graph=graph_capture)
     if _dump_requested("cuda"):
         print(executable.source)
