@@ -14,7 +14,8 @@ loss falls below it within the run, and a few generated characters show what the
 `--size gpt2-small` builds GPT-2 small's shape instead (12 layers, width 768, 12 heads, context
 256, batch 4; the vocabulary stays this text's characters): it plans the step (`lower()`,
 timed), prints the default plan's peak, then runs `--steps` steps (default 2) of the step
-compiled with `--budget` (bytes or "600MiB"; default: the default plan) and their times.
+compiled with `--budget` (bytes or "600MiB"; default: the default plan) and their times, at
+the warm-up's rates for that width (`peak_lr`).
 """
 import argparse
 import math
@@ -29,7 +30,8 @@ import compiler.nn as nn
 import compiler.nn.functional as F
 
 BATCH, CONTEXT, DIM, HEADS, LAYERS = 16, 32, 48, 4, 2
-LR = 3e-3
+LR = 3e-3        # AdamW's peak rate at the example's width DIM (see `peak_lr`)
+WARMUP = 20      # steps of LinearWarmup, from a 20th of the peak rate to the peak
 
 
 @dataclass(frozen=True)
@@ -126,11 +128,32 @@ def _size(size) -> Size:
     return SIZES[size] if isinstance(size, str) else size
 
 
+def peak_lr(size="small") -> float:
+    """AdamW's peak rate for this width: LR at DIM, times DIM / width.
+
+    Adam moves every weight by about the rate whatever its gradient's size (its first update
+    is rate * sign(g)), all of a Linear's fan-in the same way, so the change of a unit's
+    output grows with the width: the same change at width n needs a rate ~1/n (the width
+    rule for Adam's hidden weights in Yang et al., "Tensor Programs V", 2022).
+
+    At GPT-2 small's shape that is 1.9e-4, the warm-up starting at 9.4e-6: 25 steps took the
+    loss from 3.26 to 2.07 (one rise, 2.33 to 3.01 at 1.3e-4 to 1.4e-4, undone in a step).
+    LR itself there (the warm-up's 1.5e-4 first) raised the loss on the second step (3.26 to
+    4.53), in this compiler and in PyTorch alike from the same weights and batches
+    (tests/examples/test_gpt_vs_torch.py compares the two); at a constant rate from the same
+    start the second step rose at 3e-5 and above and fell at 1.5e-5 and below. GPT-2 small's
+    usual peak (6e-4, with batches of 0.5M tokens and a warm-up from 0 over hundreds of
+    steps) is for batches 500 times this one's (1,024 tokens)."""
+    return LR * (DIM / _size(size).dim)
+
+
 def make_model(seed=0, size="small"):
     """The model, its AdamW and the warm-up schedule (stepped after each step), seeded."""
     nn.initializer.seed(seed)
     model = GPT(_size(size))
-    sched = cc.optimizer.lr.LinearWarmup(LR, warmup_steps=20, start_lr=LR / 20, end_lr=LR)
+    peak = peak_lr(size)
+    sched = cc.optimizer.lr.LinearWarmup(peak, warmup_steps=WARMUP, start_lr=peak / 20,
+                                         end_lr=peak)
     opt = cc.optimizer.AdamW(learning_rate=sched, parameters=model.parameters(),
                              weight_decay=0.01)
     return model, opt, sched
@@ -261,8 +284,9 @@ def loss_curves(steps, backend, amp, path=None, window=20):
 def big_step(size="gpt2-small", backend="cpu", memory_budget=None, steps=2, log=print):
     """Plan and run the step of a bigger model: {"lower_s": the default plan's lower() time,
     "default_peak": its peak beyond the inputs, "peak": the run plan's (the budget's, when
-    given), "step_s": each step's time, "losses": ...}."""
-    model, opt, _ = make_model(size=size)
+    given), "step_s": each step's time, "losses": ..., "lrs": the rate of each step}. The
+    rate is the warm-up's of `peak_lr(size)`, stepped after each step as in `train`."""
+    model, opt, sched = make_model(size=size)
     step = train_step_for(model, opt)
     ids, targets = example_inputs(size)
     start, cpu = time.perf_counter(), time.process_time()
@@ -280,17 +304,19 @@ def big_step(size="gpt2-small", backend="cpu", memory_budget=None, steps=2, log=
             f"({time.process_time() - cpu:.1f} s of CPU)")
     out["peak"] = prog.plan.peak_bytes - prog.plan.input_bytes
     log(f"running plan: {out['peak']:,} B beyond the inputs")
-    out["step_s"], out["step_cpu_s"], out["losses"] = [], [], []
+    out["step_s"], out["step_cpu_s"], out["losses"], out["lrs"] = [], [], [], []
     rng = np.random.default_rng(1)
     model.train()
     for i in range(steps):
         ids, targets = batch(rng, size)
+        out["lrs"].append(sched())
         start, cpu = time.perf_counter(), time.process_time()
         out["losses"].append(float(prog(ids, targets)))
         out["step_s"].append(time.perf_counter() - start)
         out["step_cpu_s"].append(time.process_time() - cpu)  # (all of its threads)
-        log(f"step {i}: loss {out['losses'][-1]:.3f} ({out['step_s'][-1]:.1f} s, "
-            f"{out['step_cpu_s'][-1]:.1f} s of CPU)")
+        sched.step()           # the warm-up goes on, as in train()
+        log(f"step {i}: loss {out['losses'][-1]:.3f} at rate {out['lrs'][-1]:.3g} "
+            f"({out['step_s'][-1]:.1f} s, {out['step_cpu_s'][-1]:.1f} s of CPU)")
     return out
 
 
