@@ -111,8 +111,11 @@ def _pack_masks(state):
 
 def _regenerate_random(state):
     """Random masks regenerated from their Philox counters in the backward pass
-    (passes.regenerate) when the planned peak falls; one decision per candidate either way."""
-    graph, decisions = regenerate(state.graph) if state.recompute != "off" else (None, [])
+    (passes.regenerate) when the planned peak falls; one decision per candidate either way.
+    Not tried unfused (the numpy reference): the copy would make the draw (4 bytes per element
+    for the mask's 1) at its reader, and the two plans cost time in every compile."""
+    graph, decisions = regenerate(state.graph) if state.recompute != "off" and state.fuse \
+        else (None, [])
     if not decisions:
         return state
     with_, without = (_evaluate(g, state).peak_bytes for g in (graph, state.graph))

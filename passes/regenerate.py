@@ -13,7 +13,7 @@ Why it can cost nothing: the copy reads only 0-d values (the seed, constants), w
 throughout anyway, and fusion folds the copied chain into the backward reader's loop (one
 `where(keep, g, 0)` loop that draws its own numbers), so the mask needs no buffer at all: the
 forward pass's mask is then read by its forward reader only and fused into it too. Unfused (the
-numpy backend) the copy materialises the draw, which the pipeline's plan comparison refuses.
+numpy backend's default) the copy would materialise the draw: the pipeline doesn't try it there.
 
 Candidates (`candidates`): a forward elementwise node, not a user's inplace write, at least
 MIN_BYTES, not returned, read by at least one forward and one backward (or update) node, whose
