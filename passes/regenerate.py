@@ -41,6 +41,7 @@ from .reinplace import describe_reader
 from .rewrite import clone_node, rebuilt
 
 MIN_BYTES = rc.MIN_BYTES
+MAX_CHAIN = 16   # nodes a regenerated chain may hold (dropout's: the draw and its comparison)
 
 
 @dataclass
@@ -63,28 +64,25 @@ class RegenerateDecision(rc.RecomputeDecision):
         return f"{head}: kept from the forward pass: {self.reason}"
 
 
-def _cone(v: Value, memo: dict) -> list[Node] | None:
+def _cone(v: Value) -> list[Node] | None:
     """The nodes computing `v` from values of at most one element (in no particular order),
-    when all are elementwise, not views and not inplace writes; None otherwise. `memo` maps
-    id(value) to the answer."""
-    key = id(v)
-    if key in memo:
-        return memo[key]
-    memo[key] = None    # (an SSA graph has no cycles; this only guards the recursion)
-    if v.size <= 1:
-        memo[key] = []
-        return []
-    n = v.producer
-    if n is None or REGISTRY[n.op].kind != ELEMENTWISE or n.inplace_of is not None:
-        return None
-    nodes = {id(n): n}
-    for x in n.inputs:
-        sub = _cone(x, memo)
-        if sub is None:
+    when all are elementwise, not views and not inplace writes, and at most MAX_CHAIN of
+    them; None otherwise. (Bounded, so the pass stays linear on long chains.)"""
+    nodes: dict[int, Node] = {}
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if x.size <= 1 or id(x) in seen:
+            continue
+        seen.add(id(x))
+        n = x.producer
+        if n is None or REGISTRY[n.op].kind != ELEMENTWISE or n.inplace_of is not None:
             return None
-        nodes.update((id(m), m) for m in sub)
-    memo[key] = list(nodes.values())
-    return memo[key]
+        nodes[id(n)] = n
+        if len(nodes) > MAX_CHAIN:
+            return None
+        stack.extend(n.inputs)
+    return list(nodes.values())
 
 
 def _leaves(cone: list[Node]) -> list[Value]:
@@ -96,14 +94,13 @@ def candidates(graph: Graph) -> tuple[rc._Facts, list[tuple[Node, list[Node], li
     overwritten before its first backward reader)]) for each value that can be regenerated
     (module docstring)."""
     f = rc._Facts(graph)
-    memo: dict = {}
     out = []
     for node in graph.nodes:
         if node.phase != "forward" or REGISTRY[node.op].kind != ELEMENTWISE \
                 or node.inplace_of is not None or node.out.nbytes < MIN_BYTES \
                 or rc.not_read_late(node, f) is not None or rc.returned(node, f) is not None:
             continue
-        cone = _cone(node.out, memo)
+        cone = _cone(node.out)
         if not cone or not any(REGISTRY[m.op].random for m in cone):
             continue
         i, first = f.index[id(node)], f.late_readers(node.out)[0]
