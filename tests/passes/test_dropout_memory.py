@@ -1,7 +1,7 @@
 """Random numbers without index arrays (issue 27, item 3): a Philox draw reads its counter
-from the loop's element index, so `F.dropout` costs its output (and the bool mask when the
-backward pass reads it), `cc.rand` its numbers, and nothing else: no uint64 `arange` of the
-output's size. The numbers are the same bits on the numpy reference, the cpu backend at 1 and
+from the loop's element index, so `F.dropout` costs its output (and, unfused, the bool mask the
+backward pass reads; the fused backends draw the mask again there: item 2c), `cc.rand` its
+numbers, and nothing else: no uint64 `arange` of the output's size. The numbers are the same bits on the numpy reference, the cpu backend at 1 and
 2 threads, and the gpu backend's CUDA C (run on the host by the fiber harness), whatever the
 layout of the array they land in."""
 import os
@@ -109,7 +109,7 @@ _DROPOUT_LINE = next(k for k, t in enumerate(open(__file__), 1)
 
 
 def small_step(x, labels, w1, b1, w2, b2, seed):
-    """A smaller dropout MLP (a 64 KiB mask, the least regenerated) returning its loss and
+    """A smaller dropout MLP (a 64 KiB mask, the smallest regenerated) returning its loss and
     every gradient, so values and gradients are compared bit for bit."""
     for q in (w1, b1, w2, b2):
         q.stop_gradient = False
