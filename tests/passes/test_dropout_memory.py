@@ -1,9 +1,10 @@
 """Random numbers without index arrays (issue 27, item 3): a Philox draw reads its counter
 from the loop's element index, so `F.dropout` costs its output (and, unfused, the bool mask the
 backward pass reads; the fused backends draw the mask again there: item 2c), `cc.rand` its
-numbers, and nothing else: no uint64 `arange` of the output's size. The numbers are the same bits on the numpy reference, the cpu backend at 1 and
-2 threads, and the gpu backend's CUDA C (run on the host by the fiber harness), whatever the
-layout of the array they land in."""
+numbers, and nothing else: no uint64 `arange` of the output's size. The numbers are the same
+bits on the numpy reference, the cpu backend at 1 and 2 threads, and the gpu backend's CUDA C
+(run on the host by the fiber harness), whatever the layout of the array they land in."""
+import inspect
 import os
 import sys
 
@@ -104,8 +105,9 @@ def test_the_mask_is_regenerated_from_its_philox_counters(backend):
     assert not _regenerated(off)
 
 
-_DROPOUT_LINE = next(k for k, t in enumerate(open(__file__), 1)
-                     if "h = F.dropout(h, p, seed=seed)" in t)
+_LINES, _FIRST = inspect.getsourcelines(mlp_step)
+_DROPOUT_LINE = _FIRST + next(k for k, t in enumerate(_LINES)
+                              if "h = F.dropout(h, p, seed=seed)" in t)
 
 
 def small_step(x, labels, w1, b1, w2, b2, seed):
@@ -163,6 +165,16 @@ class _DropoutNet(cc.nn.Layer):
         return self.fc2(self.drop(F.relu(self.fc1(x))))
 
 
+def _layer_step(net, opt):
+    def step(x, labels):
+        loss = F.cross_entropy(net(x), labels)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        return loss
+    return step
+
+
 @pytest.mark.parametrize("backend", PLANNED)
 def test_nn_dropout_regenerates_from_a_saved_seed(backend):
     """nn.Dropout advances its seed in place right after the draw (`seed.add_(1)`), so the
@@ -177,14 +189,7 @@ def test_nn_dropout_regenerates_from_a_saved_seed(backend):
         cc.nn.initializer.seed(0)
         net = _DropoutNet()
         opt = cc.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
-
-        def step(x, labels):
-            loss = F.cross_entropy(net(x), labels)
-            loss.backward()
-            opt.step()
-            opt.clear_grad()
-            return loss
-        prog = cc.compile(step, backend=backend, recompute=recompute)
+        prog = cc.compile(_layer_step(net, opt), backend=backend, recompute=recompute)
         lowered = prog.lower(x, labels)
         assert bool(_regenerated(lowered)) == (recompute == "auto")
         seed0 = int(net.drop._dropout_seed)
