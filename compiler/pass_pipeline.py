@@ -22,6 +22,7 @@ from passes.gemm_accumulate import gemm_accumulate
 from passes.memory_plan import plan_memory
 from passes.recompute import MaskDecision, mask_candidates, pack_masks, recompute
 from passes.recompute_attention import recompute_attention
+from passes.regenerate import regenerate
 from passes.reinplace import reinplace
 from passes.schedule import schedule
 from passes.simplify import dce
@@ -51,6 +52,7 @@ class CompileState:
         self.recompute_decisions = []  # passes.recompute.RecomputeDecision, per candidate
         self.mask_decisions = []       # passes.recompute.MaskDecision, per bool mask
         self.attention_decisions = []  # passes.recompute_attention.AttentionDecision
+        self.regenerate_decisions = []  # passes.regenerate.RegenerateDecision, per mask
         self.unrecomputed = None       # the graph before recompute_attention rewrote it
         self.planned_peaks = {}        # id(graph) -> (graph, _planned_peak's answer)
         self.decisions = None
@@ -107,6 +109,27 @@ def _pack_masks(state):
         state.graph = packed
 
 
+def _regenerate_random(state):
+    """Random masks regenerated from their Philox counters in the backward pass
+    (passes.regenerate) when the planned peak falls; one decision per candidate either way.
+    Not tried unfused (the numpy reference): the copy would make the draw (4 bytes per element
+    for the mask's 1) at its reader, and the two plans cost time in every compile."""
+    graph, decisions = regenerate(state.graph) if state.recompute != "off" and state.fuse \
+        else (None, [])
+    if not decisions:
+        return state
+    with_, without = (_evaluate(g, state).peak_bytes for g in (graph, state.graph))
+    how = f"the planned peak is {with_} B regenerated, {without} B kept"
+    for d in decisions:
+        d.recomputed, d.reason = with_ < without, how
+        if not d.recomputed:
+            d.copy = None
+    state.regenerate_decisions = decisions
+    if with_ < without:
+        state.graph = graph
+    return state
+
+
 def _recompute_attention(state):
     if state.options.memory_budget is not None:
         return state   # the budget search prices these candidates with the others
@@ -133,11 +156,13 @@ def _recompute(state):
         if point is None:
             raise search.error(budget, state.graph.name)
         state.graph, state.budget_point = point.graph, point
-        state.recompute_decisions = search.decisions(point, budget)
+        state.recompute_decisions = state.regenerate_decisions + search.decisions(point,
+                                                                                  budget)
         return state
     graph, decisions = recompute(state.graph, state.recompute,
                                  scheduled=state.schedule != "off")
-    state.recompute_decisions = state.attention_decisions + decisions
+    state.recompute_decisions = state.regenerate_decisions + state.attention_decisions \
+        + decisions
     if graph is not state.graph and _planned_peak(graph, state) >= \
             _planned_peak(state.graph, state):
         # the byte model's estimate did not survive real planning: keep every value
@@ -264,6 +289,7 @@ def pipeline() -> list[tuple[str, object]]:
         ("dce", _dce),                     # drop what no output or mutation needs
         ("cse", _cse),                     # one node for identical constants and pure nodes
         ("gemm_accumulate", _gemm_accumulate),  # w -= lr * (a @ b): one gemm into w
+        ("regenerate_random", _regenerate_random),  # dropout masks drawn again, if lower
         ("recompute_attention", _recompute_attention),  # softmax(q k^T) again, if lower
         ("recompute", _recompute),         # cheap forward values again in backward, if lower
         ("fuse", _fuse),                   # elementwise trees -> one fused node (state.fuse)

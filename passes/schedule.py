@@ -132,6 +132,8 @@ def compact_derivation(node: Node, root_of) -> Value | None:
     big = [root_of[v] for v in node.inputs if v.size > 1]
     if len(big) != 1 or big[0].producer is None or node.out.nbytes >= big[0].nbytes:
         return None
+    if REGISTRY[big[0].producer.op].random:
+        return None  # a draw needs no stand-in: a regenerated dropout mask fuses into its reader
     return big[0]
 
 
@@ -205,10 +207,15 @@ class _Model:
                     aliases.root[node.inputs[target]].producer is None
                 self.alloc[i] = 0 if writes_caller else node.out.nbytes
                 if kind in (ELEMENTWISE, SCATTER):
+                    # (an elementwise node writes over a view of the whole buffer too, as the
+                    # reinplace pass lets it: the mask unpacking's reshape of the gradient)
                     self.inplace_input[i] = tuple(
-                        id(v) for v in (node.inputs[:1] if kind == SCATTER else node.inputs)
-                        if aliases.root[v] is v and v.shape == node.out.shape
-                        and v.dtype == node.out.dtype and id(v) not in pinned)
+                        id(aliases.root[v])
+                        for v in (node.inputs[:1] if kind == SCATTER else node.inputs)
+                        if (aliases.root[v] is v or kind == ELEMENTWISE
+                            and aliases.root[v].nbytes == v.nbytes)
+                        and v.shape == node.out.shape and v.dtype == node.out.dtype
+                        and id(aliases.root[v]) not in pinned)
             preds.discard(i)
             if (kind == VIEW or not node.inputs or id(node) in recomputed) and target is None \
                     and id(node.out) in read and len(chain) < LAZY_CHAIN:
