@@ -133,6 +133,12 @@ SCRATCH_SLOTS = MAX_CHUNKS
 # that needs one, so LLVM optimises and compiles each distinct body once (`_unique`).
 # False: one function per node (the tests compare both builds).
 DEDUPE = True
+# An entry that runs at least this many nodes is not optimised (`optnone`: LLVM's fast
+# instruction selection and register allocation): it is a straight list of kernel calls that
+# -O3 gains nothing measurable on, and it was the most expensive function of a deep
+# model's module (24-layer MLP: 0.08 of 0.38 s of LLVM -> 0.03). A small program's entry
+# keeps -O3 (its call is the per-call overhead of a tiny program).
+ENTRY_OPTNONE_MIN_NODES = 64
 _MD_REF = re.compile(r"!(\d+)\b")
 
 
@@ -221,17 +227,22 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         for buf in self.plan.buffers:
             if buf.kind == "arena" and buf.size:
                 dies_after.setdefault(buf.end, []).append(buf)
+        emitted = 0
         for t, node in enumerate(self.graph.nodes):
             kind = REGISTRY[node.op].kind
             # (a checked node runs on an empty output too: its indices may still be bad)
             if kind != VIEW and (node.out.size > 0 or self._checked(node)):
                 self._emit_node(t, node, cb, cb_type)
+                emitted += 1
                 if self.profile:
                     b.call(_Callee(cb, cb_type), [i64(-1 - t), ir.Constant(PTR, None)])
             if self.sanitize:
                 for buf in dies_after.get(t, ()):
                     self._memset(b, slot_ptr(("arena", buf.id)), buf.size)
         b.ret(i64(0))
+        if emitted >= ENTRY_OPTNONE_MIN_NODES:
+            fn.attributes.add("noinline")  # (LLVM requires it beside optnone)
+            fn.attributes.add("optnone")
 
     def _memset(self, b, ptr, size):
         fn = self.module.globals.get("llvm.memset.p0.i64") or ir.Function(
