@@ -139,6 +139,16 @@ DEDUPE = True
 # model's module (24-layer MLP: 0.08 of 0.38 s of LLVM -> 0.03). A small program's entry
 # keeps -O3 (its call is the per-call overhead of a tiny program).
 ENTRY_OPTNONE_MIN_NODES = 64
+# Effort by kernel size: a serial elementwise, copy or one_hot kernel of less than TINY_WORK
+# element operations is compiled for size (`minsize optsize`: scalar, not vectorised or
+# unrolled) when all such kernels together are at most 1/TINY_SHARE of the module's work (a
+# deep model's loss and bias kernels beside its GEMMs: 24-layer MLP, ~0.1 s less LLVM, the
+# step's time unchanged). A module made of small kernels keeps -O3 (x * 2 + 1 on 1,000
+# floats: 5.1 us a call at -O3, 6.3 us scalar), and so do reductions and softmax rows,
+# whose `reassoc` sums would add in another order unvectorised (other bits).
+TINY_WORK = 2048
+TINY_SHARE = 100
+TINY_ATTRS = ("optsize", "minsize")
 _MD_REF = re.compile(r"!(\d+)\b")
 
 
@@ -187,6 +197,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         # emitted for it, and an elementwise key -> (cost, split).
         self._by_key: dict = {}
         self._costs: dict = {}
+        # Effort by kernel size (TINY_WORK): the module's work, the small kernels' functions
+        # (in order) and their work, counted per call.
+        self._work = self._tiny_work = 0
+        self._tiny: dict = {}
         self.const_data: dict[int, bytearray] = {}
         self._emit_entry()
         self.ir_text = str(self.module)
@@ -240,6 +254,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 for buf in dies_after.get(t, ()):
                     self._memset(b, slot_ptr(("arena", buf.id)), buf.size)
         b.ret(i64(0))
+        if self._tiny and self._tiny_work * TINY_SHARE <= self._work:
+            for f in self._tiny:
+                for a in TINY_ATTRS:
+                    f.attributes.add(a)
         if emitted >= ENTRY_OPTNONE_MIN_NODES:
             fn.attributes.add("noinline")  # (LLVM requires it beside optnone)
             fn.attributes.add("optnone")
@@ -284,7 +302,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             if key is not None:
                 self._costs[key] = cost
         self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins),
-                     split=cost[1], key=key)
+                     split=cost[1], key=key, tiny_ok=True)
 
     def _lower_reduction(self, t, node, out, ins):
         x = ins[0]
@@ -338,7 +356,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
     def _lower_gather_scatter(self, t, node, out, ins):
         # (all but an unchecked one_hot are index kernels)
         self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
-            b, p, out, ins[0], node.attrs.get("ignore_index")))
+            b, p, out, ins[0], node.attrs.get("ignore_index")), tiny_ok=True)
 
     def _lower_conv_pool(self, t, node, out, ins):
         if node.op == "max_pool2d":  # (one loop nest over the output: its batch rows split)
@@ -359,13 +377,14 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         if op in ("constant", "arange"):
             value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
             src = self._const_place(value)
-            self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src))
+            self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src),
+                         tiny_ok=True)
         elif op == "slice_scatter":
             self._kernel(t, node, [out] + ins, lambda b, p: self._scatter(b, p, node, out,
-                                                                         *ins))
+                                                                         *ins), tiny_ok=True)
         else:
             self._kernel(t, node, [out] + ins, lambda b, p: self._concat(b, p, node, out,
-                                                                        ins))
+                                                                        ins), tiny_ok=True)
 
     def _const_place(self, value: np.ndarray) -> Place:
         k = self._consts
@@ -382,7 +401,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
 
     def _kernel(self, t, node, places, emit, checked=False, split=None, scratch=False,
-                after=None, key=None):
+                after=None, key=None, tiny_ok=False):
         """A function `k<t>_<op>` with one noalias pointer per distinct slot, called from the
         entry; `emit(builder, {slot: ptr})` fills its body. A `checked` kernel returns an i64
         (nonzero: data out of range, nothing written) and the entry returns `t + 1` on it.
@@ -391,12 +410,20 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         (`_parallel_kernel`; `scratch`, `after`: see there). Returns the chunking or None.
         `key` (not None): equal keys mean equal kernels (`_elementwise_key`, `_node_key`); a
         kernel whose key was seen is not emitted again (`emit` may then be None): the node
-        calls the first one's function."""
+        calls the first one's function. `tiny_ok`: the kernel computes the same bits at any
+        optimisation level (no `reassoc`), so it may be compiled for size (TINY_WORK)."""
         slots = list(dict.fromkeys(p.slot for p in places))
+        work = split[0] * split[1] if split is not None else \
+            max((int(np.prod(p.shape, dtype=np.int64)) for p in places), default=0)
+        self._work += work
+        tiny = tiny_ok and not checked and work < TINY_WORK
         hit = self._by_key.get(key) if key is not None else None
         if hit is not None:
             fn, cut, fin, scratch = hit  # (the first kernel's: a later call may not know it)
             if cut is None:
+                if tiny:
+                    self._tiny[fn] = None
+                    self._tiny_work += work
                 self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
             else:
                 self._call_chunks(fn, slots + [("scratch", 0)] if scratch else slots, cut[1],
@@ -428,6 +455,9 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         if not checked:
             b.ret_void()
             fn = self._unique(fn)
+            if tiny:
+                self._tiny[fn] = None
+                self._tiny_work += work
             if key is not None:
                 self._by_key[key] = (fn, None, None, False)
             self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])

@@ -170,3 +170,41 @@ def test_a_long_entry_is_not_optimised_and_computes_the_same_bits(fresh, monkeyp
     tiny = cc.compile(lambda x: x * 2 + 1, backend="cpu").lower(x[:4])
     assert "optnone" not in _entry_line(tiny.source)
     assert_same_bits(tiny(x[:4]), x[:4] * 2 + 1)
+
+
+def _kernel_lines(source, op):
+    return [line for line in source.splitlines()
+            if line.startswith("define internal") and f'_{op}"(' in line]
+
+
+def _big_and_small(x, y):
+    # one big GEMM beside small kernels: elementwise loops, a cast, a sum (a reduction: its
+    # `reassoc` sum keeps -O3, whose vectorised order it was written for)
+    return x @ x, y * 2.0 + 1.0, y.cast("int32"), y.sum()
+
+
+def test_small_kernels_beside_big_ones_are_compiled_for_size_with_the_same_bits(
+        fresh, monkeypatch):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((256, 256)).astype(np.float32)
+    y = rng.standard_normal(300).astype(np.float32) * 8
+    got = {}
+    for label, work in (("size", emitter.TINY_WORK), ("O3", 0)):
+        monkeypatch.setattr(emitter, "TINY_WORK", work)
+        prog = cc.compile(_big_and_small, backend="cpu", fuse=False).lower(x, y)
+        small = [line for op in ("multiply", "add", "cast")
+                 for line in _kernel_lines(prog.source, op)]
+        assert len(small) == 3
+        assert all(("minsize" in line) == (label == "size") for line in small)
+        assert not any("minsize" in line for line in _kernel_lines(prog.source, "sum")
+                       + _kernel_lines(prog.source, "matmul"))
+        got[label] = prog(x, y)
+    for a, b in zip(got["size"], got["O3"]):
+        assert_same_bits(a, b)
+    ref = cc.compile(_big_and_small, backend="numpy", fuse=False)(x, y)
+    for a, b in zip(got["size"][1:3], ref[1:3]):
+        assert_same_bits(a, b)
+    # a module of small kernels only keeps -O3 everywhere (its calls are its kernels' time)
+    monkeypatch.setattr(emitter, "TINY_WORK", 2048)
+    prog = cc.compile(lambda y: (y * 2.0 + 1.0, y - 3.0), backend="cpu", fuse=False).lower(y)
+    assert "minsize" not in prog.source
