@@ -13,6 +13,7 @@
   entry computes, a checked kernel's status still raises the user's DataError; a tiny
   program's entry keeps -O3.
 """
+import re
 from collections import OrderedDict
 
 import numpy as np
@@ -155,6 +156,8 @@ def test_a_long_entry_is_not_optimised_and_computes_the_same_bits(fresh, monkeyp
         f = cc.compile(_long_program, backend="cpu", fuse=False, threads=2)
         prog = f.lower(x, w, good)
         assert ("optnone" in _entry_line(prog.source)) == (label == "optnone")
+        # (cut into blocks of ENTRY_BLOCK_NODES nodes once unoptimised)
+        assert bool(re.search(r"^after\d+:", prog.source, re.M)) == (label == "optnone")
         got[label] = prog(x, w, good)
         # the checked kernel's status still stops the run and names the user's line
         with pytest.raises(cc.DataError, match="index 2048 at position \\[1\\]") as info:
