@@ -34,7 +34,8 @@ of `--repeat` runs:
 - mlp:      the 24-layer MLP training step below (`deep_mlp`);
 - chain20k: `x = x * 1.0001 + 0.5` 10,000 times (20k ops) on float32[16];
 - sintanh:  `x = tanh(sin(x))` 500 times (1k ops) on float32[16];
-- loop:     1,000 unrolled steps of `x = tanh(x * w)` with `backward()` to w (`chain_backward`).
+- loop:     1,000 unrolled steps of `x = tanh(x * w)` with `backward()` to w (`chain_backward`);
+- transformer: `examples/transformer_block.py`'s training step (no target, no jax row).
 
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
@@ -222,11 +223,18 @@ def sin_tanh_chain(ops):
     return f, (np.ones(16, np.float32),)
 
 
-TARGETS = {  # name: (our builder, seconds the issue asks for)
+def transformer_step():
+    """`examples/transformer_block.py`'s training step and inputs."""
+    from examples import transformer_block as ex
+    return ex.train_step, ex.example_inputs()
+
+
+TARGETS = {  # name: (our builder, seconds the issue asks for; None: no target, no jax row)
     "mlp": (deep_mlp, 0.4),
     "chain20k": (lambda: chain(10_000), 4.5),
     "sintanh": (lambda: sin_tanh_chain(1000), 2.0),
     "loop": (lambda: chain_backward(1000), 20.0),
+    "transformer": (transformer_step, None),
 }
 
 
@@ -289,6 +297,8 @@ def _one_target(name: str, peer: str) -> dict:
         os.environ["COMPILER_CACHE_DIR"] = d
         warm, warm_args = chain(3)  # imports, LLVM's start-up, the pool's module
         cc.compile(warm, backend="cpu").lower(*warm_args)
+        from runtime.cpu import pool
+        pool.ensure(1)  # (once per process; chain(3) has no parallel kernel to compile it)
         fn, args = TARGETS[name][0]()
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t0 = time.process_time()
@@ -304,7 +314,7 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
     rows = {}
     for r in range(repeat):  # interleaved: one run of each, then the next round
         for name in names:
-            for peer in ("ours", "jax") if with_jax else ("ours",):
+            for peer in ("ours", "jax") if with_jax and TARGETS[name][1] else ("ours",):
                 out = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "--one-target", name, peer],
                     capture_output=True, text=True, check=False)
@@ -321,7 +331,8 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
 
         def med(rs, k, fmt):
             return format(float(np.median([x[k] for x in rs])), fmt) if rs else "—"
-        print(f"| {name} | {TARGETS[name][1]:g} | {med(ours, 'cpu_s', '.2f')} | "
+        target = "—" if TARGETS[name][1] is None else f"{TARGETS[name][1]:g}"
+        print(f"| {name} | {target} | {med(ours, 'cpu_s', '.2f')} | "
               f"{med(ours, 'rss_mb', '.0f')} | {ours[0]['functions'] if ours else '—'} | "
               f"{med(jx, 'cpu_s', '.2f')} | {med(jx, 'rss_mb', '.0f')} | "
               + " ".join(f"{x['cpu_s']:.2f}" for x in ours) + " |")
@@ -342,7 +353,7 @@ def main(argv=None) -> int:
                         help="runs per column of --mlp and --targets")
     parser.add_argument("--targets", nargs="?", const=",".join(TARGETS), default=None,
                         help="the issue's compile-time targets (optionally a comma-separated "
-                             "subset: mlp,chain20k,sintanh,loop), jax.jit beside them")
+                             "subset: mlp,chain20k,sintanh,loop,transformer), jax.jit beside them")
     parser.add_argument("--no-jax", action="store_true", help="--targets without jax.jit")
     parser.add_argument("--one-target", nargs=2, help=argparse.SUPPRESS)  # (a child process)
     args = parser.parse_args(argv)

@@ -179,7 +179,10 @@ def fuse(graph: Graph, scratch: bool = True, max_cost: int = MAX_COST) -> Graph:
     group_of: dict[int, _Group] = {}
     groups: list[_Group] = []
     member_ids: set[int] = set()
-    ctx = (graph.nodes, member_ids, last_reads(graph))
+    # Nodes that are no work between a producer and its group's root (views, single-element
+    # constants), decided once per node rather than once per scan (`_extension_pays`).
+    free = [REGISTRY[n.op].kind == VIEW or _literal(n.out) for n in graph.nodes]
+    ctx = (graph.nodes, member_ids, last_reads(graph), free)
     for node in reversed(graph.nodes):  # Step 1
         if node.op == "full" or not _fusible(node):
             continue
@@ -240,12 +243,11 @@ def _extension_pays(node, g, lo, hi, ctx) -> bool:
     group's smallest one). So a node that makes a smaller value from a bigger one (relu's
     1-byte mask `out > 0`, taken early so the float output can die: the scheduler's
     compact saved values) is not fused into a later reader across other work."""
-    nodes, members, last = ctx
+    nodes, members, last, free = ctx
     gap = False
     for t in range(lo + 1, min(hi, lo + 1 + GAP_SCAN)):
-        n = nodes[t]
         # a single-element constant is no work between (captured or not)
-        if id(n) not in members and REGISTRY[n.op].kind != VIEW and not _literal(n.out):
+        if not free[t] and id(nodes[t]) not in members:
             gap = True
             break
     else:

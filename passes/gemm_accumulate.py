@@ -223,6 +223,9 @@ def _operand_to_scale(a: Value, b: Value, f: _Facts) -> int:
 def gemm_accumulate(graph: Graph) -> tuple[Graph, list[GemmDecision]]:
     """Fold every foldable weight update (module docstring). Returns the new graph (the input
     graph itself when nothing folds) and one decision per update considered."""
+    if not graph.mutations or not any(u.op in ("subtract", "add") and u.inplace_of == 0
+                                      for u in graph.nodes):
+        return graph, []  # no update to consider (`not_an_update`): skip the analyses
     f = _Facts(graph)  # Step 1
     decisions: list[GemmDecision] = []
     folds: dict[Node, tuple] = {}

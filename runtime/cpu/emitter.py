@@ -70,7 +70,9 @@ and attributes are constants in the body, so equal text is equal code; every lay
 shares its kernels, and LLVM optimises and compiles each distinct body once (a 24-layer MLP
 step: 322 kernels -> 31, `benchmarks/compile_scaling.py --mlp`). The first node's name stays
 (`k<t>_<op>`). Elementwise and fused kernels are also keyed before they are emitted
-(`_elementwise_key`), so a repeated body is not even built again (a 20k-op chain: 7.2 -> 3.8 s).
+(`_elementwise_key`), so a repeated body is not even built again (a 20k-op chain: 7.2 -> 3.8 s);
+so are matmul, gemm, reductions and softmax rows (`_node_key`: op, attributes, places; a
+24-layer MLP's emission 0.15 -> 0.05 s CPU).
 
 Sanitizer (`sanitize=True`): the entry fills the arena with 0xFF first, and after each node it
 stores 0xFF over every arena buffer whose live interval ends there (`plan.buffers[*].end`), the
@@ -137,6 +139,27 @@ TOUCH_BYTES = TOUCH_STRIDE = 2 << 20
 # that needs one, so LLVM optimises and compiles each distinct body once (`_unique`).
 # False: one function per node (the tests compare both builds).
 DEDUPE = True
+# An entry that runs at least this many nodes is not optimised (`optnone`: LLVM's fast
+# instruction selection and register allocation): it is a straight list of kernel calls that
+# -O3 gains nothing measurable on, and it was the most expensive function of a deep
+# model's module (24-layer MLP: 0.08 of 0.38 s of LLVM -> 0.03). A small program's entry
+# keeps -O3 (its call is the per-call overhead of a tiny program).
+ENTRY_OPTNONE_MIN_NODES = 64
+# ...and such an entry is cut into basic blocks of this many nodes: one block of thousands
+# of calls made instruction selection superlinear (1,000-step loop with backward, 2,089
+# calls: the module's LLVM time 1.13 s at -O3, 1.33 unoptimised in one block, 0.72 in
+# blocks of 32).
+ENTRY_BLOCK_NODES = 32
+# Effort by kernel size: a serial elementwise, copy or one_hot kernel of less than TINY_WORK
+# element operations is compiled for size (`minsize optsize`: scalar, not vectorised or
+# unrolled) when all such kernels together are at most 1/TINY_SHARE of the module's work (a
+# deep model's loss and bias kernels beside its GEMMs: 24-layer MLP, ~0.1 s less LLVM, the
+# step's time unchanged). A module made of small kernels keeps -O3 (x * 2 + 1 on 1,000
+# floats: 5.1 us a call at -O3, 6.3 us scalar), and so do reductions and softmax rows,
+# whose `reassoc` sums would add in another order unvectorised (other bits).
+TINY_WORK = 2048
+TINY_SHARE = 100
+TINY_ATTRS = ("optsize", "minsize")
 _MD_REF = re.compile(r"!(\d+)\b")
 
 
@@ -185,6 +208,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         # emitted for it, and an elementwise key -> (cost, split).
         self._by_key: dict = {}
         self._costs: dict = {}
+        # Effort by kernel size (TINY_WORK): the module's work, the small kernels' functions
+        # (in order) and their work, counted per call.
+        self._work = self._tiny_work = 0
+        self._tiny: dict = {}
         self.const_data: dict[int, bytearray] = {}
         self._emit_entry()
         self.ir_text = str(self.module)
@@ -226,17 +253,29 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         for buf in self.plan.buffers:
             if buf.kind == "arena" and buf.size:
                 dies_after.setdefault(buf.end, []).append(buf)
+        emitted = 0
         for t, node in enumerate(self.graph.nodes):
             kind = REGISTRY[node.op].kind
             # (a checked node runs on an empty output too: its indices may still be bad)
             if kind != VIEW and (node.out.size > 0 or self._checked(node)):
                 self._emit_node(t, node, cb, cb_type)
+                emitted += 1
+                if emitted >= ENTRY_OPTNONE_MIN_NODES and emitted % ENTRY_BLOCK_NODES == 0:
+                    b.branch(fn.append_basic_block(f"after{t}"))
+                    b.position_at_end(fn.blocks[-1])
                 if self.profile:
                     b.call(_Callee(cb, cb_type), [i64(-1 - t), ir.Constant(PTR, None)])
             if self.sanitize:
                 for buf in dies_after.get(t, ()):
                     self._memset(b, slot_ptr(("arena", buf.id)), buf.size)
         b.ret(i64(0))
+        if self._tiny and self._tiny_work * TINY_SHARE <= self._work:
+            for f in self._tiny:
+                for a in TINY_ATTRS:
+                    f.attributes.add(a)
+        if emitted >= ENTRY_OPTNONE_MIN_NODES:
+            fn.attributes.add("noinline")  # (LLVM requires it beside optnone)
+            fn.attributes.add("optnone")
 
     def _memset(self, b, ptr, size):
         fn = self.module.globals.get("llvm.memset.p0.i64") or ir.Function(
@@ -278,49 +317,61 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             if key is not None:
                 self._costs[key] = cost
         self._kernel(t, node, [out] + ins, lambda b, p: self._elementwise(b, p, node, out, ins),
-                     split=cost[1], key=key)
+                     split=cost[1], key=key, tiny_ok=True)
 
     def _lower_reduction(self, t, node, out, ins):
         x = ins[0]
+        key = _node_key(node, [out, x]) if DEDUPE else None
+        if key in self._by_key:  # (the kernel is called, never emitted again)
+            self._kernel(t, node, [out, x], None, key=key)
+            return
         kshape, rshape, outer = self._reduce_shapes(node, out, x)
         count = int(np.prod(rshape, dtype=np.int64)) if rshape else 1
         emit = lambda b, p: self._reduce(b, p, node, out, x)  # noqa: E731
         if not kshape and rshape:  # a full reduction: partial sums of fixed chunks
             if self._kernel(t, node, [out, x], lambda b, p: self._reduce_chunk(
                     b, p, node, out, x, rshape), split=_outer_split(rshape, 1), scratch=True,
-                    after=lambda b, p: self._reduce_combine(b, p, node, out, x, rshape)):
+                    after=lambda b, p: self._reduce_combine(b, p, node, out, x, rshape),
+                    key=key):
                 return
-            self._kernel(t, node, [out, x], emit)
+            self._kernel(t, node, [out, x], emit, key=key)
         elif outer:  # column blocks of the kept dims: each column's order is unchanged
             self._kernel(t, node, [out, x], emit, split=(kshape[0], int(np.prod(
-                kshape[1:], dtype=np.int64)) * count))
+                kshape[1:], dtype=np.int64)) * count), key=key)
         else:
-            self._kernel(t, node, [out, x], emit, split=_outer_split(kshape, count))
+            self._kernel(t, node, [out, x], emit, split=_outer_split(kshape, count), key=key)
 
     def _lower_gemm(self, t, node, out, ins):
-        if node.op == "gemm":
+        key = _node_key(node, [out] + ins) if DEDUPE else None
+        if key in self._by_key:
+            self._kernel(t, node, [out] + ins, None, key=key)
+        elif node.op == "gemm":
             self._kernel(t, node, [out] + ins, lambda b, p: self._gemm(b, p, node, out, *ins),
-                         split=self._gemm_split(node, out, *ins))
+                         split=self._gemm_split(node, out, *ins), key=key)
         else:
             self._kernel(t, node, [out] + ins, lambda b, p: self._matmul(b, p, out, *ins),
-                         split=self._matmul_split(out, *ins))
+                         split=self._matmul_split(out, *ins), key=key)
 
     def _lower_row(self, t, node, out, ins):
         # (cumsum is an index kernel)
         if node.op == "argsort":  # sort_kernels.py (its workspace is a third pointer)
             return self._lower_argsort(t, node, out, ins)
+        key = _node_key(node, [out] + ins) if DEDUPE else None
+        if key in self._by_key:
+            self._kernel(t, node, [out] + ins, None, key=key)
+            return
         x, split = ins[0], None
         if x.shape:  # rows: the dims but the axis; per row ~4 passes of `n`, an exp each
             ax = normalize_axes(node.attrs["axis"], len(x.shape))[0]
             others = [x.shape[d] for d in range(len(x.shape)) if d != ax]
             split = _outer_split(others, x.shape[ax] * ROW_COST)
         self._kernel(t, node, [out] + ins, lambda b, p: self._softmax(b, p, node, out, ins[0]),
-                     split=split)
+                     split=split, key=key)
 
     def _lower_gather_scatter(self, t, node, out, ins):
         # (all but an unchecked one_hot are index kernels)
         self._kernel(t, node, [out] + ins, lambda b, p: self._one_hot(
-            b, p, out, ins[0], node.attrs.get("ignore_index")))
+            b, p, out, ins[0], node.attrs.get("ignore_index")), tiny_ok=True)
 
     def _lower_conv_pool(self, t, node, out, ins):
         if node.op == "max_pool2d":  # (one loop nest over the output: its batch rows split)
@@ -341,13 +392,14 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         if op in ("constant", "arange"):
             value = np.ascontiguousarray(REGISTRY[op].ref(**node.attrs), node.out.dtype)
             src = self._const_place(value)
-            self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src))
+            self._kernel(t, node, [out, src], lambda b, p: self._copy(b, p, out, src),
+                         tiny_ok=True)
         elif op == "slice_scatter":
             self._kernel(t, node, [out] + ins, lambda b, p: self._scatter(b, p, node, out,
-                                                                         *ins))
+                                                                         *ins), tiny_ok=True)
         else:
             self._kernel(t, node, [out] + ins, lambda b, p: self._concat(b, p, node, out,
-                                                                        ins))
+                                                                        ins), tiny_ok=True)
 
     def _const_place(self, value: np.ndarray) -> Place:
         k = self._consts
@@ -364,20 +416,29 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         return Place(("const", k), 0, value.shape, contiguous_strides(value.shape), value.dtype)
 
     def _kernel(self, t, node, places, emit, checked=False, split=None, scratch=False,
-                after=None, key=None):
+                after=None, key=None, tiny_ok=False):
         """A function `k<t>_<op>` with one noalias pointer per distinct slot, called from the
         entry; `emit(builder, {slot: ptr})` fills its body. A `checked` kernel returns an i64
         (nonzero: data out of range, nothing written) and the entry returns `t + 1` on it.
         `split=(n, work)`: the body's top-level loop has extent n, each iteration `work`
         element operations; when `chunking` cuts it, the kernel runs in parallel chunks
         (`_parallel_kernel`; `scratch`, `after`: see there). Returns the chunking or None.
-        `key` (not None): equal keys mean equal kernels (`_elementwise_key`); a kernel whose
-        key was seen is not emitted again: the node calls the first one's function."""
+        `key` (not None): equal keys mean equal kernels (`_elementwise_key`, `_node_key`); a
+        kernel whose key was seen is not emitted again (`emit` may then be None): the node
+        calls the first one's function. `tiny_ok`: the kernel computes the same bits at any
+        optimisation level (no `reassoc`), so it may be compiled for size (TINY_WORK)."""
         slots = list(dict.fromkeys(p.slot for p in places))
+        work = split[0] * split[1] if split is not None else \
+            max((int(np.prod(p.shape, dtype=np.int64)) for p in places), default=0)
+        self._work += work
+        tiny = tiny_ok and not checked and work < TINY_WORK
         hit = self._by_key.get(key) if key is not None else None
         if hit is not None:
-            fn, cut, fin = hit
+            fn, cut, fin, scratch = hit  # (the first kernel's: a later call may not know it)
             if cut is None:
+                if tiny:
+                    self._tiny[fn] = None
+                    self._tiny_work += work
                 self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
             else:
                 self._call_chunks(fn, slots + [("scratch", 0)] if scratch else slots, cut[1],
@@ -389,7 +450,7 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                 chunk, fin = self._parallel_kernel(t, node, slots, emit, split[0], *cut,
                                                    scratch, after)
                 if key is not None:
-                    self._by_key[key] = (chunk, cut, fin)
+                    self._by_key[key] = (chunk, cut, fin, scratch)
                 return cut
         if scratch or after is not None:
             return None  # (the caller emits its serial form)
@@ -409,8 +470,11 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         if not checked:
             b.ret_void()
             fn = self._unique(fn)
+            if tiny:
+                self._tiny[fn] = None
+                self._tiny_work += work
             if key is not None:
-                self._by_key[key] = (fn, None, None)
+                self._by_key[key] = (fn, None, None, False)
             self.entry_builder.call(fn, [self.slot_ptr(s) for s in slots])
             return
         b.ret(i64(0))
@@ -852,6 +916,20 @@ def _flat_index(b, shape, idxs):
         strides.insert(0, inner)
         inner *= int(d)
     return index(b, 0, strides, idxs)
+
+
+def _node_key(node, places):
+    """A key naming a kernel's code before it is emitted, or None, for the families whose code
+    is a function of the op, its attributes and its places alone (reductions, matmul and
+    gemm, softmax rows; `self.blas_ok` is the module's): every layer of a stack then builds
+    its GEMM and bias-gradient kernels once, not once per node for `_unique` to merge."""
+    try:
+        op = (node.op, attr_key(node.attrs))
+    except _NoKey:
+        return None
+    slots = {}
+    return op, tuple((slots.setdefault(p.slot, len(slots)), p.offset, p.shape, p.strides,
+                      p.dtype.str) for p in places)
 
 
 def _elementwise_key(node, places):

@@ -9,7 +9,11 @@
 - Effort by kernel size (`emitter._interleave_fits`): a big fused body on an innermost loop
   too short for INTERLEAVE full vectors is not given the interleave hint (LLVM took seconds
   over it); smaller bodies and long loops keep it; results are the numpy reference's.
+- A long entry is not optimised (`emitter.ENTRY_OPTNONE_MIN_NODES`): bit for bit what the -O3
+  entry computes, a checked kernel's status still raises the user's DataError; a tiny
+  program's entry keeps -O3.
 """
+import re
 from collections import OrderedDict
 
 import numpy as np
@@ -126,3 +130,84 @@ def test_the_interleave_hint_is_left_off_big_bodies_on_short_loops_only(fresh, d
         assert (HINT in prog.source) == hinted, (fn.__name__, args[0].shape)
         ref = cc.compile(fn, backend="numpy").lower(*args)(*args)
         np.testing.assert_allclose(prog(*args), ref, rtol=1e-5, atol=1e-6)
+
+
+def _entry_line(source):
+    return next(line for line in source.splitlines() if line.startswith('define i64 @"run"'))
+
+
+def _long_program(x, w, i):
+    # Unfused: one kernel call per op in the entry (above ENTRY_OPTNONE_MIN_NODES), a
+    # parallel loop (x is big enough to be cut into chunks) and a checked gather, whose status
+    # the entry tests.
+    for _ in range(40):
+        x = x * w + 0.25
+    return x.tanh().sum(), x.reshape([64, -1]).index_select(i, 1)  # <- select
+
+
+def test_a_long_entry_is_not_optimised_and_computes_the_same_bits(fresh, monkeypatch):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(1 << 17).astype(np.float32)
+    w = (rng.standard_normal(1 << 17) * 0.5).astype(np.float32)
+    good, bad = np.array([0, 3, 2047]), np.array([1, 2048])
+    got = {}
+    for label, at_least in (("optnone", emitter.ENTRY_OPTNONE_MIN_NODES), ("O3", 10**9)):
+        monkeypatch.setattr(emitter, "ENTRY_OPTNONE_MIN_NODES", at_least)
+        f = cc.compile(_long_program, backend="cpu", fuse=False, threads=2)
+        prog = f.lower(x, w, good)
+        assert ("optnone" in _entry_line(prog.source)) == (label == "optnone")
+        # (cut into blocks of ENTRY_BLOCK_NODES nodes once unoptimised)
+        assert bool(re.search(r"^after\d+:", prog.source, re.M)) == (label == "optnone")
+        got[label] = prog(x, w, good)
+        # the checked kernel's status still stops the run and names the user's line
+        with pytest.raises(cc.DataError, match="index 2048 at position \\[1\\]") as info:
+            f(x, w, bad)
+        assert "# <- select" in str(info.value)
+    for a, b in zip(got["optnone"], got["O3"]):
+        assert_same_bits(a, b)
+    ref = cc.compile(_long_program, backend="numpy", fuse=False)(x, w, good)
+    assert_same_bits(got["optnone"][1], ref[1])
+    np.testing.assert_allclose(got["optnone"][0], ref[0], rtol=1e-5)
+    # a tiny program's entry (its call is the per-call overhead) keeps -O3
+    monkeypatch.setattr(emitter, "ENTRY_OPTNONE_MIN_NODES", 64)
+    tiny = cc.compile(lambda x: x * 2 + 1, backend="cpu").lower(x[:4])
+    assert "optnone" not in _entry_line(tiny.source)
+    assert_same_bits(tiny(x[:4]), x[:4] * 2 + 1)
+
+
+def _kernel_lines(source, op):
+    return [line for line in source.splitlines()
+            if line.startswith("define internal") and f'_{op}"(' in line]
+
+
+def _big_and_small(x, y):
+    # one big GEMM beside small kernels: elementwise loops, a cast, a sum (a reduction: its
+    # `reassoc` sum keeps -O3, whose vectorised order it was written for)
+    return x @ x, y * 2.0 + 1.0, y.cast("int32"), y.sum()
+
+
+def test_small_kernels_beside_big_ones_are_compiled_for_size_with_the_same_bits(
+        fresh, monkeypatch):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((256, 256)).astype(np.float32)
+    y = rng.standard_normal(300).astype(np.float32) * 8
+    got = {}
+    for label, work in (("size", emitter.TINY_WORK), ("O3", 0)):
+        monkeypatch.setattr(emitter, "TINY_WORK", work)
+        prog = cc.compile(_big_and_small, backend="cpu", fuse=False).lower(x, y)
+        small = [line for op in ("multiply", "add", "cast")
+                 for line in _kernel_lines(prog.source, op)]
+        assert len(small) == 3
+        assert all(("minsize" in line) == (label == "size") for line in small)
+        assert not any("minsize" in line for line in _kernel_lines(prog.source, "sum")
+                       + _kernel_lines(prog.source, "matmul"))
+        got[label] = prog(x, y)
+    for a, b in zip(got["size"], got["O3"]):
+        assert_same_bits(a, b)
+    ref = cc.compile(_big_and_small, backend="numpy", fuse=False)(x, y)
+    for a, b in zip(got["size"][1:3], ref[1:3]):
+        assert_same_bits(a, b)
+    # a module of small kernels only keeps -O3 everywhere (its calls are its kernels' time)
+    monkeypatch.setattr(emitter, "TINY_WORK", 2048)
+    prog = cc.compile(lambda y: (y * 2.0 + 1.0, y - 3.0), backend="cpu", fuse=False).lower(y)
+    assert "minsize" not in prog.source
