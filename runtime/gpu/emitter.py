@@ -27,7 +27,12 @@ Kernels by family (one or a few per node; `LOWERING` names the families, from th
     rendered per element (`scalar.Renderer`), broadcast operands with stride 0;
   - reductions (sum, mean, max, min, prod, argmax, argmin): one block per output element, a
     per-thread accumulator (float64 for float32 sums and products, as on cpu), then warp
-    shuffles (`__shfl_down_sync`) and one shared-memory step across warps;
+    shuffles (`__shfl_down_sync`) and one shared-memory step across warps. Few outputs over a
+    long extent (`_slices`: fewer than SPLIT_MAX_OUT outputs, at least 2 x SLICE_MIN reduced
+    elements) run as a fixed number of slices per output, one block each, whose partials
+    (in the scratch region past the planned buffers and the status word,
+    `GpuModule.scratch_bytes`, counted in `arena_bytes`) a second kernel combines in slice
+    order: the count depends on the shapes only, so every device and run gives the same bits;
   - softmax / log_softmax: one block per row, block reductions for the max and the sum;
   - matmul / gemm: a cuBLAS launch per matrix (column-major arguments, see `launch.py`), with
     alpha/beta so a GEMM-accumulate update stays one call; integer or non-BLAS layouts get a
