@@ -79,13 +79,14 @@ MAX_GRID = 65535
 # A reduction into few outputs over a long extent is split into slices (one block each) whose
 # partials a second kernel combines in slice order. The slice count depends on the shapes only
 # (never on the device), so results are the same on every device and every run. Reasoning, not
-# measurement (none was possible): a device of ~132 SMs holds ~8 blocks of 256 threads per SM,
-# so ~1024 blocks fill it; fewer than SPLIT_MAX_OUT output blocks leave most of it idle; a
-# slice of at least SLICE_MIN elements gives each thread >= 16 loads, enough to hide latency
-# and to keep the combine (one thread per output, nred / SLICE_MIN partials at most) short.
+# measurement (none was possible here): a thread's loads in the accumulation loop wait one
+# after another (a few hundred cycles each), so the time of a block is about its elements per
+# thread: SLICE_MIN = 8 per thread; fewer than SPLIT_MAX_OUT blocks leave most of a ~132-SM
+# device idle (it holds ~8 blocks of 256 threads per SM); SPLIT_BLOCKS = 512 blocks (~4 per
+# SM) is enough, and bounds the combine's serial chain (one thread per output) to 512 adds.
 SPLIT_MAX_OUT = 256
-SPLIT_BLOCKS = 1024
-SLICE_MIN = 16 * RBLOCK
+SPLIT_BLOCKS = 512
+SLICE_MIN = 8 * RBLOCK
 
 # Ops whose kernels check their indices (see the module docstring).
 CHECKED_OPS = frozenset({"index_select", "index_add", "take_along_axis", "put_along_axis"})
