@@ -28,10 +28,11 @@ Columns, each timed once per round in a rotating order (interleaved), median and
 
 Before timing, `gpu` and `torch` run one step from the same inputs as our numpy backend and must
 agree with it (outputs, or each parameter's update), so a faster column is never another
-program. Memory: our plan's device bytes beyond the caller's arrays (`arena_bytes +
-output_bytes`), and PyTorch's `max_memory_allocated()` during one step minus the bytes allocated
-before it (its caching allocator's live bytes, the same footing). Without a CUDA device the
-script says so and exits 0.
+program. Memory: our plan's device bytes beyond the caller's arrays (the module's
+`arena_bytes`: the plan's arena, the status word and split reductions' partials; plus
+`output_bytes`), and PyTorch's `max_memory_allocated()` during one step minus the bytes
+allocated before it (its caching allocator's live bytes, the same footing). Without a CUDA
+device the script says so and exits 0.
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def make_gpu(workload, quick, cupy):
     prog(*[a.copy() for a in args])  # NVRTC, module load, arena
     compile_s = time.perf_counter() - t0
     plan = prog.plan
-    memory = plan.arena_bytes + plan.output_bytes
+    memory = prog._exec.module.arena_bytes + plan.output_bytes   # (+ status, partials)
     call = Column(lambda: prog(*args), False, memory, params=lambda: [args[i] for i in idx])
 
     exe = prog._exec
@@ -138,7 +139,7 @@ def make_gpu_bf16(workload, quick, cupy):
     outputs = [cupy.empty(max(b.size, 1), cupy.uint8) for b in exe._output_buffers]
     plan = prog.plan
     return Column(lambda: exe._run_launches(cupy, dev_in, outputs), True,
-                  plan.arena_bytes + plan.output_bytes), why
+                  exe.module.arena_bytes + plan.output_bytes), why
 
 
 def make_torch(workload, quick, torch):

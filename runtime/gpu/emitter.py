@@ -27,7 +27,12 @@ Kernels by family (one or a few per node; `LOWERING` names the families, from th
     rendered per element (`scalar.Renderer`), broadcast operands with stride 0;
   - reductions (sum, mean, max, min, prod, argmax, argmin): one block per output element, a
     per-thread accumulator (float64 for float32 sums and products, as on cpu), then warp
-    shuffles (`__shfl_down_sync`) and one shared-memory step across warps;
+    shuffles (`__shfl_down_sync`) and one shared-memory step across warps. Few outputs over a
+    long extent (`_slices`: fewer than SPLIT_MAX_OUT outputs, at least 2 x SLICE_MIN reduced
+    elements) run as a fixed number of slices per output, one block each, whose partials
+    (in the scratch region past the planned buffers and the status word,
+    `GpuModule.scratch_bytes`, counted in `arena_bytes`) a second kernel combines in slice
+    order: the count depends on the shapes only, so every device and run gives the same bits;
   - softmax / log_softmax: one block per row, block reductions for the max and the sum;
   - matmul / gemm: a cuBLAS launch per matrix (column-major arguments, see `launch.py`), with
     alpha/beta so a GEMM-accumulate update stays one call; integer or non-BLAS layouts get a
@@ -71,6 +76,17 @@ ARENA_ALIGNMENT = 256
 BLOCK = 256            # threads per block of a grid-stride kernel
 RBLOCK = 256           # threads per block of a reduction / row kernel
 MAX_GRID = 65535
+# A reduction into few outputs over a long extent is split into slices (one block each) whose
+# partials a second kernel combines in slice order. The slice count depends on the shapes only
+# (never on the device), so results are the same on every device and every run. Reasoning, not
+# measurement (none was possible here): a thread's loads in the accumulation loop wait one
+# after another (a few hundred cycles each), so the time of a block is about its elements per
+# thread: SLICE_MIN = 8 per thread; fewer than SPLIT_MAX_OUT blocks leave most of a ~132-SM
+# device idle (it holds ~8 blocks of 256 threads per SM); SPLIT_BLOCKS = 512 blocks (~4 per
+# SM) is enough, and bounds the combine's serial chain (one thread per output) to 512 adds.
+SPLIT_MAX_OUT = 256
+SPLIT_BLOCKS = 512
+SLICE_MIN = 8 * RBLOCK
 
 # Ops whose kernels check their indices (see the module docstring).
 CHECKED_OPS = frozenset({"index_select", "index_add", "take_along_axis", "put_along_axis"})
@@ -134,7 +150,7 @@ template <bool IsMax, typename T> __device__ long long block_arg(
       long long oi = __shfl_down_sync(0xffffffffu, i, s);
       if (arg_better<IsMax>(ov, oi, v, i)) { v = ov; i = oi; }
     }
-    if (lane == 0) shi[0] = i;
+    if (lane == 0) { shi[0] = i; shv[0] = v; }   // (shv[0]: the winner's value)
   }
   __syncthreads();
   return shi[0];
@@ -199,6 +215,11 @@ class ModuleEmitter:
             self.status_offset = -(-plan.arena_bytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
             self.launches.append(Launch("k_status_clear", (1, 1, 1), (32, 1, 1), 0,
                                         (("arena", self.status_offset),)))
+        # the partials of split reductions (`_reduce`): one region past the planned buffers
+        # and the status word, reused by every split node (its two launches are consecutive)
+        self.scratch_offset = -(-plan.arena_bytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT + (
+            0 if self.status_offset is None else ARENA_ALIGNMENT)
+        self.scratch_bytes = 0
         for t, node in enumerate(graph.nodes):
             if REGISTRY[node.op].kind != VIEW and node.out.size > 0 \
                     and id(node.out) not in self.inlined:
@@ -214,8 +235,11 @@ class ModuleEmitter:
             *([STATUS_CLEAR] if self.status_offset is not None else [])])
         arena_bytes = plan.arena_bytes if self.status_offset is None else \
             self.status_offset + ARENA_ALIGNMENT
+        if self.scratch_bytes:   # (counted in the bytes the device allocates and checks)
+            arena_bytes = self.scratch_offset + \
+                -(-self.scratch_bytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
         self.module = GpuModule(self.source, self.launches, arena_bytes, ARENA_ALIGNMENT,
-                                self.status_offset)
+                                self.status_offset, self.scratch_bytes)
 
     def _checked(self, node) -> bool:
         """Does `node`'s kernel check data and record a failure in the status word? Index
@@ -250,15 +274,18 @@ class ModuleEmitter:
         return (kind, k, byte_offset)
 
     def _kernel(self, t, node, tag, places, body: list[str], grid, block, shared=0,
-                scalars=(), status=False):
+                scalars=(), status=False, scratch=None):
         """Add `k{t}_{op}{tag}` with one pointer per distinct (non-constant) slot of
-        `places` and launch it once; `status`: it also takes the status word."""
+        `places` and launch it once; `status`: it also takes the status word; `scratch`:
+        it also takes a pointer `scratch` at that byte offset of the arena."""
         slots = list(dict.fromkeys(p.slot for p in places if p.slot[0] != "const"))
         name = f"k{t}_{node.op}{tag}"
         params = [f"unsigned char* __restrict__ {self._pname(s)}" for s in slots]
         params += [f"{c} {n}" for c, n, _ in scalars]
         if status:   # past every planned buffer: __restrict__ holds
             params.append("unsigned long long* __restrict__ status")
+        if scratch is not None:   # (past every planned buffer too)
+            params.append("unsigned char* __restrict__ scratch")
         head = f"// node {t}: {node.op} {list(node.out.shape)} {node.out.dtype}"
         if getattr(node, "loc", None):
             head += f" ({str(node.loc).splitlines()[0]})"
@@ -268,6 +295,8 @@ class ModuleEmitter:
             ("scalar", c, v) for c, _, v in scalars)
         if status:
             args += (("arena", self.status_offset),)
+        if scratch is not None:
+            args += (("arena", scratch),)
         self.launches.append(Launch(name, tuple(grid), tuple(block), shared, args, node=t))
 
     @staticmethod
@@ -454,51 +483,112 @@ class ModuleEmitter:
                 literal(np.iinfo(acc_d).max, acc_d)
         else:
             ident = literal(1 if op == "prod" else 0, acc_d)
+        fn = {"sum": "SumOp", "mean": "SumOp", "prod": "ProdOp", "max": "MaxOp",
+              "min": "MinOp", "argmax": None, "argmin": None}[op]
+        ismax = "true" if op == "argmax" else "false"
+        # a block no wider than the reduced extent (in whole warps)
+        block = min(RBLOCK, max(32, -(-nred // 32) * 32))
+        nslice = self._slices(nout, nred)
+        if nslice > 1:
+            block = RBLOCK
+            span = -(-nred // nslice)
+
+        def finish(result, rd, oidx):
+            """The output element from the reduction's `result` (of dtype `rd`)."""
+            if is_half(od):   # one rounding, from the accumulator (the mean divided in it)
+                res = result if op != "mean" else f"{result} / {literal(float(nred), rd)}"
+                return self._store(out, _offset(out.offset, ko, oidx), res, rd)
+            res = convert(result, rd, od)
+            if op == "mean":
+                res = f"{res} / {literal(float(nred), od)}"
+            return self._store(out, _offset(out.offset, ko, oidx), res)
+
         body = [f"  __shared__ {acc} shv[32];"]
         if arg:
             body.append("  __shared__ long long shi[32];")
-        body += [f"  for (long long o = blockIdx.x; o < {nout}LL; o += gridDim.x) {{"]
+        if nslice > 1:   # block b: output b / nslice, its slice b % nslice of the extent
+            body += [f"  {{ const long long o = blockIdx.x / {nslice}LL;",
+                     f"    const long long lo = (blockIdx.x % {nslice}LL) * {span}LL;",
+                     f"    const long long hi = lo + {span}LL < {nred}LL ? lo + {span}LL "
+                     f": {nred}LL;"]
+            first, last = "lo + threadIdx.x", "hi"
+        else:
+            body += [f"  for (long long o = blockIdx.x; o < {nout}LL; o += gridDim.x) {{"]
+            first, last = "threadIdx.x", f"{nred}LL"
         oidx = _unravel(body, "o", kshape, "k")
         body.append(f"    const long long xo = {_offset(x.offset, kx, oidx)};")
         body.append(f"    {acc} acc = {ident};")
         if arg:
             body.append("    long long ai = 0x7fffffffffffffffLL;")
-        body.append(f"    for (long long r = threadIdx.x; r < {nred}LL; r += blockDim.x) {{")
+        body.append(f"    for (long long r = {first}; r < {last}; r += blockDim.x) {{")
         ridx = _unravel(body, "r", rshape, "q", "      ")
         v = convert(self._load(x, "xo + " + _offset(0, rx, ridx)), xd, acc_d)
         body.append(f"      const {acc} v = {v};")
         if arg:
-            ismax = "true" if op == "argmax" else "false"
             body.append(f"      if (arg_better<{ismax}>(v, r, acc, ai)) {{ acc = v; ai = r; }}")
         else:
-            fn = {"sum": "SumOp", "mean": "SumOp", "prod": "ProdOp", "max": "MaxOp",
-                  "min": "MinOp"}[op]
             body.append(f"      acc = {fn}::f(acc, v);")
         body.append("    }")
         if arg:
-            ismax = "true" if op == "argmax" else "false"
             body.append(f"    const long long res = block_arg<{ismax}>(acc, ai, shv, shi);")
-            result = "res"
-            rd = np.dtype(np.int64)
+            result, rd = "res", np.dtype(np.int64)
         else:
-            fn = {"sum": "SumOp", "mean": "SumOp", "prod": "ProdOp", "max": "MaxOp",
-                  "min": "MinOp"}[op]
             body.append(f"    const {acc} res = block_reduce<{fn}>(acc, {ident}, shv);")
             result, rd = "res", acc_d
-        if is_half(od):   # one rounding, from the accumulator (the mean divided in it)
-            res = result if op != "mean" else f"{result} / {literal(float(nred), rd)}"
-            store = self._store(out, _offset(out.offset, ko, oidx), res, rd)
+        if nslice == 1:
+            body.append(f"    if (threadIdx.x == 0) {finish(result, rd, oidx)}")
+            body.append("  }")
+            self._kernel(t, node, "", [out, x], body, (max(1, min(nout, MAX_GRID)), 1, 1),
+                         (block, 1, 1))
+            return
+        # the partials: one value (8 bytes whatever its type) per block, then (arg) its index
+        parts = nout * nslice
+        self.scratch_bytes = max(self.scratch_bytes, parts * (16 if arg else 8))
+        pv = f"(({acc}*)scratch)"
+        pi = f"((long long*)(scratch + {parts * 8}LL))"
+        if arg:   # (block_arg leaves the winner's value in shv[0])
+            body.append(f"    if (threadIdx.x == 0) {{ {pv}[blockIdx.x] = shv[0]; "
+                        f"{pi}[blockIdx.x] = res; }}")
         else:
-            res = convert(result, rd, od)
-            if op == "mean":
-                res = f"{res} / {literal(float(nred), od)}"
-            store = self._store(out, _offset(out.offset, ko, oidx), res)
-        body.append(f"    if (threadIdx.x == 0) {store}")
+            body.append(f"    if (threadIdx.x == 0) {pv}[blockIdx.x] = res;")
         body.append("  }")
-        # a block no wider than the reduced extent (in whole warps)
-        block = min(RBLOCK, max(32, -(-nred // 32) * 32))
-        self._kernel(t, node, "", [out, x], body, (max(1, min(nout, MAX_GRID)), 1, 1),
-                     (block, 1, 1))
+        self._kernel(t, node, "_slices", [x], body, (parts, 1, 1), (block, 1, 1),
+                     scratch=self.scratch_offset)
+        # one thread per output combines its partials in slice order (a fixed order: the
+        # same sum on every device, whichever block finished first)
+        body = [f"  for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
+                f"o < {nout}LL; o += (long long)blockDim.x * gridDim.x) {{"]
+        oidx = _unravel(body, "o", kshape, "k")
+        body.append(f"    {acc} acc = {ident};")
+        if arg:
+            body.append("    long long ai = 0x7fffffffffffffffLL;")
+        body.append(f"    for (long long s = o * {nslice}LL; s < (o + 1) * {nslice}LL; ++s) {{")
+        if arg:
+            body.append(f"      if (arg_better<{ismax}>({pv}[s], {pi}[s], acc, ai)) "
+                        f"{{ acc = {pv}[s]; ai = {pi}[s]; }}")
+            result = "ai"
+        else:
+            body.append(f"      acc = {fn}::f(acc, {pv}[s]);")
+            result = "acc"
+        body.append("    }")
+        body.append("    " + finish(result, rd, oidx))
+        body.append("  }")
+        cblock = min(BLOCK, max(32, -(-nout // 32) * 32))
+        self._kernel(t, node, "_combine", [out], body, _grid(nout, cblock), (cblock, 1, 1),
+                     scratch=self.scratch_offset)
+
+    @staticmethod
+    def _slices(nout: int, nred: int) -> int:
+        """How many slices (blocks) each output's reduced extent is split into: 1 (not
+        split) unless the outputs are few and the extent long (SPLIT_MAX_OUT, SLICE_MIN);
+        a function of the shapes only. Every slice is non-empty."""
+        if nout >= SPLIT_MAX_OUT or nred < 2 * SLICE_MIN:
+            return 1
+        n = min(nred // SLICE_MIN, max(1, SPLIT_BLOCKS // nout))
+        if n < 2:
+            return 1
+        span = -(-nred // n)
+        return -(-nred // span)
 
     # -- row kernels ------------------------------------------------------------------------------
     def _softmax(self, t, node, out: Place, x: Place):

@@ -286,7 +286,8 @@ class GpuExecutable:
             self.calls = 0
 
     def idle_arena_bytes(self) -> int:
-        return 0 if self._arena is None else self.plan.arena_bytes
+        # (the device allocation: the plan's arena, the status word, reductions' partials)
+        return 0 if self._arena is None else self.module.arena_bytes
 
     def _load(self, cupy):
         if self._kernels is not None:
@@ -316,7 +317,7 @@ class GpuExecutable:
             self._arena = cupy.empty(max(self.module.arena_bytes, 1), cupy.uint8)
         except cupy.cuda.memory.OutOfMemoryError:
             raise InsufficientMemoryError(f"{self.graph.name}: can't allocate its arena of "
-                                          f"{self.plan.arena_bytes} bytes on the device") \
+                                          f"{self.module.arena_bytes} bytes on the device") \
                 from None
         assert self._arena.data.ptr % self.module.arena_alignment == 0
 

@@ -56,3 +56,6 @@ class GpuModule:
     # byte offset in the arena of the status word (uint64: 0, or the node + 1 of the first
     # kernel that found data out of range); None when no kernel checks data
     status_offset: int | None = None
+    # bytes past the planned buffers and the status word (counted in `arena_bytes`, which is
+    # what the device allocates) where split reductions keep their per-slice partials
+    scratch_bytes: int = 0

@@ -179,10 +179,13 @@ def test_example_training_steps_compile_to_ptx(name):
     ptx = nvrtc.compile_ptx(prog.source, f"{name}.cu")
     kernels = {ln.kernel for ln in _module(prog).launches if ln.library is None}
     assert kernels and all(f".entry {k}(" in ptx for k in kernels)
-    # the plan's arena, and past it the status word when a kernel checks indices
+    # the plan's arena, and past it the status word when a kernel checks indices, then the
+    # split reductions' partials (emitter `_reduce`)
     status = _module(prog).status_offset
-    assert _module(prog).arena_bytes == (prog.plan.arena_bytes if status is None
-                                         else status + 256)
+    base = prog.plan.arena_bytes if status is None else status + 256
+    scratch = _module(prog).scratch_bytes
+    assert _module(prog).arena_bytes == (base if not scratch else
+                                         -(-base // 256) * 256 + -(-scratch // 256) * 256)
 
 
 def _one_sample_per_op(samples=None, key=lambda n: (n.op, n.out.dtype.name)):
