@@ -22,8 +22,9 @@ F32 = np.dtype(np.float32)
 
 
 # The numpy backend runs every variant; a native backend the first FIRST of each API and dtype
-# and one in EVERY of the rest (OPDB_ALL_SAMPLES=1: all).
-FIRST, EVERY = 1, 12
+# and one in EVERY of the rest, and (marked slow) one more in EVERY halfway between those
+# (OPDB_ALL_SAMPLES=1: all, none marked).
+FIRST, EVERY = 1, 24
 
 
 def _params(samples):
@@ -36,6 +37,9 @@ def _params(samples):
         for backend in AVAILABLE:
             if backend == "numpy" or ALL_SAMPLES or k < FIRST or k % EVERY == 0:
                 out.append(pytest.param(s, backend, id=f"{i}-{backend}"))
+            elif k % EVERY == EVERY // 2:
+                out.append(pytest.param(s, backend, id=f"{i}-{backend}",
+                                        marks=pytest.mark.slow))
     return out
 
 
