@@ -191,9 +191,12 @@ def _unique(ids):
 SAMPLE_PARAMS = [pytest.param(s, id=i) for s, i in zip(db.SAMPLES, _unique(SAMPLE_IDS))]
 
 # Native backends compile one module per sample (~15 ms of LLVM each): in the default run they
-# take the first FIRST_PER_API samples of every API and one in EVERY_OTHER of the rest, which
-# keeps every op and many edge cases at a fifth of the time. OPDB_ALL_SAMPLES=1 runs them all.
-FIRST_PER_API, EVERY_OTHER = 3, 5
+# take the first FIRST_PER_API samples of every API, one in EVERY_OTHER of the rest and the
+# samples marked `always`, which keeps every op and the chosen edge cases at a tenth of the
+# time; marked slow, the first SLOW_FIRST and one in SLOW_EVERY (a fifth, with the default
+# run's). OPDB_ALL_SAMPLES=1 runs them all, none marked.
+FIRST_PER_API, EVERY_OTHER = 2, 10
+SLOW_FIRST, SLOW_EVERY = 3, 5
 ALL_SAMPLES = os.environ.get("OPDB_ALL_SAMPLES", "") not in ("", "0")
 
 
@@ -207,6 +210,9 @@ def _with_backends(params):
             if backend == "numpy" or ALL_SAMPLES or k < FIRST_PER_API or k % EVERY_OTHER == 0 \
                     or p.values[0].always:
                 out.append(pytest.param(p.values[0], backend, id=f"{p.id}-{backend}"))
+            elif k < SLOW_FIRST or k % SLOW_EVERY == 0:
+                out.append(pytest.param(p.values[0], backend, id=f"{p.id}-{backend}",
+                                        marks=pytest.mark.slow))
     return out
 
 
@@ -220,13 +226,14 @@ def test_value(sample, backend):
     check_value(sample, backend)
 
 
-# A larger seeded sweep: a few seeds always, more with OPDB_SWEEP_SEEDS=N (select with -m slow).
+# A larger seeded sweep: seed 0 in the default run (the one run of the random samples there),
+# the others marked slow; more seeds with OPDB_SWEEP_SEEDS=N (select with -m slow).
 SWEEP_SEEDS = int(os.environ.get("OPDB_SWEEP_SEEDS", "2"))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", AVAILABLE)
-@pytest.mark.parametrize("seed", range(SWEEP_SEEDS))
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.slow] if s else [])
+                                  for s in range(SWEEP_SEEDS)])
 def test_seeded_sweep(seed, backend):
     for sample in db.random_samples(seed):
         try:

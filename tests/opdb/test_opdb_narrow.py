@@ -21,9 +21,12 @@ from tests.opdb.test_opdb import (ALL_SAMPLES, _copies, _layout_copy, _traced,  
 F32 = np.dtype(np.float32)
 
 
-# The numpy backend runs every variant; a native backend the first FIRST of each API and dtype
-# and one in EVERY of the rest (OPDB_ALL_SAMPLES=1: all).
-FIRST, EVERY = 1, 12
+# In the default run the numpy backend runs the first NUMPY_FIRST variants of each API and
+# dtype and one in NUMPY_EVERY of the rest (every other variant is marked slow); a native
+# backend the first FIRST and one in EVERY of the rest, and (marked slow) one more in EVERY
+# halfway between those. OPDB_ALL_SAMPLES=1: all, none marked.
+NUMPY_FIRST, NUMPY_EVERY = 2, 4
+FIRST, EVERY = 1, 24
 
 
 def _params(samples):
@@ -34,8 +37,12 @@ def _params(samples):
         key = (s.api, tuple(sorted({a.dtype.name for a in s.args if isinstance(a, np.ndarray)})))
         k = seen[key] = seen.get(key, -1) + 1
         for backend in AVAILABLE:
-            if backend == "numpy" or ALL_SAMPLES or k < FIRST or k % EVERY == 0:
+            first, every = (NUMPY_FIRST, NUMPY_EVERY) if backend == "numpy" else (FIRST, EVERY)
+            if ALL_SAMPLES or k < first or k % every == 0:
                 out.append(pytest.param(s, backend, id=f"{i}-{backend}"))
+            elif backend == "numpy" or k % EVERY == EVERY // 2:
+                out.append(pytest.param(s, backend, id=f"{i}-{backend}",
+                                        marks=pytest.mark.slow))
     return out
 
 

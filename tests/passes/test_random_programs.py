@@ -42,8 +42,9 @@ Concurrent mode: one compiled program (sanitizer on) called from RANDOM_PROGRAMS
 at once, each on its own data, a few calls each: every output and every caller's array after
 each call is bit-identical to the serial call on the same data (or the same error is raised).
 
-Set RANDOM_PROGRAMS_EXAMPLES=N to run N random (not derandomized) examples per property, and
-RANDOM_PROGRAMS_STEPS=K for longer programs (the defaults are sized for CI).
+Each property has a `_sweep` sibling marked slow with more examples (`python -m pytest -m
+slow`). Set RANDOM_PROGRAMS_EXAMPLES=N to run N random (not derandomized) examples per
+property, and RANDOM_PROGRAMS_STEPS=K for longer programs (the defaults are sized for CI).
 """
 from __future__ import annotations
 
@@ -268,15 +269,32 @@ def check_program(prog: RandomProgram, donate_mask: int = 0, backend: str = "num
 
 
 # -- the properties ---------------------------------------------------------------------------
-@_settings(300)
+# Each property runs twice: a few derandomized examples in the default run, and its `_sweep`
+# sibling (marked slow: `python -m pytest -m slow`) with the larger count (the default run's
+# until the suite had to fit in 10 minutes on 2 cores).
+@_settings(60)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
 def test_forward_programs_match_reference_and_numpy(prog, donate_mask):
     check_program(prog, donate_mask)
 
 
-@_settings(250)
+@pytest.mark.slow
+@_settings(300)
+@given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
+def test_forward_programs_match_reference_and_numpy_sweep(prog, donate_mask):
+    check_program(prog, donate_mask)
+
+
+@_settings(50)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask)
+
+
+@pytest.mark.slow
+@_settings(250)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_training_programs_match_reference_sweep(prog, donate_mask):
     check_program(prog, donate_mask)
 
 
@@ -319,15 +337,22 @@ def check_gradients(prog: RandomProgram, backend: str = "numpy"):
             f"differences {coarse!r}")
 
 
-@_settings(60)
+@_settings(15)
 @given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
 def test_training_program_gradients_match_finite_differences(prog):
     check_gradients(prog)
 
 
+@pytest.mark.slow
+@_settings(60)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
+def test_training_program_gradients_match_finite_differences_sweep(prog):
+    check_gradients(prog)
+
+
 # The cpu (llvmlite) backend, sanitizer on, on the same generators with fewer examples (each
-# example compiles 3-5 native modules, ~0.1 s): about a third of numpy's, which keeps the
-# suite's added time near a minute on 2 cores. RANDOM_PROGRAMS_EXAMPLES=N runs N on each.
+# example compiles 3-5 native modules, ~0.1 s): about a third of numpy's in the sweeps.
+# RANDOM_PROGRAMS_EXAMPLES=N runs N on each.
 # Each runs with 1 and with 2 threads (`cc.compile(threads=)` through the COMPILER_THREADS
 # variable), every loop that can be cut cut into chunks, however small (`_split_everything`).
 @contextmanager
@@ -352,32 +377,57 @@ CPU_THREADS = pytest.mark.parametrize("threads", [1, 2])
 
 
 @CPU_THREADS
-@_settings(100)
+@_settings(20)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
 def test_forward_programs_on_cpu_match_reference(prog, donate_mask, threads):
     with _split_everything(threads):
         check_program(prog, donate_mask, backend="cpu")
 
 
+@pytest.mark.slow
 @CPU_THREADS
-@_settings(80)
+@_settings(100)
+@given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
+def test_forward_programs_on_cpu_match_reference_sweep(prog, donate_mask, threads):
+    with _split_everything(threads):
+        check_program(prog, donate_mask, backend="cpu")
+
+
+@CPU_THREADS
+@_settings(16)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_on_cpu_match_reference(prog, donate_mask, threads):
     with _split_everything(threads):
         check_program(prog, donate_mask, backend="cpu")
 
 
+@pytest.mark.slow
 @CPU_THREADS
-@_settings(20)
+@_settings(80)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_training_programs_on_cpu_match_reference_sweep(prog, donate_mask, threads):
+    with _split_everything(threads):
+        check_program(prog, donate_mask, backend="cpu")
+
+
+@CPU_THREADS
+@_settings(5)
 @given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
 def test_training_program_gradients_on_cpu_match_finite_differences(prog, threads):
     with _split_everything(threads):
         check_gradients(prog, backend="cpu")
 
 
-@_settings(40)
-@given(prog=programs(STEPS, errors=False))
-def test_programs_on_cpu_give_the_same_bits_for_any_thread_count(prog):
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(20)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True))
+def test_training_program_gradients_on_cpu_match_finite_differences_sweep(prog, threads):
+    with _split_everything(threads):
+        check_gradients(prog, backend="cpu")
+
+
+def check_thread_counts(prog: RandomProgram):
     """Outputs and the caller's arrays after the call, bit for bit, with 1, 2 and 3 threads
     (every loop cut into chunks): which thread runs a chunk never changes a result."""
     assume(not prog.expect_error)
@@ -388,6 +438,19 @@ def test_programs_on_cpu_give_the_same_bits_for_any_thread_count(prog):
             cf = cc.compile(prog.build(), backend="cpu", sanitize=True)
             outcomes.append([_outcome(cf, prog, prog.storages()) for _ in range(2)])
     assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
+@_settings(10)
+@given(prog=programs(STEPS, errors=False))
+def test_programs_on_cpu_give_the_same_bits_for_any_thread_count(prog):
+    check_thread_counts(prog)
+
+
+@pytest.mark.slow
+@_settings(40)
+@given(prog=programs(STEPS, errors=False))
+def test_programs_on_cpu_give_the_same_bits_for_any_thread_count_sweep(prog):
+    check_thread_counts(prog)
 
 
 # -- concurrent mode -------------------------------------------------------------------------------
@@ -444,15 +507,29 @@ def test_programs_on_cpu_called_from_threads_match_the_serial_calls(prog):
 
 # Fusion on the numpy backend (chunked bodies with planned scratch); the cpu runs above fuse
 # by default.
-@_settings(30)
+@_settings(10)
 @given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
 def test_forward_programs_fused_on_numpy_match_reference(prog, donate_mask):
     check_program(prog, donate_mask, fuse=True)
 
 
-@_settings(25)
+@pytest.mark.slow
+@_settings(30)
+@given(prog=programs(STEPS, backward=False), donate_mask=st.integers(0, 15))
+def test_forward_programs_fused_on_numpy_match_reference_sweep(prog, donate_mask):
+    check_program(prog, donate_mask, fuse=True)
+
+
+@_settings(8)
 @given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
 def test_training_programs_fused_on_numpy_match_reference(prog, donate_mask):
+    check_program(prog, donate_mask, fuse=True)
+
+
+@pytest.mark.slow
+@_settings(25)
+@given(prog=programs(STEPS, backward=True), donate_mask=st.integers(0, 15))
+def test_training_programs_fused_on_numpy_match_reference_sweep(prog, donate_mask):
     check_program(prog, donate_mask, fuse=True)
 
 
@@ -641,16 +718,34 @@ def check_half_program(prog: RandomProgram, half: np.dtype, backend: str):
 
 
 @pytest.mark.parametrize("dtype", sorted(HALF))
-@_settings(25)
+@_settings(8)
 @given(prog=programs(STEPS, errors=False))
 def test_half_programs_match_the_float64_reference(prog, dtype):
     check_half_program(prog, HALF[dtype], "numpy")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", sorted(HALF))
+@_settings(25)
+@given(prog=programs(STEPS, errors=False))
+def test_half_programs_match_the_float64_reference_sweep(prog, dtype):
+    check_half_program(prog, HALF[dtype], "numpy")
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", sorted(HALF))
+@_settings(3)
+@given(prog=programs(STEPS, errors=False))
+def test_half_programs_on_cpu_match_the_float64_reference(prog, dtype, threads):
+    with _split_everything(threads):
+        check_half_program(prog, HALF[dtype], "cpu")
+
+
+@pytest.mark.slow
 @CPU_THREADS
 @pytest.mark.parametrize("dtype", sorted(HALF))
 @_settings(12)
 @given(prog=programs(STEPS, errors=False))
-def test_half_programs_on_cpu_match_the_float64_reference(prog, dtype, threads):
+def test_half_programs_on_cpu_match_the_float64_reference_sweep(prog, dtype, threads):
     with _split_everything(threads):
         check_half_program(prog, HALF[dtype], "cpu")
