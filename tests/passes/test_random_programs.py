@@ -687,7 +687,10 @@ def _assert_half_close(got, want, half, what):
     # a float result is 16-bit unless the program mixed in a wider float (cc.eye(dtype='float64'))
     assert got.dtype in (half, np.dtype(np.float32), np.dtype(np.float64)), (what, got.dtype)
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    eps = float(ml_dtypes.finfo(half).eps) if got.dtype == half else 1e-6
+    # the 16-bit dtype's precision even for a wider result: its operands were 16-bit values
+    # rounded by earlier steps (`a += 0.5` on a bfloat16 `a`, then `a + cc.eye(dtype=
+    # 'float64')`: found by the properties), which the float64 reference does not round
+    eps = float(ml_dtypes.finfo(half).eps)
     g = got.astype(np.float64)
     assert np.all(np.isfinite(g)), f"{what}: non-finite values {g[~np.isfinite(g)][:4]}"
     np.testing.assert_allclose(g, want, rtol=0, atol=HALF_ULPS * eps * (1.0 + scale),
