@@ -32,6 +32,8 @@ with it (outputs, or each parameter's update), so a faster column is never a dif
 Method: a run with N threads is pinned to N cores (`os.sched_setaffinity`) and every library
 to N threads (env vars set before numpy is imported: the BLAS pools and our own
 `COMPILER_THREADS`, `torch.set_num_threads(N)`, XLA's intra-op pool, Paddle's math threads).
+Idle OpenMP threads sleep (`OMP_WAIT_POLICY=PASSIVE`, `KMP_BLOCKTIME=0` unless set): in one
+interleaved process a library's spinning threads would take the cores from the next column.
 Each round runs every column of a workload once, in a rotating order (interleaved), for
 `--runs` rounds (>= 21) after warm-up calls; a cell is the median, with p25..p75, and the
 ratio to our `cpu` backend's median in the same run and thread count (below 1.0: faster than
@@ -69,6 +71,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            f" --xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}"
                            f" intra_op_parallelism_threads={THREADS}").strip()
+# Idle OpenMP threads sleep instead of spinning (libiomp5 spins 200 ms after each parallel
+# region by default, libgomp a while too): with the columns interleaved in one process, a
+# peer's spinning threads would otherwise take the cores from the column timed after it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("KMP_BLOCKTIME", "0")
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # read by OpenBLAS when it loads
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
