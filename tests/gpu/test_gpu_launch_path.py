@@ -76,7 +76,7 @@ def _lib_calls(lib, start=0):
     return out
 
 
-# -- the fake device ---------------------------------------------------------------------------------
+# -- the fake device -------------------------------------------------------------------------------
 class _Ptr:
     def __init__(self, ptr):
         self.ptr = ptr
@@ -278,7 +278,7 @@ class _Device:
     status = None
 
 
-# -- what a call passed before the launch steps were prebuilt (the per-call code, as it was) ----------
+# -- what a call passed before the launch steps were prebuilt (the per-call code, as it was) -------
 _TYPES = {"long long": np.int64, "int": np.int32, "float": np.float32, "double": np.float64,
           "unsigned long long": np.uint64}
 
@@ -332,7 +332,7 @@ def _bits(calls):
              shared) for name, grid, block, params, shared in calls]
 
 
-# -- programs ---------------------------------------------------------------------------------------------
+# -- programs --------------------------------------------------------------------------------------
 def _transformer():
     sys.path.insert(0, str(HERE.parent.parent / "benchmarks"))
     import backend_speed as bs
@@ -648,7 +648,7 @@ print("checked")
     assert done.returncode == 0 and done.stdout.strip() == "checked", done.stderr
 
 
-# -- on a device (benchmarks/gpu_check.sh; skipped here) ----------------------------------------------
+# -- on a device (benchmarks/gpu_check.sh; skipped here) -------------------------------------------
 def _device_count() -> int:
     try:
         import cupy
