@@ -918,6 +918,13 @@ def _flat_index(b, shape, idxs):
     return index(b, 0, strides, idxs)
 
 
+def _places_key(places):
+    """Each place's layout and dtype, and which distinct buffer it is (by first appearance)."""
+    slots = {}
+    return tuple((slots.setdefault(p.slot, len(slots)), p.offset, p.shape, p.strides,
+                  p.dtype.str) for p in places)
+
+
 def _node_key(node, places):
     """A key naming a kernel's code before it is emitted, or None, for the families whose code
     is a function of the op, its attributes and its places alone (reductions, matmul and
@@ -927,9 +934,7 @@ def _node_key(node, places):
         op = (node.op, attr_key(node.attrs))
     except _NoKey:
         return None
-    slots = {}
-    return op, tuple((slots.setdefault(p.slot, len(slots)), p.offset, p.shape, p.strides,
-                      p.dtype.str) for p in places)
+    return op, _places_key(places)
 
 
 def _elementwise_key(node, places):
@@ -948,9 +953,7 @@ def _elementwise_key(node, places):
             op = (node.op, attr_key(node.attrs))
     except _NoKey:
         return None
-    slots = {}
-    return op, tuple((slots.setdefault(p.slot, len(slots)), p.offset, p.shape, p.strides,
-                      p.dtype.str) for p in places)
+    return op, _places_key(places)
 
 
 def _interleave_fits(shape, places, cost: int) -> bool:
