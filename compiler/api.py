@@ -610,10 +610,21 @@ class _FastCall:
         self.repeats = [i for i, (v, r) in enumerate(zip(prog.graph.outputs, routes))
                         if r is not None or 0 in prog._exec.places[id(v)].strides]
         # Nothing to check or assemble (no guards, captured arrays, data checks; one fresh
-        # output): the runner's `one` is the whole call.
-        self.call = run.one if (run.single and self.single and not self.repeats
-                                and not checks and not prog._guards
-                                and not prog._captured) else None
+        # output): the runner's `one` is the whole call, from the second short call on as a
+        # native builtin where there is one (`FastRunner.native`: no Python frame at all).
+        self.call = self._first_one if (run.single and self.single and not self.repeats
+                                        and not checks and not prog._guards
+                                        and not prog._captured) else None
+
+    def _first_one(self, args):
+        run = self.run
+        if run is None:
+            return _SLOW
+        result = run.one(args)  # (the first short call builds the trampoline)
+        native = run.native()
+        if self.run is not None:  # (not retired meanwhile)
+            self.call = run.one if native is None else native
+        return result
 
     def retire(self):
         """Its program's executable was replaced: every later call takes the general path."""
