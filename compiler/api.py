@@ -352,7 +352,10 @@ class Program:
     def __call__(self, *args, **kwargs):
         if not kwargs and self._fast and FAST_CALLS:
             try:
-                fast = self._fast.get(_fast_key(args))
+                if len(args) == 1 and type(a := args[0]) is np.ndarray:  # (_fast_key's case)
+                    fast = self._fast.get((a.shape, a.strides, a.dtype))
+                else:
+                    fast = self._fast.get(_fast_key(args))
             except Exception:  # noqa: BLE001 - an unhashable argument: the general path's
                 fast = None
             if fast:
