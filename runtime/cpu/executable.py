@@ -398,11 +398,13 @@ def _fast_one_ir(item: int, data: int, api: dict) -> str:
     """`fast_one(runner, args)`, a METH_O builtin bound to a `FastRunner` (`runner._addr`: its
     block, fields as `fast_call`'s and 10 the executable, 11 the fresh buffer's bytes with room
     to align, 12 the output's dtype, 13 its ndim, 14 its dims, 15 its byte strides, 16 its byte
-    offset, 17 the executable's `_errors`, 18 its `_new_state`): `FastRunner.one` without a
+    offset, 17 the executable's `_errors`, 18 its `_new_state`, 19 and 20 `pool.blas_enter`
+    and `blas_exit` for a program that calls BLAS, else 0): `FastRunner.one` without a
     Python frame. It takes an arena from the executable's pool (`_free`, a new one where none
     is idle: as `ArenaPool._take`), allocates the fresh
     buffer, fills the tables and refuses as `fast_call` does (the GIL held while the
-    arguments' objects are read), runs the entry with the GIL released, and wraps the output
+    arguments' objects are read), runs the entry with the GIL released (inside BLAS's
+    bracket where it calls BLAS), and wraps the output
     as a view of the buffer. It returns REFUSED, with nothing of its own left behind, where the
     Python path decides: no arena to be had, a refused input, a nonzero status (data out of range),
     a fallback's exception, or an allocation that failed."""
@@ -493,9 +495,38 @@ have.raw:
   br i1 %refused, label %drop.raw, label %run
 
 run:
+  %f19 = getelementptr i64, ptr %rb, i64 19
+  %be = load ptr, ptr %f19
+  %blas = icmp ne ptr %be, null
+  br i1 %blas, label %blas.in, label %run.go
+
+blas.in:
+  %bi = call ptr %CallObject(ptr %be, ptr null)
+  %bi.null = icmp eq ptr %bi, null
+  br i1 %bi.null, label %drop.raw.clear, label %blas.in.ok
+
+blas.in.ok:
+  call void %DecRef(ptr %bi)
+  br label %run.go
+
+run.go:
   %ts = call ptr %SaveThread()
   %r = call i64 @enter(ptr %rb, ptr %sb)
   call void %RestoreThread(ptr %ts)
+  br i1 %blas, label %blas.out, label %ran
+
+blas.out:
+  %f20 = getelementptr i64, ptr %rb, i64 20
+  %bx = load ptr, ptr %f20
+  %bo2 = call ptr %CallObject(ptr %bx, ptr null)
+  %bo2.null = icmp eq ptr %bo2, null
+  br i1 %bo2.null, label %drop.raw.clear, label %blas.out.ok
+
+blas.out.ok:
+  call void %DecRef(ptr %bo2)
+  br label %ran
+
+ran:
   %f17 = getelementptr i64, ptr %rb, i64 17
   %errs = load ptr, ptr %f17
   %ne = call i64 %DictSize(ptr %errs)
@@ -649,7 +680,7 @@ class FastRunner:
             (ctypes.c_int64 * max(len(sizes), 1))(*(int(k in written)
                                                    for k in range(len(sizes)))),
             states]  # (the state arrays stay alive while their addresses are used)
-        self._block = (ctypes.c_int64 * 19)(
+        self._block = (ctypes.c_int64 * 21)(
             exe._entry_address, exe._cb_address, ctypes.addressof(exe._threads_cell), n_dyn,
             ctypes.addressof(keep[0]), len(states), ctypes.addressof(keep[1]),
             ctypes.addressof(keep[2]), ctypes.addressof(keep[3]), len(exe._out_sizes))
@@ -673,10 +704,12 @@ class FastRunner:
             shape, dtype, offset, strides = self._view
             keep += [(ctypes.c_int64 * max(len(shape), 1))(*shape),
                      (ctypes.c_int64 * max(len(shape), 1))(*strides), dtype, exe._errors,
-                     exe._new_state]
-            self._block[10:19] = [id(exe), self._one + ALIGN - 1, id(dtype), len(shape),
-                                  ctypes.addressof(keep[-5]), ctypes.addressof(keep[-4]),
-                                  offset, id(exe._errors), id(keep[-1])]
+                     exe._new_state, pool.blas_enter, pool.blas_exit]
+            self._block[10:21] = [id(exe), self._one + ALIGN - 1, id(dtype), len(shape),
+                                  ctypes.addressof(keep[-7]), ctypes.addressof(keep[-6]),
+                                  offset, id(exe._errors), id(keep[-3]),
+                                  id(keep[-2]) if exe._blas else 0,
+                                  id(keep[-1]) if exe._blas else 0]
 
     def _first(self, *args):
         self._tramp = _trampoline()
@@ -738,8 +771,8 @@ class FastRunner:
     def native(self):
         """`one` as a native builtin (`fast_one`: no Python frame; REFUSED where `one` would
         need Python, and then the general path takes the call), or None: not a `single`
-        program, BLAS's bracket needed, the trampoline not built yet or not available."""
-        if (not NATIVE_CALLS or not self.single or self._blas or not _fast_one_def
+        program, the trampoline not built yet or not available."""
+        if (not NATIVE_CALLS or not self.single or not _fast_one_def
                 or _fast_one_def[0] is None):
             return None
         return _new_builtin(ctypes.addressof(_fast_one_def[0]), self, None)

@@ -16,6 +16,7 @@ import compiler as cc
 from compiler import api, nn
 from compiler.tensor import state_tensor
 from runtime.arena import POOL_LIMIT
+from runtime.cpu import pool
 from tests.backends import AVAILABLE
 from tests.error_lines import error_checker
 
@@ -480,3 +481,22 @@ def test_threads_racing_on_the_native_short_call_each_get_their_own_arena(genera
             want += x
         assert same_bits(y, want)
     assert 1 <= len(exe._free) <= POOL_LIMIT
+
+
+def test_a_program_calling_blas_takes_the_native_short_call_inside_blas_bracket(general):
+    def mlp(x, w, b):
+        return (x @ w + b).tanh()
+    x, w, b = (rng(30 + k).standard_normal(s).astype(np.float32)
+               for k, s in enumerate([(4, 8), (8, 8), (8,)]))
+    fn = cc.compile(mlp)
+    for _ in range(3):
+        fn(x, w, b)
+    exe = short_call(fn).run.exe
+    assert exe._blas
+    before = pool.blas_threads()
+    # Python runs only the driver (its key of three arguments) and BLAS's bracket (OpenBLAS
+    # on one thread meanwhile).
+    assert python_frames(lambda: fn(x, w, b)) == ["__call__", "_fast_key", "blas_enter",
+                                                  "blas_exit"]
+    assert pool.blas_threads() == before
+    assert same_bits(fn(x, w, b), general_path(mlp, x, w, b)) and len(general) == 1
