@@ -588,7 +588,9 @@ class _FastCall:
     (`Program._run_bound`), doing only what can differ from call to call: the native
     trampoline (`runtime.cpu.executable.FastRunner`) reads the data pointers, refuses a
     read-only array the program writes and overlapping inputs (the general path then raises
-    or traces the aliasing), and fresh outputs are allocated. What the general path checks
+    or traces the aliasing), and fresh outputs are allocated. A call with nothing to check
+    or assemble here is `call`: from the second short call on the native builtin
+    (`FastRunner.native`), so that `fn(x)` runs one Python frame, the driver's. What the general path checks
     once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
     no private copies (data checks while running beside mutations) or copies back (an
     in-place mutation is written by the one native call, so no signal can split it); the
