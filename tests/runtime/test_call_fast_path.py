@@ -500,3 +500,23 @@ def test_a_program_calling_blas_takes_the_native_short_call_inside_blas_bracket(
                                                   "blas_exit"]
     assert pool.blas_threads() == before
     assert same_bits(fn(x, w, b), general_path(mlp, x, w, b)) and len(general) == 1
+
+
+@pytest.mark.parametrize("f, x", [
+    (lambda x: (x * 2.0).T, np.arange(6, dtype=np.float32).reshape(2, 3)),
+    (lambda x: (x * 2.0)[1::2], np.arange(6, dtype=np.float64)),
+    (lambda x: x.sum(), np.arange(6, dtype=np.float32)),
+    (lambda x: x * 2.0, np.ones((0, 3), np.float32)),
+    (lambda x: x > 2.0, np.arange(6, dtype=np.float32)),
+    (lambda x: x * 2.0, np.arange(6, dtype=np.float16)),
+    (lambda x: x + 1, np.arange(6, dtype=np.int64)),
+], ids=["transposed", "strided-offset", "0-d", "zero-size", "bool", "float16", "int64"])
+def test_the_native_short_call_returns_the_general_paths_layout(general, f, x):
+    fn = cc.compile(f)
+    for _ in range(3):
+        fn(x)
+    short_call(fn)
+    got, want = fn(x), general_path(f, x)
+    assert same_bits(got, want) and got.strides == want.strides and len(general) == 1
+    for flag in ("WRITEABLE", "C_CONTIGUOUS", "F_CONTIGUOUS", "ALIGNED", "OWNDATA"):
+        assert got.flags[flag] == want.flags[flag], flag
