@@ -598,8 +598,8 @@ class _FastCall:
     captured arrays are checked as on the general path; when they changed, the call takes
     it. Returns _SLOW when nothing ran and the general path must take the call."""
 
-    __slots__ = ("call", "checks", "key", "positions", "prog", "repeats", "routes", "run",
-                 "single", "slow_key", "tree")
+    __slots__ = ("call", "checks", "key", "one", "positions", "prog", "repeats", "routes",
+                 "run", "single", "slow_key", "tree")
 
     def __init__(self, prog, key, slow_key, run, positions, routes, checks):
         self.prog, self.key, self.slow_key, self.run = prog, key, slow_key, run
@@ -617,9 +617,12 @@ class _FastCall:
         # Nothing to check or assemble (no guards, captured arrays, data checks; one fresh
         # output): the runner's `one` is the whole call, from the second short call on as a
         # native builtin where there is one (`FastRunner.native`: no Python frame at all).
-        self.call = self._first_one if (run.single and self.single and not self.repeats
-                                        and not checks and not prog._guards
+        one = run.single and self.single and not self.repeats
+        self.call = self._first_one if (one and not checks and not prog._guards
                                         and not prog._captured) else None
+        # With guards, captured arrays or data checks, the run after them: the native builtin
+        # too from the second call on (False: not made yet).
+        self.one = False if one else None
 
     def _first_one(self, args):
         run = self.run
@@ -633,7 +636,7 @@ class _FastCall:
 
     def retire(self):
         """Its program's executable was replaced: every later call takes the general path."""
-        self.call = self.run = None
+        self.call = self.run = self.one = None
 
     def __call__(self, args):
         prog = self.prog
@@ -645,10 +648,15 @@ class _FastCall:
             return _SLOW
         if self.checks:  # labels in the caller's arrays: checked before anything runs
             prog._check_data([args[p] for p in self.positions] + prog.state_arrays)
+        one = self.one
+        if one:
+            return one(args)  # (REFUSED is _SLOW)
         outs = self.run(args)
         if outs is _SLOW:
             return _SLOW
         if self.single and not self.repeats:
+            if one is False and self.run is not None:  # (the first call built the trampoline)
+                self.one = self.run.native()
             return outs[0]
         arrays = [args[p] for p in self.positions] + prog.state_arrays
         if self.routes is not None:  # (returned as views of the caller's arrays, as there)

@@ -520,3 +520,22 @@ def test_the_native_short_call_returns_the_general_paths_layout(general, f, x):
     assert same_bits(got, want) and got.strides == want.strides and len(general) == 1
     for flag in ("WRITEABLE", "C_CONTIGUOUS", "F_CONTIGUOUS", "ALIGNED", "OWNDATA"):
         assert got.flags[flag] == want.flags[flag], flag
+
+
+def test_a_layers_short_call_checks_its_guards_then_runs_the_native_builtin(general):
+    net = Net()
+    fn = cc.compile(lambda x: net(x))
+    x = rng(40).standard_normal((3, 3)).astype(np.float32)
+    for _ in range(3):
+        fn(x)
+    (fast,) = [f for f in fn._fast.values() if f]
+    assert fast.call is None and isinstance(fast.one, types.BuiltinFunctionType)
+    # The driver, then _FastCall (the state guards' epoch), then nothing but native code.
+    assert python_frames(lambda: fn(x)) == ["__call__", "__call__"]
+    net.fc.weight[...] *= 2.0                # written in place: read by the native call
+    want = general_path(lambda x, w, b: (x @ w + b).tanh(), x, np.asarray(net.fc.weight),
+                        np.asarray(net.fc.bias))
+    assert same_bits(fn(x), want) and len(general) == 1
+    net.fc = nn.Linear(3, 3)                 # replaced: the guard sends it to a new trace
+    fn(x)
+    assert fn.traces == 2 and len(general) == 2
