@@ -530,8 +530,9 @@ def test_a_layers_short_call_checks_its_guards_then_runs_the_native_builtin(gene
         fn(x)
     (fast,) = [f for f in fn._fast.values() if f]
     assert fast.call is None and isinstance(fast.one, types.BuiltinFunctionType)
-    # The driver, then _FastCall (the state guards' epoch), then nothing but native code.
-    assert python_frames(lambda: fn(x)) == ["__call__", "__call__"]
+    # The driver, then _FastCall (the state guards' epoch), then native code but BLAS's
+    # bracket.
+    assert python_frames(lambda: fn(x)) == ["__call__", "__call__", "blas_enter", "blas_exit"]
     net.fc.weight[...] *= 2.0                # written in place: read by the native call
     want = general_path(lambda x, w, b: (x @ w + b).tanh(), x, np.asarray(net.fc.weight),
                         np.asarray(net.fc.bias))
