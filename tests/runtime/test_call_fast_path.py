@@ -399,9 +399,11 @@ def test_the_native_short_call_keeps_every_check_and_leaks_nothing(general):
     fast = short_call(fn)
     exe = fast.run.exe
     dtype, u8 = a.dtype, np.dtype(np.uint8)
-    counts = lambda: (sys.getrefcount(a), sys.getrefcount(dtype), sys.getrefcount(u8),  # noqa
-                      sys.getrefcount(exe), sys.getrefcount(exe._free),
-                      sys.getrefcount(exe._free[-1]), sys.getrefcount(api._SLOW))
+
+    def counts():
+        return (sys.getrefcount(a), sys.getrefcount(dtype), sys.getrefcount(u8),
+                sys.getrefcount(exe), sys.getrefcount(exe._free),
+                sys.getrefcount(exe._free[-1]), sys.getrefcount(api._SLOW))
     before = counts()
     for _ in range(2000):
         out = fn(a)
