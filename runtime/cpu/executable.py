@@ -361,8 +361,9 @@ def _native_api() -> dict | None:
             from numpy._core import _multiarray_umath as umath
         except ImportError:  # (NumPy 1.x)
             from numpy.core import _multiarray_umath as umath
-        get = capi.PyCapsule_GetPointer
-        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        # (function objects of our own: ctypes.pythonapi's are shared with other libraries)
+        get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+            ("PyCapsule_GetPointer", capi))
         table = get(umath._ARRAY_API, None)
         api.update({k: ctypes.c_void_p.from_address(table + 8 * i).value
                     for k, i in _NUMPY_SLOTS.items()})
@@ -374,8 +375,7 @@ def _native_api() -> dict | None:
                                     api["NewFromDescr"])
         set_base = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object)(
             api["SetBase"])
-        incref = capi.Py_IncRef
-        incref.argtypes = [ctypes.py_object]
+        incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", capi))
         dims, strides = (ctypes.c_int64 * 1)(8), (ctypes.c_int64 * 1)(4)
         incref(_U8)  # (both steal a reference to the descriptor, and SetBase to the base)
         raw = new(id(np.ndarray), _U8, 1, ctypes.addressof(dims), None, None, 0, None)
@@ -647,9 +647,8 @@ class _MethodDef(ctypes.Structure):
 
 _METH_O = 0x0008
 _fast_one_def: list = []  # the PyMethodDef of `fast_one` (None: not available), once built
-_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
-_new_builtin.restype = ctypes.py_object
-_new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+_new_builtin = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object,
+                                 ctypes.c_void_p)(("PyCFunction_NewEx", ctypes.pythonapi))
 # False: FastRunner.native() gives None, so that the short path stays in Python (`one`): for
 # comparing the two in benchmarks/call_overhead.py.
 NATIVE_CALLS = True
