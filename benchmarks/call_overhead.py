@@ -8,8 +8,11 @@ Each repeat times `--calls` calls of every contender in turn (interleaved, so th
 shared machine falls on all of them alike) with `time.process_time` (CPU, not wall: other
 processes' load doesn't count), and the medians over repeats are printed in microseconds per
 call with the ratio to ours. Contenders: `fn(x)` (cc.compile, cpu backend: after its first
-call, the short path of a layout seen before, `compiler.api._FastCall`), the lowered `Program`
-called directly, `fn(x)` with the short path off (`compiler.api.FAST_CALLS = False`: the
+call, the short path of a layout seen before, `compiler.api._FastCall`: one native builtin,
+`runtime.cpu.executable.FastRunner.native`), the lowered `Program` called directly, `fn(x)` on
+the short path as it was before that builtin ("Python short": `executable.NATIVE_CALLS = False`
+while its layout is first seen, so that `FastRunner.one` in Python drives the native
+trampoline), `fn(x)` with the short path off (`compiler.api.FAST_CALLS = False`: the
 general path every call binds, checks and wraps on), and where installed `jax.jit`, torch
 eager and torch.compile. BLAS runs on one thread (no GEMM here anyway).
 """
@@ -30,6 +33,7 @@ import numpy as np  # noqa: E402
 
 import compiler as cc  # noqa: E402
 from compiler import api  # noqa: E402
+from runtime.cpu import executable  # noqa: E402
 
 
 def contenders():
@@ -39,9 +43,14 @@ def contenders():
     prog = fn.lower(x)
     general = cc.compile(lambda x: x * 2 + 1)
     general(x)
+    before = cc.compile(lambda x: x * 2 + 1)
+    executable.NATIVE_CALLS = False
+    for _ in range(3):  # (the general call, then the first short call decides)
+        before(x)
+    executable.NATIVE_CALLS = True
     # (name: the callable, its argument, whether the short path is on while it runs)
     out = {"ours fn(x)": (fn, x), "ours Program(x)": (prog, x),
-           "ours general path": (general, x, False)}
+           "ours Python short": (before, x), "ours general path": (general, x, False)}
     try:
         import jax
         jf = jax.jit(lambda x: x * 2 + 1)

@@ -352,7 +352,10 @@ class Program:
     def __call__(self, *args, **kwargs):
         if not kwargs and self._fast and FAST_CALLS:
             try:
-                fast = self._fast.get(_fast_key(args))
+                if len(args) == 1 and type(a := args[0]) is np.ndarray:  # (_fast_key's case)
+                    fast = self._fast.get((a.shape, a.strides, a.dtype))
+                else:
+                    fast = self._fast.get(_fast_key(args))
             except Exception:  # noqa: BLE001 - an unhashable argument: the general path's
                 fast = None
             if fast:
@@ -585,7 +588,9 @@ class _FastCall:
     (`Program._run_bound`), doing only what can differ from call to call: the native
     trampoline (`runtime.cpu.executable.FastRunner`) reads the data pointers, refuses a
     read-only array the program writes and overlapping inputs (the general path then raises
-    or traces the aliasing), and fresh outputs are allocated. What the general path checks
+    or traces the aliasing), and fresh outputs are allocated. A call with nothing to check
+    or assemble here is `call`: from the second short call on the native builtin
+    (`FastRunner.native`), so that `fn(x)` runs one Python frame, the driver's. What the general path checks
     once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
     no private copies (data checks while running beside mutations) or copies back (an
     in-place mutation is written by the one native call, so no signal can split it); the
@@ -593,8 +598,8 @@ class _FastCall:
     captured arrays are checked as on the general path; when they changed, the call takes
     it. Returns _SLOW when nothing ran and the general path must take the call."""
 
-    __slots__ = ("call", "checks", "key", "positions", "prog", "repeats", "routes", "run",
-                 "single", "slow_key", "tree")
+    __slots__ = ("call", "checks", "key", "one", "positions", "prog", "repeats", "routes",
+                 "run", "single", "slow_key", "tree")
 
     def __init__(self, prog, key, slow_key, run, positions, routes, checks):
         self.prog, self.key, self.slow_key, self.run = prog, key, slow_key, run
@@ -610,14 +615,28 @@ class _FastCall:
         self.repeats = [i for i, (v, r) in enumerate(zip(prog.graph.outputs, routes))
                         if r is not None or 0 in prog._exec.places[id(v)].strides]
         # Nothing to check or assemble (no guards, captured arrays, data checks; one fresh
-        # output): the runner's `one` is the whole call.
-        self.call = run.one if (run.single and self.single and not self.repeats
-                                and not checks and not prog._guards
-                                and not prog._captured) else None
+        # output): the runner's `one` is the whole call, from the second short call on as a
+        # native builtin where there is one (`FastRunner.native`: no Python frame at all).
+        one = run.single and self.single and not self.repeats
+        self.call = self._first_one if (one and not checks and not prog._guards
+                                        and not prog._captured) else None
+        # With guards, captured arrays or data checks, the run after them: the native builtin
+        # too from the second call on (False: not made yet).
+        self.one = False if one else None
+
+    def _first_one(self, args):
+        run = self.run
+        if run is None:
+            return _SLOW
+        result = run.one(args)  # (the first short call builds the trampoline)
+        native = run.native()
+        if self.run is not None:  # (not retired meanwhile)
+            self.call = run.one if native is None else native
+        return result
 
     def retire(self):
         """Its program's executable was replaced: every later call takes the general path."""
-        self.call = self.run = None
+        self.call = self.run = self.one = None
 
     def __call__(self, args):
         prog = self.prog
@@ -629,10 +648,15 @@ class _FastCall:
             return _SLOW
         if self.checks:  # labels in the caller's arrays: checked before anything runs
             prog._check_data([args[p] for p in self.positions] + prog.state_arrays)
+        one = self.one
+        if one:
+            return one(args)  # (REFUSED is _SLOW)
         outs = self.run(args)
         if outs is _SLOW:
             return _SLOW
         if self.single and not self.repeats:
+            if one is False and self.run is not None:  # (the first call built the trampoline)
+                self.one = self.run.native()
             return outs[0]
         arrays = [args[p] for p in self.positions] + prog.state_arrays
         if self.routes is not None:  # (returned as views of the caller's arrays, as there)

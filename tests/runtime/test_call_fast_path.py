@@ -5,7 +5,9 @@ the general path (`Program._run_bound`); a call the short path can't take (overl
 arguments, a read-only array the program writes, a state guard that moved) goes the general
 way. The `general` fixture counts the general path's calls; `general_path` gives a call's
 result with the short path off, to compare bits."""
+import sys
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ import pytest
 import compiler as cc
 from compiler import api, nn
 from compiler.tensor import state_tensor
+from runtime.arena import POOL_LIMIT
+from runtime.cpu import pool
 from tests.backends import AVAILABLE
 from tests.error_lines import error_checker
 
@@ -350,3 +354,191 @@ def test_a_strided_state_array_takes_the_general_path():
         want = want - 0.25 * 2 * want
     np.testing.assert_allclose(w, want, rtol=1e-6)
     np.testing.assert_array_equal(base.T[1::2], before.T[1::2])   # the rest untouched
+
+
+# -- the native short call (FastRunner.native: `fast_one`, a builtin with no Python frame) ----
+def short_call(fn):
+    """The short call `fn` made for its one layout (asserted to be the native builtin)."""
+    (fast,) = [f for f in fn._fast.values() if f]
+    assert isinstance(fast.call, types.BuiltinFunctionType), fast.call
+    return fast
+
+
+def python_frames(f, *args):
+    """The Python functions entered while `f(*args)` runs (C functions aren't counted)."""
+    entered = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            entered.append(frame.f_code.co_name)
+    sys.setprofile(hook)
+    try:
+        f(*args)
+    finally:
+        sys.setprofile(None)
+    return entered[1:]  # (the first is `f` itself)
+
+
+def test_a_short_call_enters_no_python_function_but_the_drivers_own(general):
+    x = rng(11).standard_normal(4).astype(np.float32)
+    fn = cc.compile(affine)
+    for _ in range(3):  # the general call, then the first short one builds the builtin
+        fn(x)
+    # No runner, no allocation helper: only `CompiledFunction.__call__` is Python.
+    assert python_frames(lambda: fn(x)) == ["__call__"]
+    prog = fn.lower(x)  # (the program cached for x: its short call is made)
+    assert python_frames(lambda: prog(x)) == ["__call__"]
+    assert len(general) == 1 and same_bits(fn(x), general_path(affine, x))
+
+
+def test_the_native_short_call_keeps_every_check_and_leaks_nothing(general):
+    fn = cc.compile(add_one_and_double)
+    a = np.zeros(4, np.float32)
+    for _ in range(3):
+        fn(a)
+    fast = short_call(fn)
+    exe = fast.run.exe
+    dtype, u8 = a.dtype, np.dtype(np.uint8)
+
+    def counts():
+        return (sys.getrefcount(a), sys.getrefcount(dtype), sys.getrefcount(u8),
+                sys.getrefcount(exe), sys.getrefcount(exe._free),
+                sys.getrefcount(exe._free[-1]), sys.getrefcount(api._SLOW))
+    before = counts()
+    for _ in range(2000):
+        out = fn(a)
+    del out
+    assert counts() == before  # every reference taken is given back
+    assert len(general) == 1
+    np.testing.assert_array_equal(a, np.full(4, 2003.0, np.float32))
+    first, second = fn(a), fn(a)  # fresh, aligned, writeable, owning its own buffer
+    assert not np.shares_memory(first, second) and not np.shares_memory(first, a)
+    assert first.ctypes.data % 64 == 0 and first.flags.writeable and first.base.dtype == u8
+    np.testing.assert_array_equal(second, np.full(4, 4010.0, np.float32))
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    refused = counts()[1:]
+    for _ in range(100):  # refused: nothing ran, the general path decides
+        assert fast.call((ro,)) is api._SLOW
+    assert counts()[1:] == refused and not ro.any()
+    with pytest.raises(cc.InplaceError) as e:
+        fn(ro)  # <- native read-only
+    check_error(e, cc.InplaceError, "native read-only", "argument 'a' is a read-only array")
+    assert not ro.any()
+    exe.release()  # the arenas given back (ARENA_LIMIT): the next call makes one
+    calls = len(general)
+    assert same_bits(fn(a), np.full(4, 4012.0, np.float32)) and len(general) == calls
+    assert exe.idle_arena_bytes() == exe.plan.arena_bytes
+
+
+def gather_shifted(x, i):
+    return x[i + 1] * 2.0  # <- shifted
+
+
+def test_a_computed_index_out_of_range_on_the_native_short_call_raises_as_the_general_path(
+        general):
+    fn = cc.compile(gather_shifted)
+    x = np.arange(5, dtype=np.float32)
+    for _ in range(3):
+        fn(x, np.array([1, 2]))
+    short_call(fn)  # (the index is computed: checked while the program runs)
+    with pytest.raises(cc.DataError) as e:
+        fn(x, np.array([1, 6]))
+    check_error(e, cc.DataError, "shifted", "index 7")
+    with pytest.raises(cc.DataError) as g:
+        general_path(gather_shifted, x, np.array([1, 6]))
+    assert str(e.value) == str(g.value)
+    calls = len(general)
+    np.testing.assert_array_equal(fn(x, np.array([3, 0])), [8.0, 2.0])
+    assert len(general) == calls
+
+
+def test_threads_racing_on_the_native_short_call_each_get_their_own_arena(general):
+    fn = cc.compile(accumulate)
+    n, rounds = 4, 300
+    for _ in range(3):
+        fn(np.zeros(64, np.float32), np.zeros(64, np.float32))
+    exe = short_call(fn).run.exe
+    xs = [rng(20 + i).standard_normal(64).astype(np.float32) for i in range(n)]
+    ys = [np.zeros(64, np.float32) for _ in range(n)]
+    sums = [general_path(accumulate, x, np.zeros(64, np.float32)) for x in xs]
+    start = threading.Barrier(n)
+    wrong = []
+
+    def work(i):
+        start.wait(timeout=60)
+        for _ in range(rounds):
+            s = fn(xs[i], ys[i])
+            if not same_bits(s, sums[i]):
+                wrong.append((i, s))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong and len(general) == 1  # an empty pool made an arena: no general call
+    for x, y in zip(xs, ys):
+        want = np.zeros(64, np.float32)
+        for _ in range(rounds):
+            want += x
+        assert same_bits(y, want)
+    assert 1 <= len(exe._free) <= POOL_LIMIT
+
+
+def test_a_program_calling_blas_takes_the_native_short_call_inside_blas_bracket(general):
+    def mlp(x, w, b):
+        return (x @ w + b).tanh()
+    x, w, b = (rng(30 + k).standard_normal(s).astype(np.float32)
+               for k, s in enumerate([(4, 8), (8, 8), (8,)]))
+    fn = cc.compile(mlp)
+    for _ in range(3):
+        fn(x, w, b)
+    exe = short_call(fn).run.exe
+    assert exe._blas
+    before = pool.blas_threads()
+    # Python runs only the driver (its key of three arguments) and BLAS's bracket (OpenBLAS
+    # on one thread meanwhile).
+    assert python_frames(lambda: fn(x, w, b)) == ["__call__", "_fast_key", "blas_enter",
+                                                  "blas_exit"]
+    assert pool.blas_threads() == before
+    assert same_bits(fn(x, w, b), general_path(mlp, x, w, b)) and len(general) == 1
+
+
+@pytest.mark.parametrize("f, x", [
+    (lambda x: (x * 2.0).T, np.arange(6, dtype=np.float32).reshape(2, 3)),
+    (lambda x: (x * 2.0)[1::2], np.arange(6, dtype=np.float64)),
+    (lambda x: x.sum(), np.arange(6, dtype=np.float32)),
+    (lambda x: x * 2.0, np.ones((0, 3), np.float32)),
+    (lambda x: x > 2.0, np.arange(6, dtype=np.float32)),
+    (lambda x: x * 2.0, np.arange(6, dtype=np.float16)),
+    (lambda x: x + 1, np.arange(6, dtype=np.int64)),
+], ids=["transposed", "strided-offset", "0-d", "zero-size", "bool", "float16", "int64"])
+def test_the_native_short_call_returns_the_general_paths_layout(general, f, x):
+    fn = cc.compile(f)
+    for _ in range(3):
+        fn(x)
+    short_call(fn)
+    got, want = fn(x), general_path(f, x)
+    assert same_bits(got, want) and got.strides == want.strides and len(general) == 1
+    for flag in ("WRITEABLE", "C_CONTIGUOUS", "F_CONTIGUOUS", "ALIGNED", "OWNDATA"):
+        assert got.flags[flag] == want.flags[flag], flag
+
+
+def test_a_layers_short_call_checks_its_guards_then_runs_the_native_builtin(general):
+    net = Net()
+    fn = cc.compile(lambda x: net(x))
+    x = rng(40).standard_normal((3, 3)).astype(np.float32)
+    for _ in range(3):
+        fn(x)
+    (fast,) = [f for f in fn._fast.values() if f]
+    assert fast.call is None and isinstance(fast.one, types.BuiltinFunctionType)
+    # The driver, then _FastCall (the state guards' epoch), then native code but BLAS's
+    # bracket.
+    assert python_frames(lambda: fn(x)) == ["__call__", "__call__", "blas_enter", "blas_exit"]
+    net.fc.weight[...] *= 2.0                # written in place: read by the native call
+    want = general_path(lambda x, w, b: (x @ w + b).tanh(), x, np.asarray(net.fc.weight),
+                        np.asarray(net.fc.bias))
+    assert same_bits(fn(x), want) and len(general) == 1
+    net.fc = nn.Linear(3, 3)                 # replaced: the guard sends it to a new trace
+    fn(x)
+    assert fn.traces == 2 and len(general) == 2
