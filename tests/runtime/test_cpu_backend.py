@@ -219,6 +219,44 @@ def test_a_batch_contiguous_with_the_rows_folds_into_one_gemm():
     np.testing.assert_array_equal(cpu(lambda x, y: x @ y)(a, w), np.full((4, 6, 3), 5.0))
 
 
+# Batches of small float32 products (attention's) run the generated register-tiled kernel
+# (gemm_kernels.py: `_small_sgemm`); edges: m not a multiple of its 6-row tile, n not of its
+# 16-column tile (B packed, padding dropped), k = 1, B read in place, strided caller views.
+def _t(z):
+    return z.transpose([0, 2, 1])
+
+
+SMALL_CASES = [
+    ("attention scores", (4, 128, 64), (4, 128, 64), lambda a, b: a @ _t(b)),
+    ("attention output", (4, 128, 128), (4, 128, 64), lambda a, b: a @ b),
+    ("both transposed", (3, 20, 50), (3, 37, 20), lambda a, b: _t(a) @ _t(b)),
+    ("ragged edges", (2, 3, 50, 20), (2, 3, 20, 37), lambda a, b: a @ b),
+    ("k = 1", (5, 17, 1), (5, 1, 33), lambda a, b: a @ b),
+    ("broadcast and sliced", (3, 40, 70), (1, 30, 32),
+     lambda a, b: a[:, 1:39, 5:35] @ b[:, :, 10:26].expand([3, 30, 16])),
+]
+
+
+@pytest.mark.parametrize("case", SMALL_CASES, ids=[c[0] for c in SMALL_CASES])
+def test_small_float32_batches_run_the_generated_kernel(case):
+    _, sa, sb, fn = case
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    prog = cpu(fn).lower(a, b)
+    assert "inplace_sgemm_" in prog.source
+    assert not any("cblas" in line and "call" in line for line in prog.source.splitlines())
+    want = reference(fn, a, b)[0]
+    terms = np.abs(np.asarray(reference(lambda x, y: fn(x.abs(), y.abs()), a, b)[0]))
+    assert_reduction_close(prog(a, b), want, terms)
+
+
+def test_big_or_float64_batches_keep_blas():
+    big = np.ones((2, 300, 200), np.float32), np.ones((2, 200, 300), np.float32)
+    assert "inplace_sgemm_" not in cpu(lambda x, y: x @ y).lower(*big).source
+    f64 = np.ones((4, 128, 64)), np.ones((4, 64, 128))
+    assert "inplace_sgemm_" not in cpu(lambda x, y: x @ y).lower(*f64).source
+
+
 def test_empty_matmul_and_reduction_give_zeros():
     out = cpu(lambda a, b: a @ b)(np.ones((3, 0), np.float32), np.ones((0, 4), np.float32))
     np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))  # poisoned arena: no NaN
