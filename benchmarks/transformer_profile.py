@@ -1,6 +1,7 @@
 """Where the transformer step's time goes on the cpu backend, node by node, at 1 thread.
 
     python benchmarks/transformer_profile.py [--repeat 7] [--top 25] [--no-torch]
+    python benchmarks/transformer_profile.py --blocks [--repeat 7]
 
 Builds `examples/transformer_block.py`'s step with a `profile=True` executable (a tick after
 every node: ~1 us each) and prints (1) every GEMM the step makes (matmul and the fused `gemm`
@@ -8,6 +9,11 @@ weight updates): shapes, batch, which operands are transposed (by their strides)
 time and GFLOP/s, and `torch.matmul` on operands of the same layout at 1 thread beside it;
 (2) the other nodes summed by op, and the most expensive single nodes. Times are the calling
 thread's CPU time (the machine is shared); the load average is printed.
+
+`--blocks`: the MLP and transformer steps at 1 and 2 threads with parallel GEMMs cut into
+64-row blocks (the old `gemm_kernels.GEMM_ROWS`) and into today's `gemm_rows` blocks, all four
+interleaved in one process: medians of wall and process CPU time per call (CPU 2/1 is what
+splitting costs, robust on a shared machine), torch eager at 1 and 2 threads beside.
 """
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ import numpy as np  # noqa: E402
 
 import compiler as cc  # noqa: E402
 from examples import transformer_block as ex_tf  # noqa: E402
+from examples import mlp as ex_mlp  # noqa: E402
+from runtime.cpu import gemm_kernels  # noqa: E402
 from runtime.cpu.executable import CpuExecutable  # noqa: E402
 
 
@@ -111,12 +119,52 @@ def gemm_rows(exe, prof, torch, repeat):
     return rows
 
 
+def _copy(args):
+    return tuple(np.array(a) for a in args)
+
+
+def blocks(repeat):
+    """Old (64-row) against new GEMM blocks, 1 and 2 threads, interleaved."""
+    saved = gemm_kernels.GEMM_ROWS, gemm_kernels.GEMM_ROWS_MIN
+    for name, step, make in (("mlp", ex_mlp.train_step, ex_mlp.example_inputs),
+                             ("transformer", ex_tf.train_step, ex_tf.example_inputs)):
+        progs = {}
+        for label, rows in (("64-row", (64, 64)), ("new", saved)):
+            gemm_kernels.GEMM_ROWS, gemm_kernels.GEMM_ROWS_MIN = rows
+            for threads in (1, 2):
+                # (a fresh function per build: the module is emitted with these blocks)
+                fn = cc.compile(lambda *a, _s=step: _s(*a), threads=threads)
+                args = _copy(make())
+                fn(*args)
+                progs[label, threads] = (fn, args)
+        gemm_kernels.GEMM_ROWS, gemm_kernels.GEMM_ROWS_MIN = saved
+        res = {k: [] for k in progs}
+        for r in range(repeat):
+            keys = list(progs) if r % 2 == 0 else list(progs)[::-1]
+            for k in keys:
+                fn, args = progs[k]
+                w0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(3):
+                    fn(*args)
+                res[k].append(((time.perf_counter() - w0) / 3, (time.process_time() - c0) / 3))
+        print(f"{name}: load average {os.getloadavg()[0]:.2f}")
+        med = {k: np.median(np.array(v), axis=0) * 1e3 for k, v in res.items()}
+        for label in ("64-row", "new"):
+            (w1, c1), (w2, c2) = med[label, 1], med[label, 2]
+            print(f"  {label:7} 1 thread {w1:7.2f} ms (CPU {c1:7.2f})  2 threads {w2:7.2f} ms "
+                  f"(CPU {c2:7.2f})  wall 1/2 {w1 / w2:.2f}x  CPU 2/1 {c2 / c1:.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--blocks", action="store_true")
     cli = ap.parse_args()
+    if cli.blocks:
+        blocks(cli.repeat)
+        return
     torch = None
     if not cli.no_torch:
         import torch

@@ -26,11 +26,18 @@ from .loops import elem_ptr, for_range, i64, index, loop_nest
 from .scalar import F32, F64, I32, I64, constant, convert, ll_type, load, mem_type, store
 
 PTR = ir.PointerType()
-# A parallel GEMM (no batch to split) is cut into blocks of whole units of GEMM_ROWS rows (or
-# columns, whichever of M and N is larger): each block one single-threaded cblas call, which
-# packs the other operand again (1/GEMM_ROWS of its work: 64 keeps it near 1.5%). Work per
-# multiply-add, against an elementwise loop's element operation: BLAS does ~16 per cycle.
-GEMM_ROWS = 64
+# A parallel GEMM (no batch to split) is cut into blocks of whole units of rows (or columns,
+# whichever of M and N is larger; `gemm_rows`): each block one single-threaded cblas call,
+# which packs the other operand again and runs its own edges. Measured at one thread
+# (OpenBLAS Haswell kernel, Zen 3, the transformer's and MLP's shapes), the CPU time of all
+# blocks against one call: 64-row blocks 1.10-1.25x, 128-row 1.04-1.20x, 256-row 1.01-1.11x
+# (that was most of the 2-thread step's extra CPU). So a unit is a quarter of the dimension
+# (4 blocks: 2 each for 2 threads, one each for 4), at least GEMM_ROWS_MIN and at most
+# GEMM_ROWS, a multiple of 16; fixed by the shape, so the bits don't depend on the threads.
+# Work per multiply-add, against an elementwise loop's element operation: BLAS does ~16 per
+# cycle.
+GEMM_ROWS = 256
+GEMM_ROWS_MIN = 128
 GEMM_WORK = 1 / 16
 # A batch of small float32 products (attention's 32 of 128x128x64) runs a generated kernel
 # (`_small_sgemm`): OpenBLAS packs both operands again and pays its call overhead for every
@@ -254,9 +261,10 @@ class GemmKernels:
             return
         rows = m >= n
         dim = m if rows else n
-        lo, hi = split.range_for(b, -(-dim // GEMM_ROWS))
-        first = b.mul(lo, i64(GEMM_ROWS))
-        last = b.mul(hi, i64(GEMM_ROWS))
+        unit = gemm_rows(dim)
+        lo, hi = split.range_for(b, -(-dim // unit))
+        first = b.mul(lo, i64(unit))
+        last = b.mul(hi, i64(unit))
         last = b.select(b.icmp_signed("<", last, i64(dim)), last, i64(dim))
         count = b.sub(last, first)
         if rows:
@@ -420,8 +428,9 @@ class GemmKernels:
         rows = m >= n
         dim = m if rows else n
         lo, hi = split.lo, split.hi
-        first = b.mul(lo, i64(GEMM_ROWS))
-        last = b.mul(hi, i64(GEMM_ROWS))
+        unit = gemm_rows(dim)
+        first = b.mul(lo, i64(unit))
+        last = b.mul(hi, i64(unit))
         last = b.select(b.icmp_signed("<", last, i64(dim)), last, i64(dim))
         cs = broadcast_strides(c, out.shape)
 
@@ -503,8 +512,15 @@ def _register_alloc():
             jit.register_symbol(name, _ALLOC[name])
 
 
+def gemm_rows(dim: int) -> int:
+    """Rows (or columns) of one unit of a parallel GEMM whose split dimension is `dim`."""
+    quarter = -(-dim // 64) * 16
+    return min(GEMM_ROWS, max(GEMM_ROWS_MIN, quarter))
+
+
 def gemm_units(m: int, n: int, kk: int):
-    """split= for one GEMM cut into blocks: units of GEMM_ROWS rows (or columns) of the
+    """split= for one GEMM cut into blocks: units of `gemm_rows` rows (or columns) of the
     larger of M and N, and the work of one unit."""
     dim, other = (m, n) if m >= n else (n, m)
-    return -(-dim // GEMM_ROWS), GEMM_ROWS * other * kk * GEMM_WORK
+    unit = gemm_rows(dim)
+    return -(-dim // unit), unit * other * kk * GEMM_WORK
