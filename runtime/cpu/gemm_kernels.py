@@ -41,13 +41,16 @@ GEMM_ROWS_MIN = 128
 GEMM_WORK = 1 / 16
 # A batch of small float32 products (attention's 32 of 128x128x64) runs a generated kernel
 # (`_small_sgemm`): OpenBLAS packs both operands again and pays its call overhead for every
-# item, ~45 GFLOP/s there against ~65 on the whole. Both operands of an item are packed once
-# into stack panels of at most SMALL_PANEL floats (64 KiB each: L2-resident), then a register
-# tile of SMALL_MR x SMALL_NR (12 ymm accumulators, 2 loads and 6 broadcasts per 12 FMAs)
-# sweeps them, each element's sum over k in order (fma by fma): the same bits whichever
-# thread runs the item. Items smaller than SMALL_MIN in m or n keep BLAS.
+# item, ~45 GFLOP/s there (transformer step, one thread) against ~60-70 generated. A is read
+# where it lies (at most SMALL_A floats: cache-resident); B in place when its rows are
+# unit-stride, else packed once per item into a stack panel of at most SMALL_PANEL floats
+# (64 KiB: any thread's stack takes it); then a register tile of SMALL_MR x SMALL_NR (12 ymm
+# accumulators, 2 loads and 6 broadcasts per 12 FMAs) sweeps them, each element's sum over k
+# in order (fma by fma): the same bits whichever thread runs the item. Items smaller than
+# SMALL_MIN in m or n keep BLAS.
 SMALL_MR, SMALL_NR = 6, 16
-SMALL_PANEL = 32768
+SMALL_A = 32768
+SMALL_PANEL = 16384
 SMALL_MIN = 16
 
 
@@ -486,7 +489,7 @@ def _i64(v):
 def _small_ok(dt, m, n, kk) -> bool:
     """Whether one item of a batched product runs `_small_sgemm` (float32, small operands)."""
     return (np.dtype(dt) == np.float32 and m >= SMALL_MIN and n >= SMALL_MIN and kk >= 1
-            and m * kk <= SMALL_PANEL and -(-n // SMALL_NR) * SMALL_NR * kk <= SMALL_PANEL)
+            and m * kk <= SMALL_A and -(-n // SMALL_NR) * SMALL_NR * kk <= SMALL_PANEL)
 
 
 def _declare_fma(module, vt):
