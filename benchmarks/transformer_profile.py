@@ -11,9 +11,10 @@ time and GFLOP/s, and `torch.matmul` on operands of the same layout at 1 thread 
 thread's CPU time (the machine is shared); the load average is printed.
 
 `--blocks`: the MLP and transformer steps at 1 and 2 threads with parallel GEMMs cut into
-64-row blocks (the old `gemm_kernels.GEMM_ROWS`) and into today's `gemm_rows` blocks, all four
-interleaved in one process: medians of wall and process CPU time per call (CPU 2/1 is what
-splitting costs, robust on a shared machine), torch eager at 1 and 2 threads beside.
+64-row blocks (the old `gemm_kernels.GEMM_ROWS`) and into today's `gemm_rows` blocks, and
+backend_speed.py's torch eager step at 1 and 2 threads, all six interleaved in one process:
+medians of wall and process CPU time per call (CPU 2/1 is what splitting costs, robust on a
+shared machine, where wall times are not).
 """
 from __future__ import annotations
 
@@ -123,8 +124,34 @@ def _copy(args):
     return tuple(np.array(a) for a in args)
 
 
-def blocks(repeat):
-    """Old (64-row) against new GEMM blocks, 1 and 2 threads, interleaved."""
+def _torch_step(torch, bs, name, make, threads):
+    """backend_speed.py's torch eager step on copies of the inputs, at `threads` threads."""
+    args = [torch.from_numpy(a) for a in _copy(make())]
+    for i in bs.PARAM_ARGS[name]:
+        args[i].requires_grad_(True)
+    fn = bs.torch_steps(torch)[name]
+
+    def call():
+        torch.set_num_threads(threads)
+        return fn(*args)
+    call()
+    return call, ()
+
+
+def blocks(repeat, with_torch=True):
+    """Old (64-row) against new GEMM blocks, 1 and 2 threads, interleaved (torch eager too)."""
+    torch = bs = None
+    if with_torch:
+        # idle OpenMP threads sleep (as in backend_speed.py): spinning ones would take the
+        # cores from the program timed next
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("KMP_BLOCKTIME", "0")
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "backend_speed", os.path.join(ROOT, "benchmarks", "backend_speed.py"))
+        bs = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bs)
+        import torch
     saved = gemm_kernels.GEMM_ROWS, gemm_kernels.GEMM_ROWS_MIN
     for name, step, make in (("mlp", ex_mlp.train_step, ex_mlp.example_inputs),
                              ("transformer", ex_tf.train_step, ex_tf.example_inputs)):
@@ -138,6 +165,9 @@ def blocks(repeat):
                 fn(*args)
                 progs[label, threads] = (fn, args)
         gemm_kernels.GEMM_ROWS, gemm_kernels.GEMM_ROWS_MIN = saved
+        if torch is not None:
+            for threads in (1, 2):
+                progs["torch", threads] = _torch_step(torch, bs, name, make, threads)
         res = {k: [] for k in progs}
         for r in range(repeat):
             keys = list(progs) if r % 2 == 0 else list(progs)[::-1]
@@ -149,7 +179,7 @@ def blocks(repeat):
                 res[k].append(((time.perf_counter() - w0) / 3, (time.process_time() - c0) / 3))
         print(f"{name}: load average {os.getloadavg()[0]:.2f}")
         med = {k: np.median(np.array(v), axis=0) * 1e3 for k, v in res.items()}
-        for label in ("64-row", "new"):
+        for label in ("64-row", "new") + (("torch",) if torch is not None else ()):
             (w1, c1), (w2, c2) = med[label, 1], med[label, 2]
             print(f"  {label:7} 1 thread {w1:7.2f} ms (CPU {c1:7.2f})  2 threads {w2:7.2f} ms "
                   f"(CPU {c2:7.2f})  wall 1/2 {w1 / w2:.2f}x  CPU 2/1 {c2 / c1:.2f}")
@@ -163,7 +193,7 @@ def main():
     ap.add_argument("--blocks", action="store_true")
     cli = ap.parse_args()
     if cli.blocks:
-        blocks(cli.repeat)
+        blocks(cli.repeat, not cli.no_torch)
         return
     torch = None
     if not cli.no_torch:

@@ -656,6 +656,38 @@ def test_profile_build_times_every_kernel():
     assert all(s >= 0 for _, s in prof)
 
 
+def test_erf_tail_exp_is_the_general_exp_bit_for_bit_on_its_range():
+    # erf's tail (1 <= |x| < 4) takes exp of Q in [-16.3, -1.8] by `_exp_normal32`: fast_exp
+    # without clamps, NaN path or split scaling, which must give fast_exp's bits there
+    import ctypes
+
+    from llvmlite import ir
+
+    from runtime.cpu import jit, mathlib
+    from runtime.cpu.loops import for_range
+    module = ir.Module()
+    f32p = ir.PointerType()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [f32p] * 3 + [ir.IntType(64)]),
+                     "run")
+    b = ir.IRBuilder(fn.append_basic_block())
+    x_p, general_p, tail_p, n = fn.args
+    with for_range(b, n, "i") as i:
+        v = b.load(b.gep(x_p, [i], source_etype=mathlib.F32), typ=mathlib.F32)
+        b.store(mathlib.fast_exp(b, v), b.gep(general_p, [i], source_etype=mathlib.F32))
+        b.store(mathlib._exp_normal32(b, v), b.gep(tail_p, [i], source_etype=mathlib.F32))
+    b.ret_void()
+    compiled = jit.compile_ir(str(module), ["run"])
+    bits = lambda v: np.float32(v).view(np.int32)  # noqa: E731
+    x = np.concatenate([np.arange(bits(1.7), bits(16.5), 31, dtype=np.int32),
+                        np.arange(0, bits(87.0), 997, dtype=np.int32)]).view(np.float32)
+    x = -x
+    general, tail = np.empty_like(x), np.empty_like(x)
+    ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64)(compiled.address("run"))(
+        x.ctypes.data, general.ctypes.data, tail.ctypes.data, x.size)
+    assert general.tobytes() == tail.tobytes()
+    np.testing.assert_allclose(tail, np.exp(x.astype(np.float64)), rtol=3e-7)
+
+
 def test_generated_float32_erf_is_correctly_rounded_on_a_dense_grid():
     import math
     x = np.concatenate([np.linspace(-6, 6, 120001), np.linspace(-1e-3, 1e-3, 2001),
