@@ -31,9 +31,10 @@ PTR = ir.PointerType()
 # which packs the other operand again and runs its own edges. Measured at one thread
 # (OpenBLAS Haswell kernel, Zen 3, the transformer's and MLP's shapes), the CPU time of all
 # blocks against one call: 64-row blocks 1.10-1.25x, 128-row 1.04-1.20x, 256-row 1.01-1.11x
-# (that was most of the 2-thread step's extra CPU). So a unit is a quarter of the dimension
-# (4 blocks: 2 each for 2 threads, one each for 4), at least GEMM_ROWS_MIN and at most
-# GEMM_ROWS, a multiple of 16; fixed by the shape, so the bits don't depend on the threads.
+# (that was most of the 2-thread step's extra CPU). So a GEMM is cut into 4 near-equal blocks
+# (2 each for 2 threads, one each for 4), down to 2 where a block would be under
+# GEMM_ROWS_MIN, more where it would be over GEMM_ROWS (`gemm_rows`); fixed by the shape, so
+# the bits don't depend on the threads.
 # Work per multiply-add, against an elementwise loop's element operation: BLAS does ~16 per
 # cycle.
 GEMM_ROWS = 256
@@ -516,9 +517,11 @@ def _register_alloc():
 
 
 def gemm_rows(dim: int) -> int:
-    """Rows (or columns) of one unit of a parallel GEMM whose split dimension is `dim`."""
-    quarter = -(-dim // 64) * 16
-    return min(GEMM_ROWS, max(GEMM_ROWS_MIN, quarter))
+    """Rows (or columns) of one unit of a parallel GEMM whose split dimension is `dim`:
+    `dim` cut into 4 near-equal blocks (a multiple of 16), down to 2 where they would be
+    under GEMM_ROWS_MIN, more where they would be over GEMM_ROWS."""
+    blocks = min(4, max(2, dim // GEMM_ROWS_MIN))
+    return min(GEMM_ROWS, -(-dim // (16 * blocks)) * 16)
 
 
 def gemm_units(m: int, n: int, kk: int):
