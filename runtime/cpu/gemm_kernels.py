@@ -26,12 +26,33 @@ from .loops import elem_ptr, for_range, i64, index, loop_nest
 from .scalar import F32, F64, I32, I64, constant, convert, ll_type, load, mem_type, store
 
 PTR = ir.PointerType()
-# A parallel GEMM (no batch to split) is cut into blocks of whole units of GEMM_ROWS rows (or
-# columns, whichever of M and N is larger): each block one single-threaded cblas call, which
-# packs the other operand again (1/GEMM_ROWS of its work: 64 keeps it near 1.5%). Work per
-# multiply-add, against an elementwise loop's element operation: BLAS does ~16 per cycle.
-GEMM_ROWS = 64
+# A parallel GEMM (no batch to split) is cut into blocks of whole units of rows (or columns,
+# whichever of M and N is larger; `gemm_rows`): each block one single-threaded cblas call,
+# which packs the other operand again and runs its own edges. Measured at one thread
+# (OpenBLAS Haswell kernel, Zen 3, the transformer's and MLP's shapes), the CPU time of all
+# blocks against one call: 64-row blocks 1.10-1.25x, 128-row 1.04-1.20x, 256-row 1.01-1.11x
+# (that was most of the 2-thread step's extra CPU). So a GEMM is cut into 4 near-equal blocks
+# (2 each for 2 threads, one each for 4), down to 2 where a block would be under
+# GEMM_ROWS_MIN, more where it would be over GEMM_ROWS (`gemm_rows`); fixed by the shape, so
+# the bits don't depend on the threads.
+# Work per multiply-add, against an elementwise loop's element operation: BLAS does ~16 per
+# cycle.
+GEMM_ROWS = 256
+GEMM_ROWS_MIN = 128
 GEMM_WORK = 1 / 16
+# A batch of small float32 products (attention's 32 of 128x128x64) runs a generated kernel
+# (`_small_sgemm`): OpenBLAS packs both operands again and pays its call overhead for every
+# item, ~45 GFLOP/s there (transformer step, one thread) against ~60-70 generated. A is read
+# where it lies (at most SMALL_A floats: cache-resident); B in place when its rows are
+# unit-stride, else packed once per item into a stack panel of at most SMALL_PANEL floats
+# (64 KiB: any thread's stack takes it); then a register tile of SMALL_MR x SMALL_NR (12 ymm
+# accumulators, 2 loads and 6 broadcasts per 12 FMAs) sweeps them, each element's sum over k
+# in order (fma by fma): the same bits whichever thread runs the item. Items smaller than
+# SMALL_MIN in m or n keep BLAS.
+SMALL_MR, SMALL_NR = 6, 16
+SMALL_A = 32768
+SMALL_PANEL = 16384
+SMALL_MIN = 16
 
 
 class GemmKernels:
@@ -95,10 +116,17 @@ class GemmKernels:
         xk, yk, yn, on = x.strides[-1], y.strides[-2], y.strides[-1], out.strides[-1]
         dt = out.dtype
 
+        small = bshape_c and _small_ok(dt, m, n, kk)
+
         def one(idxs):
             xo = index(b, x.offset, cxb, idxs)
             yo = index(b, y.offset, cyb, idxs)
             oo = index(b, out.offset, cob, idxs)
+            if small:
+                fn = self._small_sgemm(m, n, kk, (xm, xk), (yk, yn), ldc)
+                b.call(fn, [elem_ptr(b, ptrs[x.slot], dt, xo), elem_ptr(b, ptrs[y.slot], dt, yo),
+                            elem_ptr(b, ptrs[out.slot], dt, oo)])
+                return
             self.gemm_blocked(b, dt, m, n, kk,
                               ptrs[x.slot], xo, (xm, xk), ptrs[y.slot], yo, (yk, yn),
                               ptrs[out.slot], oo, (om, on), ldc)
@@ -106,6 +134,124 @@ class GemmKernels:
             loop_nest(b, bshape_c, one, "b")
         else:
             one([])
+
+    def _small_sgemm(self, m, n, kk, xs, ys, ldc):
+        """`inplace_sgemm_<shape, strides>(A, B, C)`: C = A @ B for one small float32 item
+        (m x kk times kk x n, element strides xs and ys, C rows ldc apart, columns unit),
+        generated once per module. B is read in column tiles of SMALL_NR: in place where its
+        rows are unit-stride and n a whole number of tiles, else packed once (k-major,
+        zero-padded) into a stack panel. A is read where it lies (six rows' elements at each
+        k: a broadcast each; the last tile's rows past m repeat row m - 1, whose results are
+        dropped). Each tile of C is accumulated in registers over k in order, stored once."""
+        name = "inplace_sgemm_" + "_".join(str(v) for v in (m, n, kk, *xs, *ys, ldc))
+        fn = self.module.globals.get(name)
+        if fn is not None:
+            return fn
+        mr, nr = SMALL_MR, SMALL_NR
+        mb, nb = -(-m // mr), -(-n // nr)
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR] * 3), name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        for a, nm in zip(fn.args, "abc"):
+            a.add_attribute("noalias")
+            a.name = nm
+        pa, pb, pc = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        vt = ir.VectorType(F32, 8)
+        yk, yn = ys
+        direct = yn == 1 and n % nr == 0
+        if direct:
+            panel, pk, tile_step = pb, yk, nr  # B[p, tj * nr + e] at p * yk + tj * nr + e
+        else:
+            panel = b.alloca(F32, size=i64(nb * nr * kk), name="bpack")
+            panel.align = 64
+            pk, tile_step = nr, nr * kk
+            zero = ir.Constant(F32, 0.0)
+            # panel[(t * kk + p) * nr + e] = B[p, t * nr + e], 0 past n
+            with for_range(b, nb, "pt") as t:
+                with for_range(b, kk, "pp") as pv:
+                    base = b.mul(b.add(b.mul(t, i64(kk)), pv), i64(nr))
+                    for e in range(nr):
+                        j = b.add(b.mul(t, i64(nr)), i64(e))
+                        jc = b.select(b.icmp_signed("<", j, i64(n)), j, i64(n - 1)) \
+                            if n % nr else j
+                        v = b.load(b.gep(pb, [b.add(b.mul(pv, i64(yk)), b.mul(jc, i64(yn)))],
+                                         inbounds=True, source_etype=F32), typ=F32)
+                        if n % nr:
+                            v = b.select(b.icmp_signed("<", j, i64(n)), v, zero)
+                        b.store(v, b.gep(panel, [b.add(base, i64(e))], inbounds=True,
+                                         source_etype=F32))
+        fma = _declare_fma(self.module, vt)
+        undef = ir.Constant(vt, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(I32, 8), [0] * 8)
+        xm, xk = xs
+        with for_range(b, nb, "tj") as tj:
+            bbase = b.mul(tj, i64(tile_step))
+            with for_range(b, mb, "ti") as ti:
+                rows = []
+                for u in range(mr):
+                    r = b.add(b.mul(ti, i64(mr)), i64(u))
+                    if m % mr:
+                        r = b.select(b.icmp_signed("<", r, i64(m)), r, i64(m - 1))
+                    rows.append(b.mul(r, i64(xm)))
+                pre = b.block
+                head = fn.append_basic_block("k.body")
+                done = fn.append_basic_block("k.done")
+                b.branch(head)
+                b.position_at_end(head)
+                pv = b.phi(I64, name="k")
+                pv.add_incoming(i64(0), pre)
+                accs = []
+                for u in range(mr * 2):
+                    ph = b.phi(vt, name=f"acc{u}")
+                    ph.add_incoming(ir.Constant(vt, [0.0] * 8), pre)
+                    accs.append(ph)
+                boff = b.add(bbase, b.mul(pv, i64(pk)))
+                bv = [b.load(b.gep(panel, [b.add(boff, i64(8 * h))], inbounds=True,
+                                   source_etype=F32), typ=vt, align=4) for h in range(2)]
+                koff = b.mul(pv, i64(xk))
+                new = []
+                for u in range(mr):
+                    a = b.load(b.gep(pa, [b.add(rows[u], koff)], inbounds=True,
+                                     source_etype=F32), typ=F32)
+                    av = b.shuffle_vector(b.insert_element(undef, a, ir.Constant(I32, 0)),
+                                          undef, splat_mask)
+                    for h in range(2):
+                        new.append(b.call(fma, [av, bv[h], accs[2 * u + h]]))
+                nxt = b.add(pv, i64(1), flags=["nuw", "nsw"])
+                for ph, v in zip(accs, new):
+                    ph.add_incoming(v, b.block)
+                pv.add_incoming(nxt, b.block)
+                b.cbranch(b.icmp_signed("<", nxt, i64(kk)), head, done)
+                b.position_at_end(done)
+                for u in range(mr):
+                    row = b.add(b.mul(ti, i64(mr)), i64(u))
+                    self._small_store(b, pc, row, tj, new[2 * u:2 * u + 2], m, n, ldc)
+        b.ret_void()
+        return fn
+
+    @staticmethod
+    def _small_store(b, pc, row, tj, vals, m, n, ldc):
+        """Row `row` of tile column `tj`: two 8-float vectors into C, padding dropped."""
+        def emit():
+            col = b.mul(tj, i64(SMALL_NR))
+            at = b.add(b.mul(row, i64(ldc)), col)
+            if n % SMALL_NR == 0:
+                for h, v in enumerate(vals):
+                    b.store(v, b.gep(pc, [b.add(at, i64(8 * h))], inbounds=True,
+                                     source_etype=F32), align=4)
+                return
+            for h, v in enumerate(vals):
+                for e in range(8):
+                    j = 8 * h + e
+                    with b.if_then(b.icmp_signed("<", b.add(col, i64(j)), i64(n))):
+                        b.store(b.extract_element(v, ir.Constant(I32, e)), b.gep(
+                            pc, [b.add(at, i64(j))], inbounds=True, source_etype=F32))
+        if m % SMALL_MR == 0:
+            emit()
+        else:
+            with b.if_then(b.icmp_signed("<", row, i64(m))):
+                emit()
 
     def gemm_blocked(self, b, dt, m, n, kk, xp, xo, xs, yp, yo, ys, op, oo, os_, ldc,
                      alpha=1.0, beta=0.0):
@@ -119,9 +265,10 @@ class GemmKernels:
             return
         rows = m >= n
         dim = m if rows else n
-        lo, hi = split.range_for(b, -(-dim // GEMM_ROWS))
-        first = b.mul(lo, i64(GEMM_ROWS))
-        last = b.mul(hi, i64(GEMM_ROWS))
+        unit = gemm_rows(dim)
+        lo, hi = split.range_for(b, -(-dim // unit))
+        first = b.mul(lo, i64(unit))
+        last = b.mul(hi, i64(unit))
         last = b.select(b.icmp_signed("<", last, i64(dim)), last, i64(dim))
         count = b.sub(last, first)
         if rows:
@@ -285,8 +432,9 @@ class GemmKernels:
         rows = m >= n
         dim = m if rows else n
         lo, hi = split.lo, split.hi
-        first = b.mul(lo, i64(GEMM_ROWS))
-        last = b.mul(hi, i64(GEMM_ROWS))
+        unit = gemm_rows(dim)
+        first = b.mul(lo, i64(unit))
+        last = b.mul(hi, i64(unit))
         last = b.select(b.icmp_signed("<", last, i64(dim)), last, i64(dim))
         cs = broadcast_strides(c, out.shape)
 
@@ -339,6 +487,18 @@ def _i64(v):
     return v if isinstance(v, ir.Value) else i64(v)
 
 
+def _small_ok(dt, m, n, kk) -> bool:
+    """Whether one item of a batched product runs `_small_sgemm` (float32, small operands)."""
+    return (np.dtype(dt) == np.float32 and m >= SMALL_MIN and n >= SMALL_MIN and kk >= 1
+            and m * kk <= SMALL_A and -(-n // SMALL_NR) * SMALL_NR * kk <= SMALL_PANEL)
+
+
+def _declare_fma(module, vt):
+    name = f"llvm.fma.v{vt.count}f32"
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(vt, [vt] * 3),
+                                                   name)
+
+
 def _blas_dtype(dt) -> bool:
     """float32 and float64 call their cblas_?gemm; 16-bit floats sgemm on float32 panels."""
     return np.dtype(dt).name in jit.BLAS_GEMM or is_half(dt)
@@ -356,8 +516,17 @@ def _register_alloc():
             jit.register_symbol(name, _ALLOC[name])
 
 
+def gemm_rows(dim: int) -> int:
+    """Rows (or columns) of one unit of a parallel GEMM whose split dimension is `dim`:
+    `dim` cut into 4 near-equal blocks (a multiple of 16), down to 2 where they would be
+    under GEMM_ROWS_MIN, more where they would be over GEMM_ROWS."""
+    blocks = min(4, max(2, dim // GEMM_ROWS_MIN))
+    return min(GEMM_ROWS, -(-dim // (16 * blocks)) * 16)
+
+
 def gemm_units(m: int, n: int, kk: int):
-    """split= for one GEMM cut into blocks: units of GEMM_ROWS rows (or columns) of the
+    """split= for one GEMM cut into blocks: units of `gemm_rows` rows (or columns) of the
     larger of M and N, and the work of one unit."""
     dim, other = (m, n) if m >= n else (n, m)
-    return -(-dim // GEMM_ROWS), GEMM_ROWS * other * kk * GEMM_WORK
+    unit = gemm_rows(dim)
+    return -(-dim // unit), unit * other * kk * GEMM_WORK

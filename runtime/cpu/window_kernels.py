@@ -16,6 +16,7 @@ from runtime.lowering.layout import conv_roles, leading_padding
 from runtime.lowering.places import Place
 
 from .loops import elem_ptr, for_range, i64, index, loop_nest
+from .mathlib import intrinsic2
 from .scalar import (F64, I64, constant, convert, fast_exp, libm,
                      ll_type, load, select_max, store)
 
@@ -52,7 +53,10 @@ class WindowKernels:
                 return elem_ptr(b, ptrs[out.slot], dt, b.add(oo, b.mul(j, i64(so))))
             b.store(constant(-np.inf, cd), mx)
             with for_range(b, n, "j") as j:
-                b.store(select_max(b, b.load(mx, typ=t), xat(j), cd), mx)
+                # (softmax: llvm.maximum, NaN-propagating as select_max, vectorises; only
+                # the max's zero sign may differ, which exp(x - max) doesn't see)
+                b.store(intrinsic2(b, "maximum", b.load(mx, typ=t), xat(j)) if not log else
+                        select_max(b, b.load(mx, typ=t), xat(j), cd), mx)
             m = b.load(mx, typ=t)
             b.store(constant(0.0, np.float64), sm)
             with for_range(b, n, "j") as j:

@@ -135,6 +135,30 @@ def test_composite_functions_on_cpu(dtype):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_row_max_is_vectorised_and_keeps_nan_inf_and_zeros(dtype):
+    # the row max is llvm.maximum (NaN-propagating, as numpy.maximum), so the loop vectorises
+    x = np.random.default_rng(9).standard_normal((6, 40)).astype(dtype)
+    x[1, 7] = np.nan
+    x[2, 3] = np.inf
+    x[3] = -np.inf
+    x[3, 5] = 0.0
+    x[4] = 0.0
+    x[4, ::3] = -0.0
+    x[5, 11] = -np.inf
+
+    def fn(t):
+        return F.softmax(t, axis=-1)
+    prog = cpu(fn).lower(x)
+    assert re.search(rf"llvm\.maximum\.v\d+f{8 * x.itemsize}", prog._exec.optimized_ir)
+    want = reference(fn, x)[0]
+    got = prog(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-13,
+                               atol=0)
+    assert np.isnan(got[1]).all() and np.isnan(got[2]).all() and (got[3] == (x[3] == 0)).all()
+
+
 # -- reductions ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("axis,keepdim", [(None, False), (0, True), (1, False), ((0, 2), False),
@@ -217,6 +241,42 @@ def test_a_batch_contiguous_with_the_rows_folds_into_one_gemm():
     call = next(line for line in src.splitlines() if "cblas_sgemm64_" in line and "call" in line)
     assert "i64 24, i64 3, i64 5" in call  # M = 4 * 6 in one call, no batch loop
     np.testing.assert_array_equal(cpu(lambda x, y: x @ y)(a, w), np.full((4, 6, 3), 5.0))
+
+
+# Batches of small float32 products (attention's) run the generated register-tiled kernel
+# (gemm_kernels.py: `_small_sgemm`); edges: m not a multiple of its 6-row tile, n not of its
+# 16-column tile (B packed, padding dropped), k = 1, B read in place, strided caller views.
+def _t(z):
+    return z.transpose([0, 2, 1])
+
+
+SMALL_CASES = [
+    ("attention scores", (4, 128, 64), (4, 128, 64), lambda a, b: a @ _t(b)),
+    ("attention output", (4, 128, 128), (4, 128, 64), lambda a, b: a @ b),
+    ("both transposed", (3, 20, 50), (3, 37, 20), lambda a, b: _t(a) @ _t(b)),
+    ("ragged edges", (2, 3, 50, 20), (2, 3, 20, 37), lambda a, b: a @ b),
+    ("k = 1", (5, 17, 1), (5, 1, 33), lambda a, b: a @ b),
+    ("broadcast and sliced", (3, 40, 70), (1, 30, 32),
+     lambda a, b: a[:, 1:39, 5:35] @ b[:, :, 10:26].expand([3, 30, 16])),
+]
+
+
+@pytest.mark.parametrize("case", SMALL_CASES, ids=[c[0] for c in SMALL_CASES])
+def test_small_float32_batches_run_the_generated_kernel(case):
+    _, sa, sb, fn = case
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    prog = cpu(fn).lower(a, b)
+    assert "inplace_sgemm_" in prog.source
+    assert not any("cblas" in line and "call" in line for line in prog.source.splitlines())
+    want = reference(fn, a, b)[0]
+    terms = np.abs(np.asarray(reference(lambda x, y: fn(x.abs(), y.abs()), a, b)[0]))
+    assert_reduction_close(prog(a, b), want, terms)
+    # float64 keeps BLAS (the kernel is float32's), and so does a big item
+    f64 = cpu(fn).lower(a.astype(np.float64), b.astype(np.float64)).source
+    assert "inplace_sgemm_" not in f64 and "cblas_dgemm" in f64
+    big = np.ones((2, 300, 200), np.float32), np.ones((2, 200, 300), np.float32)
+    assert "inplace_sgemm_" not in cpu(lambda x, y: x @ y).lower(*big).source
 
 
 def test_empty_matmul_and_reduction_give_zeros():
@@ -594,6 +654,38 @@ def test_profile_build_times_every_kernel():
     prof = CpuExecutable(graph, plan, profile=True).profile([x, w], repeat=3)
     assert [n.op for n, _ in prof] == [n.op for n in graph.nodes if n.op != "reshape"]
     assert all(s >= 0 for _, s in prof)
+
+
+def test_erf_tail_exp_is_the_general_exp_bit_for_bit_on_its_range():
+    # erf's tail (1 <= |x| < 4) takes exp of Q in [-16.3, -1.8] by `_exp_normal32`: fast_exp
+    # without clamps, NaN path or split scaling, which must give fast_exp's bits there
+    import ctypes
+
+    from llvmlite import ir
+
+    from runtime.cpu import jit, mathlib
+    from runtime.cpu.loops import for_range
+    module = ir.Module()
+    f32p = ir.PointerType()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [f32p] * 3 + [ir.IntType(64)]),
+                     "run")
+    b = ir.IRBuilder(fn.append_basic_block())
+    x_p, general_p, tail_p, n = fn.args
+    with for_range(b, n, "i") as i:
+        v = b.load(b.gep(x_p, [i], source_etype=mathlib.F32), typ=mathlib.F32)
+        b.store(mathlib.fast_exp(b, v), b.gep(general_p, [i], source_etype=mathlib.F32))
+        b.store(mathlib._exp_normal32(b, v), b.gep(tail_p, [i], source_etype=mathlib.F32))
+    b.ret_void()
+    compiled = jit.compile_ir(str(module), ["run"])
+    bits = lambda v: np.float32(v).view(np.int32)  # noqa: E731
+    x = np.concatenate([np.arange(bits(1.7), bits(16.5), 31, dtype=np.int32),
+                        np.arange(0, bits(87.0), 997, dtype=np.int32)]).view(np.float32)
+    x = -x
+    general, tail = np.empty_like(x), np.empty_like(x)
+    ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64)(compiled.address("run"))(
+        x.ctypes.data, general.ctypes.data, tail.ctypes.data, x.size)
+    assert general.tobytes() == tail.tobytes()
+    np.testing.assert_allclose(tail, np.exp(x.astype(np.float64)), rtol=3e-7)
 
 
 def test_generated_float32_erf_is_correctly_rounded_on_a_dense_grid():
