@@ -54,12 +54,15 @@ work).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 # This run's thread count everywhere (BENCH_THREADS: set by the parent for each run; 1 in the
@@ -669,43 +672,169 @@ def check_same(workload, first, reference) -> str | None:
 
 
 # -- timing -----------------------------------------------------------------------------------
-def time_workload(workload, columns, quick, runs, warmup, log):
-    """Build each column (our numpy backend first: its first step is the reference), check
-    its first step against the reference, warm it up, then time all of them interleaved.
-    (times per column, memory per column, check result per column)."""
-    runners, checks, ref = {}, {}, None
+def _others_cpu_s() -> float:
+    """CPU seconds run so far by this process's threads other than the calling one (Linux's
+    /proc/self/task/*/schedstat, in nanoseconds; 0.0 where there is no /proc)."""
+    me, total = threading.get_native_id(), 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for t in tasks:
+        if int(t) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            pass
+    return total / 1e9
+
+
+def settle(window=0.01, quiet=0.0005, limit=2.0) -> float:
+    """Wait until this process's other threads are idle: two `window`s in a row in which
+    they ran less than `quiet` CPU seconds in all (an OpenBLAS thread spinning after a GEMM
+    runs most of each window). Seconds waited; at most `limit`."""
+    t0 = time.perf_counter()
+    prev, calm = _others_cpu_s(), 0
+    while calm < 2 and time.perf_counter() - t0 < limit:
+        time.sleep(window)
+        cur = _others_cpu_s()
+        calm = calm + 1 if cur - prev < quiet else 0
+        prev = cur
+    return time.perf_counter() - t0
+
+
+def _serve(state, column, quick, msg, drain):
+    """One request to a column: ("build", workload) makes its runner and runs its first
+    step; ("warm", n) runs n steps; ("run", n) times n steps. `drain` (settle, or None in
+    --one-process mode) runs after each, so the answer comes when this column's threads
+    are idle."""
+    cmd = msg[0]
+    try:
+        if cmd == "build":
+            state.pop("runner", None)
+            gc.collect()  # (the previous workload's arrays)
+            t0 = time.perf_counter()
+            state["runner"] = r = MAKERS[column](msg[1], quick)
+            first = _first_step(r)
+            out = ("ready", first, r.memory, time.perf_counter() - t0)
+        elif cmd == "warm":
+            for _ in range(msg[1]):
+                state["runner"].step()
+            out = ("ok",)
+        elif cmd == "blas":
+            return ("blas", blas_info(), 0.0)
+        elif cmd == "run":
+            step, ts = state["runner"].step, []
+            for _ in range(msg[1]):
+                t0 = time.perf_counter()
+                step()
+                ts.append(time.perf_counter() - t0)
+            out = ("times", ts)
+        else:
+            raise ValueError(f"unknown request {cmd!r}")
+    except Exception as e:  # a peer that can't run this workload: reported, not fatal
+        state.pop("runner", None)
+        return ("error", f"{type(e).__name__}: {str(e)[:200]}", 0.0)
+    return out + ((drain() if drain else 0.0),)
+
+
+def _worker_main(conn, column, quick):
+    """A column's process: answers requests (`_serve`) until told to quit."""
+    state = {}
+    while True:
+        msg = conn.recv()
+        if msg[0] == "quit":
+            return
+        conn.send(_serve(state, column, quick, msg, settle))
+
+
+class Worker:
+    """A column in a process of its own (spawned: it loads only its own libraries and their
+    thread pools, on this process's cores and environment)."""
+
+    def __init__(self, column, quick):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, column, quick),
+                                name=f"bench {column}")
+        self.proc.start()
+        child.close()
+
+    def ask(self, *msg):
+        try:
+            self.conn.send(msg)
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(1)
+            return ("error", f"its process ended (exit code {self.proc.exitcode})", 0.0)
+
+    def close(self):
+        try:
+            self.conn.send(("quit",))
+        except OSError:
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+class InProcess:
+    """A column in this process, not drained (`--one-process`: the protocol before issue 25's
+    fix, kept to measure what the spinning threads of one column cost the next)."""
+
+    def __init__(self, column, quick):
+        self.column, self.quick, self.state = column, quick, {}
+
+    def ask(self, *msg):
+        return _serve(self.state, self.column, self.quick, msg, None)
+
+    def close(self):
+        self.state.clear()
+
+
+def time_workload(workload, columns, quick, runs, warmup, log, workers):
+    """Build each column in its worker (our numpy backend first: its first step is the
+    reference), check its first step against the reference, warm it up, then time them
+    interleaved: each round runs every column once, one column at a time, in a rotating
+    order. (times, memory, check result, seconds each column's threads took to go idle after
+    a step: its median; all per column)."""
+    checks, ref, memory, ready = {}, None, {}, []
     for c in ["numpy"] + [c for c in columns if c != "numpy"]:
         if c in NOT_THE_SAME and workload not in ("mlp", "transformer"):
             continue
-        t0 = time.perf_counter()
-        try:
-            r = MAKERS[c](workload, quick)
-            first = _first_step(r)
+        ans = workers[c].ask("build", workload)
+        if ans[0] == "ready":
+            _, first, mem, secs, _ = ans
             if c == "numpy":
                 ref = first
             elif c not in NOT_THE_SAME:
                 checks[c] = check_same(workload, first, ref)
                 if checks[c]:
                     log(f"  {workload}/{c} DIFFERS from our numpy backend: {checks[c]}")
-            for _ in range(warmup):
-                r.step()
-        except Exception as e:  # a peer that can't run this workload: reported, not fatal
+            ans = workers[c].ask("warm", warmup)
+        if ans[0] == "error":
             if c == "numpy":
-                raise
-            log(f"  {workload}/{c}: can't run ({type(e).__name__}: {str(e)[:200]})")
+                raise RuntimeError(f"our numpy backend can't run {workload}: {ans[1]}")
+            log(f"  {workload}/{c}: can't run ({ans[1]})")
             continue
         if c in columns:
-            runners[c] = r
-        log(f"  {workload}/{c}: ready in {time.perf_counter() - t0:.1f} s")
-    times = {c: [] for c in runners}
-    order = list(runners)
+            ready.append(c)
+            memory[c] = mem
+        log(f"  {workload}/{c}: ready in {secs:.1f} s")
+    times = {c: [] for c in ready}
+    drained = {c: [] for c in ready}
     for r in range(runs):
-        rot = order[r % len(order):] + order[:r % len(order)]  # interleaved, rotating order
+        rot = ready[r % len(ready):] + ready[:r % len(ready)]  # interleaved, rotating order
         for c in rot:
-            t0 = time.perf_counter()
-            runners[c].step()
-            times[c].append(time.perf_counter() - t0)
-    return times, {c: r.memory for c, r in runners.items()}, checks
+            ans = workers[c].ask("run", 1)
+            if ans[0] == "error":
+                raise RuntimeError(f"{workload}/{c} failed while timed: {ans[1]}")
+            times[c] += ans[1]
+            drained[c].append(ans[2])
+    return times, memory, checks, {c: float(np.median(d)) for c, d in drained.items()}
 
 
 def compile_time_child(workload, quick):
@@ -828,6 +957,17 @@ def blas_info():
     return [{k: d.get(k) for k in keys} for d in threadpool_info()]
 
 
+def merge_blas(infos):
+    """The pools of several processes (`blas_info` of each), each library once."""
+    if any(i is None for i in infos):
+        return None
+    seen = {}
+    for info in infos:
+        for d in info:
+            seen.setdefault((d.get("filepath"), d.get("internal_api")), d)
+    return list(seen.values())
+
+
 def fmt_blas(info) -> str:
     if info is None:
         return ("threadpoolctl is not installed: which BLAS kernel ran is unknown "
@@ -861,14 +1001,29 @@ def child_run(a, columns, workloads, runs) -> dict:
         + ", ".join(f"{v}={os.environ.get(v, '(unset)')}" for v in OPENBLAS_VARS))
     load_before = os.getloadavg()
     out = {"threads": THREADS, "cores": cores, "times": {}, "memory": {}, "checks": {},
+           "settle": {}, "protocol": "one process" if a.one_process else "a process a column",
            "env": {v: os.environ.get(v) for v in OPENBLAS_VARS}}
-    for w in workloads:
-        times, memory, checked = time_workload(w, columns, a.quick, runs, a.warmup, log)
-        out["times"][w] = times
-        out["memory"][w] = memory
-        out["checks"].update({f"{w}/{c}": v for c, v in checked.items()})
+    # (started after the pinning: the workers inherit this process's cores and environment)
+    workers = {c: (InProcess if a.one_process else Worker)(c, a.quick)
+               for c in ["numpy"] + [c for c in columns if c != "numpy"]}
+    try:
+        for w in workloads:
+            times, memory, checked, drained = time_workload(w, columns, a.quick, runs,
+                                                            a.warmup, log, workers)
+            out["times"][w] = times
+            out["memory"][w] = memory
+            out["checks"].update({f"{w}/{c}": v for c, v in checked.items()})
+            out["settle"][w] = drained
+            if not a.one_process:
+                log(f"  {w}: a column's threads idle again after its step (median): "
+                    + ", ".join(f"{c} {d * 1e3:.0f} ms" for c, d in drained.items()))
+        # every library that ran is loaded by now: the workers' pools, or this process's
+        out["blas"] = (blas_info() if a.one_process else
+                       merge_blas([wk.ask("blas")[1] for wk in workers.values()]))
+    finally:
+        for wk in workers.values():
+            wk.close()
     out["load"] = [list(load_before), list(os.getloadavg())]
-    out["blas"] = blas_info()  # (after the runs: every library that ran is loaded)
     return out
 
 
@@ -897,6 +1052,9 @@ def main(argv=None):
                     help="comma-separated thread counts; `all`: the cores this process may use")
     ap.add_argument("--core", type=int, help="the core a 1-thread run pins to (default: the "
                                              "last allowed)")
+    ap.add_argument("--one-process", action="store_true",
+                    help="every column in one process, not drained between columns (the old "
+                         "protocol: shows what one column's spinning threads cost the next)")
     ap.add_argument("--no-compile-time", action="store_true")
     ap.add_argument("--compile-workloads", default="mlp,transformer",
                     help="the steps whose compile time is measured (default: both)")
@@ -931,7 +1089,8 @@ def main(argv=None):
     sections = []  # (title, [child results, one per thread count])
     forwarded = ["--runs", str(runs), "--warmup", str(a.warmup), "--columns", ",".join(columns),
                  "--workloads", ",".join(workloads)] + (["--quick"] if a.quick else []) + \
-                (["--core", str(a.core)] if a.core is not None else [])
+                (["--core", str(a.core)] if a.core is not None else []) + \
+                (["--one-process"] if a.one_process else [])
     for title, env in environments():
         results = []
         for n in threads:
