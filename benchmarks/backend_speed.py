@@ -32,12 +32,28 @@ with it (outputs, or each parameter's update), so a faster column is never a dif
 Method: a run with N threads is pinned to N cores (`os.sched_setaffinity`) and every library
 to N threads (env vars set before numpy is imported: the BLAS pools and our own
 `COMPILER_THREADS`, `torch.set_num_threads(N)`, XLA's intra-op pool, Paddle's math threads).
-Idle OpenMP threads sleep (`OMP_WAIT_POLICY=PASSIVE`, `KMP_BLOCKTIME=0` unless set): in one
-interleaved process a library's spinning threads would take the cores from the next column.
-Each round runs every column of a workload once, in a rotating order (interleaved), for
-`--runs` rounds (>= 21) after warm-up calls; a cell is the median, with p25..p75, and the
+Idle OpenMP threads sleep (`OMP_WAIT_POLICY=PASSIVE`, `KMP_BLOCKTIME=0` unless set).
+
+Protocol (issue 25): every column runs in a worker process of its own (spawned by the run's
+process after the pinning: the same cores and environment; it loads only its own libraries
+and thread pools), and gets the machine as it would alone. Each round, the run's process
+asks every column in turn, in a rotating order, to "run 1" over a pipe and waits for the
+answer: the worker times one step, then waits until its other threads are idle (`settle`:
+two 10 ms windows in a row in which they ran under 0.5 ms of CPU, read from
+/proc/self/task/*/schedstat; at most 2 s) and only then answers, so no column's threads run
+while the next column is timed. Without this (all columns in one process, `--one-process`),
+OpenBLAS's threads, which busy-wait ~0.1 s after each GEMM before they sleep (numpy-hand,
+blas-gemms), took one of the 2 cores from the column timed after them: our 2-thread steps
+barely gained. The load of a shared machine still falls on all columns alike (interleaved,
+`--runs` rounds, >= 21, after warm-up calls). A cell is the median, with p25..p75, and the
 ratio to our `cpu` backend's median in the same run and thread count (below 1.0: faster than
-ours).
+ours); the JSON keeps each column's median settle time (an OpenBLAS column's is ~0.1 s
+longer than the others').
+
+The memory each column works on: our `cpu` and `numpy` backends, NumPy by hand, PyTorch
+(`torch.from_numpy`) and `torch.compile` run on the same numpy arrays (`inputs()`, made in each
+worker from the same seed); `jax.jit` and Paddle copy them into buffers of their own. relu_
+is in place in that array (for JAX: the argument donated).
 
 Memory: our plan's `peak_bytes - input_bytes` (bytes beyond the caller's arrays), JAX's
 `jax.jit(f).lower(*args).compile().memory_analysis()` temp bytes (plus output bytes not
@@ -75,8 +91,8 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            f" --xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}"
                            f" intra_op_parallelism_threads={THREADS}").strip()
 # Idle OpenMP threads sleep instead of spinning (libiomp5 spins 200 ms after each parallel
-# region by default, libgomp a while too): with the columns interleaved in one process, a
-# peer's spinning threads would otherwise take the cores from the column timed after it.
+# region by default, libgomp a while too): a column's step should not pay for its own pool's
+# leftovers either (the settle between columns, `settle`, waits for any that remain).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("KMP_BLOCKTIME", "0")
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # read by OpenBLAS when it loads
@@ -1102,7 +1118,10 @@ def main(argv=None):
                     results.append(json.load(f))
         sections.append((title, results))
     print(f"Median of {runs} interleaved runs (p25..p75) at each thread count (pinned to that "
-          "many cores; every library on that many threads); **ratio** = time / our cpu "
+          "many cores; every library on that many threads; "
+          + ("all columns in one process" if a.one_process else
+             "each column in a process of its own, its threads idle before the next runs")
+          + "); **ratio** = time / our cpu "
           "backend's time in the same run (below 1: faster than ours). Measured on this "
           f"shared {ncores}-core machine while other jobs ran: the load average (1, 5, 15 "
           "min) of each run is given, before and after it.")

@@ -19,7 +19,7 @@ from runtime.cpu import jit
 # A masked store: AVX's vmaskmovps/pd, vpmaskmovd/q, SSE2's maskmovdqu, or an AVX-512 move
 # to memory under a mask register.
 MASKED_STORE = re.compile(r"maskmov|^\s*vmov\w*\s+%[xyz]mm\d+,\s*[^,\s]*\([^)]*\)\s*\{%k",
-                          re.M)
+                          re.MULTILINE)
 
 CASES = {
     "relu_": lambda x: F.relu_(x),
