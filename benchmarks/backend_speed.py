@@ -87,9 +87,12 @@ THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
              "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "COMPILER_THREADS"):
     os.environ[_var] = str(THREADS)
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}"
-                           f" intra_op_parallelism_threads={THREADS}").strip()
+# (this module runs again in each run and each worker: the earlier settings are replaced)
+os.environ["XLA_FLAGS"] = " ".join(
+    [f for f in os.environ.get("XLA_FLAGS", "").split()
+     if not f.startswith(("--xla_cpu_multi_thread_eigen=", "intra_op_parallelism_threads="))]
+    + [f"--xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}",
+       f"intra_op_parallelism_threads={THREADS}"])
 # Idle OpenMP threads sleep instead of spinning (libiomp5 spins 200 ms after each parallel
 # region by default, libgomp a while too): a column's step should not pay for its own pool's
 # leftovers either (the settle between columns, `settle`, waits for any that remain).
