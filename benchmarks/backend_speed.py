@@ -47,7 +47,7 @@ blas-gemms), took one of the 2 cores from the column timed after them: our 2-thr
 barely gained. The load of a shared machine still falls on all columns alike (interleaved,
 `--runs` rounds, >= 21, after warm-up calls). A cell is the median, with p25..p75, and the
 ratio to our `cpu` backend's median in the same run and thread count (below 1.0: faster than
-ours); the JSON keeps each column's median settle time (an OpenBLAS column's is ~0.1 s
+ours); the JSON keeps each column's median settle time (an OpenBLAS column's is up to 0.1 s
 longer than the others').
 
 The memory each column works on: our `cpu` and `numpy` backends, NumPy by hand, PyTorch
