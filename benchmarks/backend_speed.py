@@ -32,12 +32,28 @@ with it (outputs, or each parameter's update), so a faster column is never a dif
 Method: a run with N threads is pinned to N cores (`os.sched_setaffinity`) and every library
 to N threads (env vars set before numpy is imported: the BLAS pools and our own
 `COMPILER_THREADS`, `torch.set_num_threads(N)`, XLA's intra-op pool, Paddle's math threads).
-Idle OpenMP threads sleep (`OMP_WAIT_POLICY=PASSIVE`, `KMP_BLOCKTIME=0` unless set): in one
-interleaved process a library's spinning threads would take the cores from the next column.
-Each round runs every column of a workload once, in a rotating order (interleaved), for
-`--runs` rounds (>= 21) after warm-up calls; a cell is the median, with p25..p75, and the
+Idle OpenMP threads sleep (`OMP_WAIT_POLICY=PASSIVE`, `KMP_BLOCKTIME=0` unless set).
+
+Protocol (issue 25): every column runs in a worker process of its own (spawned by the run's
+process after the pinning: the same cores and environment; it loads only its own libraries
+and thread pools), and gets the machine as it would alone. Each round, the run's process
+asks every column in turn, in a rotating order, to "run 1" over a pipe and waits for the
+answer: the worker times one step, then waits until its other threads are idle (`settle`:
+two 10 ms windows in a row in which they ran under 0.5 ms of CPU, read from
+/proc/self/task/*/schedstat; at most 2 s) and only then answers, so no column's threads run
+while the next column is timed. Without this (all columns in one process, `--one-process`),
+OpenBLAS's threads, which busy-wait ~0.1 s after each GEMM before they sleep (numpy-hand,
+blas-gemms), took one of the 2 cores from the column timed after them: our 2-thread steps
+barely gained. The load of a shared machine still falls on all columns alike (interleaved,
+`--runs` rounds, >= 21, after warm-up calls). A cell is the median, with p25..p75, and the
 ratio to our `cpu` backend's median in the same run and thread count (below 1.0: faster than
-ours).
+ours); the JSON keeps each column's median settle time (an OpenBLAS column's is up to 0.1 s
+longer than the others').
+
+The memory each column works on: our `cpu` and `numpy` backends, NumPy by hand, PyTorch
+(`torch.from_numpy`) and `torch.compile` run on the same numpy arrays (`inputs()`, made in each
+worker from the same seed); `jax.jit` and Paddle copy them into buffers of their own. relu_
+is in place in that array (for JAX: the argument donated).
 
 Memory: our plan's `peak_bytes - input_bytes` (bytes beyond the caller's arrays), JAX's
 `jax.jit(f).lower(*args).compile().memory_analysis()` temp bytes (plus output bytes not
@@ -54,12 +70,15 @@ work).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 # This run's thread count everywhere (BENCH_THREADS: set by the parent for each run; 1 in the
@@ -68,12 +87,15 @@ THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
              "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "COMPILER_THREADS"):
     os.environ[_var] = str(THREADS)
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}"
-                           f" intra_op_parallelism_threads={THREADS}").strip()
+# (this module runs again in each run and each worker: the earlier settings are replaced)
+os.environ["XLA_FLAGS"] = " ".join(
+    [f for f in os.environ.get("XLA_FLAGS", "").split()
+     if not f.startswith(("--xla_cpu_multi_thread_eigen=", "intra_op_parallelism_threads="))]
+    + [f"--xla_cpu_multi_thread_eigen={str(THREADS > 1).lower()}",
+       f"intra_op_parallelism_threads={THREADS}"])
 # Idle OpenMP threads sleep instead of spinning (libiomp5 spins 200 ms after each parallel
-# region by default, libgomp a while too): with the columns interleaved in one process, a
-# peer's spinning threads would otherwise take the cores from the column timed after it.
+# region by default, libgomp a while too): a column's step should not pay for its own pool's
+# leftovers either (the settle between columns, `settle`, waits for any that remain).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("KMP_BLOCKTIME", "0")
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # read by OpenBLAS when it loads
@@ -669,43 +691,169 @@ def check_same(workload, first, reference) -> str | None:
 
 
 # -- timing -----------------------------------------------------------------------------------
-def time_workload(workload, columns, quick, runs, warmup, log):
-    """Build each column (our numpy backend first: its first step is the reference), check
-    its first step against the reference, warm it up, then time all of them interleaved.
-    (times per column, memory per column, check result per column)."""
-    runners, checks, ref = {}, {}, None
+def _others_cpu_s() -> float:
+    """CPU seconds run so far by this process's threads other than the calling one (Linux's
+    /proc/self/task/*/schedstat, in nanoseconds; 0.0 where there is no /proc)."""
+    me, total = threading.get_native_id(), 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for t in tasks:
+        if int(t) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            pass
+    return total / 1e9
+
+
+def settle(window=0.01, quiet=0.0005, limit=2.0) -> float:
+    """Wait until this process's other threads are idle: two `window`s in a row in which
+    they ran less than `quiet` CPU seconds in all (an OpenBLAS thread spinning after a GEMM
+    runs most of each window). Seconds waited; at most `limit`."""
+    t0 = time.perf_counter()
+    prev, calm = _others_cpu_s(), 0
+    while calm < 2 and time.perf_counter() - t0 < limit:
+        time.sleep(window)
+        cur = _others_cpu_s()
+        calm = calm + 1 if cur - prev < quiet else 0
+        prev = cur
+    return time.perf_counter() - t0
+
+
+def _serve(state, column, quick, msg, drain):
+    """One request to a column: ("build", workload) makes its runner and runs its first
+    step; ("warm", n) runs n steps; ("run", n) times n steps. `drain` (settle, or None in
+    --one-process mode) runs after each, so the answer comes when this column's threads
+    are idle."""
+    cmd = msg[0]
+    try:
+        if cmd == "build":
+            state.pop("runner", None)
+            gc.collect()  # (the previous workload's arrays)
+            t0 = time.perf_counter()
+            state["runner"] = r = MAKERS[column](msg[1], quick)
+            first = _first_step(r)
+            out = ("ready", first, r.memory, time.perf_counter() - t0)
+        elif cmd == "warm":
+            for _ in range(msg[1]):
+                state["runner"].step()
+            out = ("ok",)
+        elif cmd == "blas":
+            return ("blas", blas_info(), 0.0)
+        elif cmd == "run":
+            step, ts = state["runner"].step, []
+            for _ in range(msg[1]):
+                t0 = time.perf_counter()
+                step()
+                ts.append(time.perf_counter() - t0)
+            out = ("times", ts)
+        else:
+            raise ValueError(f"unknown request {cmd!r}")
+    except Exception as e:  # a peer that can't run this workload: reported, not fatal
+        state.pop("runner", None)
+        return ("error", f"{type(e).__name__}: {str(e)[:200]}", 0.0)
+    return out + ((drain() if drain else 0.0),)
+
+
+def _worker_main(conn, column, quick):
+    """A column's process: answers requests (`_serve`) until told to quit."""
+    state = {}
+    while True:
+        msg = conn.recv()
+        if msg[0] == "quit":
+            return
+        conn.send(_serve(state, column, quick, msg, settle))
+
+
+class Worker:
+    """A column in a process of its own (spawned: it loads only its own libraries and their
+    thread pools, on this process's cores and environment)."""
+
+    def __init__(self, column, quick):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, column, quick),
+                                name=f"bench {column}")
+        self.proc.start()
+        child.close()
+
+    def ask(self, *msg):
+        try:
+            self.conn.send(msg)
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(1)
+            return ("error", f"its process ended (exit code {self.proc.exitcode})", 0.0)
+
+    def close(self):
+        try:
+            self.conn.send(("quit",))
+        except OSError:
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+class InProcess:
+    """A column in this process, not drained (`--one-process`: the protocol before issue 25's
+    fix, kept to measure what the spinning threads of one column cost the next)."""
+
+    def __init__(self, column, quick):
+        self.column, self.quick, self.state = column, quick, {}
+
+    def ask(self, *msg):
+        return _serve(self.state, self.column, self.quick, msg, None)
+
+    def close(self):
+        self.state.clear()
+
+
+def time_workload(workload, columns, quick, runs, warmup, log, workers):
+    """Build each column in its worker (our numpy backend first: its first step is the
+    reference), check its first step against the reference, warm it up, then time them
+    interleaved: each round runs every column once, one column at a time, in a rotating
+    order. (times, memory, check result, seconds each column's threads took to go idle after
+    a step: its median; all per column)."""
+    checks, ref, memory, ready = {}, None, {}, []
     for c in ["numpy"] + [c for c in columns if c != "numpy"]:
         if c in NOT_THE_SAME and workload not in ("mlp", "transformer"):
             continue
-        t0 = time.perf_counter()
-        try:
-            r = MAKERS[c](workload, quick)
-            first = _first_step(r)
+        ans = workers[c].ask("build", workload)
+        if ans[0] == "ready":
+            _, first, mem, secs, _ = ans
             if c == "numpy":
                 ref = first
             elif c not in NOT_THE_SAME:
                 checks[c] = check_same(workload, first, ref)
                 if checks[c]:
                     log(f"  {workload}/{c} DIFFERS from our numpy backend: {checks[c]}")
-            for _ in range(warmup):
-                r.step()
-        except Exception as e:  # a peer that can't run this workload: reported, not fatal
+            ans = workers[c].ask("warm", warmup)
+        if ans[0] == "error":
             if c == "numpy":
-                raise
-            log(f"  {workload}/{c}: can't run ({type(e).__name__}: {str(e)[:200]})")
+                raise RuntimeError(f"our numpy backend can't run {workload}: {ans[1]}")
+            log(f"  {workload}/{c}: can't run ({ans[1]})")
             continue
         if c in columns:
-            runners[c] = r
-        log(f"  {workload}/{c}: ready in {time.perf_counter() - t0:.1f} s")
-    times = {c: [] for c in runners}
-    order = list(runners)
+            ready.append(c)
+            memory[c] = mem
+        log(f"  {workload}/{c}: ready in {secs:.1f} s")
+    times = {c: [] for c in ready}
+    drained = {c: [] for c in ready}
     for r in range(runs):
-        rot = order[r % len(order):] + order[:r % len(order)]  # interleaved, rotating order
+        rot = ready[r % len(ready):] + ready[:r % len(ready)]  # interleaved, rotating order
         for c in rot:
-            t0 = time.perf_counter()
-            runners[c].step()
-            times[c].append(time.perf_counter() - t0)
-    return times, {c: r.memory for c, r in runners.items()}, checks
+            ans = workers[c].ask("run", 1)
+            if ans[0] == "error":
+                raise RuntimeError(f"{workload}/{c} failed while timed: {ans[1]}")
+            times[c] += ans[1]
+            drained[c].append(ans[2])
+    return times, memory, checks, {c: float(np.median(d)) for c, d in drained.items()}
 
 
 def compile_time_child(workload, quick):
@@ -828,6 +976,17 @@ def blas_info():
     return [{k: d.get(k) for k in keys} for d in threadpool_info()]
 
 
+def merge_blas(infos):
+    """The pools of several processes (`blas_info` of each), each library once."""
+    if any(i is None for i in infos):
+        return None
+    seen = {}
+    for info in infos:
+        for d in info:
+            seen.setdefault((d.get("filepath"), d.get("internal_api")), d)
+    return list(seen.values())
+
+
 def fmt_blas(info) -> str:
     if info is None:
         return ("threadpoolctl is not installed: which BLAS kernel ran is unknown "
@@ -861,14 +1020,29 @@ def child_run(a, columns, workloads, runs) -> dict:
         + ", ".join(f"{v}={os.environ.get(v, '(unset)')}" for v in OPENBLAS_VARS))
     load_before = os.getloadavg()
     out = {"threads": THREADS, "cores": cores, "times": {}, "memory": {}, "checks": {},
+           "settle": {}, "protocol": "one process" if a.one_process else "a process a column",
            "env": {v: os.environ.get(v) for v in OPENBLAS_VARS}}
-    for w in workloads:
-        times, memory, checked = time_workload(w, columns, a.quick, runs, a.warmup, log)
-        out["times"][w] = times
-        out["memory"][w] = memory
-        out["checks"].update({f"{w}/{c}": v for c, v in checked.items()})
+    # (started after the pinning: the workers inherit this process's cores and environment)
+    workers = {c: (InProcess if a.one_process else Worker)(c, a.quick)
+               for c in ["numpy"] + [c for c in columns if c != "numpy"]}
+    try:
+        for w in workloads:
+            times, memory, checked, drained = time_workload(w, columns, a.quick, runs,
+                                                            a.warmup, log, workers)
+            out["times"][w] = times
+            out["memory"][w] = memory
+            out["checks"].update({f"{w}/{c}": v for c, v in checked.items()})
+            out["settle"][w] = drained
+            if not a.one_process:
+                log(f"  {w}: a column's threads idle again after its step (median): "
+                    + ", ".join(f"{c} {d * 1e3:.0f} ms" for c, d in drained.items()))
+        # every library that ran is loaded by now: the workers' pools, or this process's
+        out["blas"] = (blas_info() if a.one_process else
+                       merge_blas([wk.ask("blas")[1] for wk in workers.values()]))
+    finally:
+        for wk in workers.values():
+            wk.close()
     out["load"] = [list(load_before), list(os.getloadavg())]
-    out["blas"] = blas_info()  # (after the runs: every library that ran is loaded)
     return out
 
 
@@ -897,6 +1071,9 @@ def main(argv=None):
                     help="comma-separated thread counts; `all`: the cores this process may use")
     ap.add_argument("--core", type=int, help="the core a 1-thread run pins to (default: the "
                                              "last allowed)")
+    ap.add_argument("--one-process", action="store_true",
+                    help="every column in one process, not drained between columns (the old "
+                         "protocol: shows what one column's spinning threads cost the next)")
     ap.add_argument("--no-compile-time", action="store_true")
     ap.add_argument("--compile-workloads", default="mlp,transformer",
                     help="the steps whose compile time is measured (default: both)")
@@ -931,7 +1108,8 @@ def main(argv=None):
     sections = []  # (title, [child results, one per thread count])
     forwarded = ["--runs", str(runs), "--warmup", str(a.warmup), "--columns", ",".join(columns),
                  "--workloads", ",".join(workloads)] + (["--quick"] if a.quick else []) + \
-                (["--core", str(a.core)] if a.core is not None else [])
+                (["--core", str(a.core)] if a.core is not None else []) + \
+                (["--one-process"] if a.one_process else [])
     for title, env in environments():
         results = []
         for n in threads:
@@ -943,7 +1121,10 @@ def main(argv=None):
                     results.append(json.load(f))
         sections.append((title, results))
     print(f"Median of {runs} interleaved runs (p25..p75) at each thread count (pinned to that "
-          "many cores; every library on that many threads); **ratio** = time / our cpu "
+          "many cores; every library on that many threads; "
+          + ("all columns in one process" if a.one_process else
+             "each column in a process of its own, its threads idle before the next runs")
+          + "); **ratio** = time / our cpu "
           "backend's time in the same run (below 1: faster than ours). Measured on this "
           f"shared {ncores}-core machine while other jobs ran: the load average (1, 5, 15 "
           "min) of each run is given, before and after it.")

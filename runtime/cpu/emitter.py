@@ -662,7 +662,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
                          index=lambda: _flat_index(b, shape, idxs))
             v, d = r.render(expr, out.dtype)
             store_as(b, v, d, elem_ptr(b, ptrs[out.slot], out.dtype,
-                                       index(b, out.offset, strides[0], idxs)), out.dtype)
+                                       index(b, out.offset, strides[0], idxs)), out.dtype,
+                     frozen=True)  # (no masked store: see `store`)
         # A long body (a fused chain: 100 dependent additions) is latency-bound with one
         # vector in flight: ask for several independent ones per iteration.
         md = interleave_hint(self.module, INTERLEAVE) \

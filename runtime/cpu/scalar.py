@@ -188,22 +188,31 @@ def load(b: ir.IRBuilder, ptr, dtype):
     return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dtype == BOOL else v
 
 
-def store(b: ir.IRBuilder, value, ptr, dtype):
+def store(b: ir.IRBuilder, value, ptr, dtype, frozen=False):
+    """`frozen`: store `freeze value`, the same bits (our loads are never undef or poison, so
+    LLVM keeps it) but no longer a `select` to X86's code generator. Unfrozen, a store of
+    `select(c, k, load p)` back to `p` (relu_, maximum_, masked_fill_, tril_: anything written
+    in place through a select) becomes `vmaskmovps`, a masked store of `k` alone, which is
+    microcoded on AMD Zen: relu_ of 64 MiB took 2x the time of a plain loop. Frozen after the
+    cast (a freeze before it would keep LLVM from narrowing the cast's operands)."""
     dtype = np.dtype(dtype)
     if dtype == BOOL:
         value = b.zext(value, I8)
     elif is_half(dtype):
         value = narrow_bits(b, value, dtype)
+    if frozen:
+        value = ir.Instruction(b.block, value.type, "freeze", [value])
+        b._insert(value)
     b.store(value, ptr)
 
 
-def store_as(b: ir.IRBuilder, value, src, ptr, dst):
+def store_as(b: ir.IRBuilder, value, src, ptr, dst, frozen=False):
     """store(convert(value, src, dst)), a float32 value into a 16-bit float rounded once (by
     the store) rather than in the register and again in the store."""
     src, dst = np.dtype(src), np.dtype(dst)
     if not (is_half(dst) and src == F32D):
         value = convert(b, value, src, dst)
-    store(b, value, ptr, dst)
+    store(b, value, ptr, dst, frozen)
 
 
 def constant(value, dtype):

@@ -37,6 +37,10 @@ def test_quick_run_prints_the_tables_and_every_column_computes_the_same(tmp_path
         assert set(r["times"]["mlp"]) == {"cpu", "numpy", "numpy-hand"}
         assert all(len(t) == 3 for t in r["times"]["mlp"].values())
         assert not any(r["checks"].values())
+        # each column ran in its own process and waited for its threads before the next ran
+        assert r["protocol"] == "a process a column"
+        assert set(r["settle"]["mlp"]) == {"cpu", "numpy", "numpy-hand"}
+        assert all(s >= 0.02 for s in r["settle"]["mlp"].values())  # two quiet 10 ms windows
     assert out_png.stat().st_size > 0
 
 
@@ -50,3 +54,25 @@ def test_a_wrong_update_is_caught():
     loss, deltas = hand
     wrong = (loss, [d * 1.01 for d in deltas])  # a 1% larger step on every parameter
     assert "update differs" in bs.check_same("mlp", wrong, ref)
+
+
+def test_settle_waits_until_the_other_threads_are_idle():
+    # What keeps a column's leftover threads (OpenBLAS spins ~0.1 s after a GEMM) off the
+    # next column's step: settle() returns only once no other thread of the process runs.
+    import threading
+    import time
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import backend_speed as bs
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("reads /proc/self/task")
+    stop = time.perf_counter() + 0.3
+
+    def spin():
+        while time.perf_counter() < stop:
+            pass
+    t = threading.Thread(target=spin)
+    t.start()
+    bs.settle(limit=30.0)
+    busy_after = t.is_alive()
+    t.join()
+    assert not busy_after
