@@ -13,7 +13,7 @@ import os
 import sys
 
 from .errors import CompilerError, ShapeError, TraceError
-from .ir import Graph, Loc, Node, Value
+from .ir import Graph, Loc, Node, Value, infer_type
 from .layout import apply_view, value_probe
 from .ops import REGISTRY, dkind
 
@@ -156,6 +156,7 @@ class Tracer:
         # The open cc.amp.auto_cast block (compiler/amp.py), or None: it casts the inputs of
         # the forward ops it covers.
         self.amp = None
+        self.rules: dict = {}  # infer_type's answers in this trace
 
     def __enter__(self):
         _STACK.append(self)
@@ -195,7 +196,7 @@ class Tracer:
             inputs = self.amp.cast_inputs(self, op, inputs)
         loc = self.loc()
         try:
-            shape, dtype = opdef.infer([(v.shape, v.dtype) for v in inputs], **attrs)
+            shape, dtype = infer_type(op, [(v.shape, v.dtype) for v in inputs], attrs, self.rules)
         except CompilerError as e:
             msg = e.bare_message  # name the op once, even when the rule already does
             raise type(e)(msg if msg.startswith(op) else f"{op}: {msg}", loc) from None
