@@ -72,7 +72,9 @@ def call_site() -> CallSite:
 _FILE_KIND: dict[str, tuple[str, bool]] = {}
 
 
-def _user_loc_from(frame) -> Loc:
+def _user_loc_from(frame, locs: dict | None = None) -> Loc:
+    """`locs`: (file, line) -> its Loc, made once per trace (a loop's body makes the same
+    few lines' ops thousands of times; the text is read when the Loc is made)."""
     while frame is not None:
         raw = frame.f_code.co_filename
         known = _FILE_KIND.get(raw)
@@ -85,7 +87,13 @@ def _user_loc_from(frame) -> Loc:
                 _FILE_KIND[raw] = known
         fname, ours = known
         if not ours:
-            return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
+            if locs is None:
+                return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
+            key = (fname, frame.f_lineno)
+            loc = locs.get(key)
+            if loc is None:
+                loc = locs[key] = Loc(fname, key[1], linecache.getline(fname, key[1]))
+            return loc
         frame = frame.f_back
     return Loc("<unknown>", 0)
 
@@ -157,6 +165,7 @@ class Tracer:
         # the forward ops it covers.
         self.amp = None
         self.rules: dict = {}  # infer_type's answers in this trace
+        self.locs: dict = {}   # the user's lines met in this trace (_user_loc_from)
 
     def __enter__(self):
         _STACK.append(self)
@@ -182,7 +191,7 @@ class Tracer:
             return self.backward_loc
         if self.return_loc is not None:
             return self.return_loc
-        return user_loc()
+        return _user_loc_from(sys._getframe(1), self.locs)
 
     def emit(self, op: str, inputs: list[Value], attrs: dict | None = None,
              inplace_of: int | None = None, record_grad: bool | None = None) -> Value:

@@ -77,6 +77,8 @@ def attr_key(value):
         return value
     if kind is bool:
         return ("bool", value)
+    if isinstance(value, np.dtype):  # (not an Integral: checked before that ABC)
+        return ("dtype", value.str)
     if kind is tuple or kind is list:
         return (kind.__name__,) + tuple(attr_key(v) for v in value)
     if kind is float or isinstance(value, np.floating):
