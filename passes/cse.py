@@ -79,6 +79,8 @@ def attr_key(value):
         return ("bool", value)
     if isinstance(value, np.dtype):  # (not an Integral: checked before that ABC)
         return ("dtype", value.str)
+    if kind is dict:  # (a fused body's inner attributes, keyed by the cpu emitter)
+        return ("dict",) + tuple((k, attr_key(v)) for k, v in value.items())
     if kind is tuple or kind is list:
         return (kind.__name__,) + tuple(attr_key(v) for v in value)
     if kind is float or isinstance(value, np.floating):
