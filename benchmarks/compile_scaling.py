@@ -37,6 +37,11 @@ of `--repeat` runs:
 - loop:     1,000 unrolled steps of `x = tanh(x * w)` with `backward()` to w (`chain_backward`);
 - transformer: `examples/transformer_block.py`'s training step (no target, no jax row).
 
+`--phases`: where the CPU seconds of `--targets`' cold compiles go (same fresh processes, no
+jax): tracing (autodiff included), each pass, LLVM (parse, verify, optimise, object code),
+linking, and the rest (the cpu emitter building the module's IR, the Program); medians of
+`--repeat` runs.
+
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
 cross-entropy, SGD), with identical kernels emitted once per module (`emitter.DEDUPE`, the
@@ -279,7 +284,7 @@ def _jax_workload(name):
     return jax.grad(loss), (np.full(16, 0.5, np.float32), x)
 
 
-def _one_target(name: str, peer: str) -> dict:
+def _one_target(name: str, peer: str, before=None) -> dict:
     """In this (fresh) process: warm up, then one cold compile of workload `name`."""
     import resource
     import tempfile
@@ -300,12 +305,66 @@ def _one_target(name: str, peer: str) -> dict:
         from runtime.cpu import pool
         pool.ensure(1)  # (once per process; chain(3) has no parallel kernel to compile it)
         fn, args = TARGETS[name][0]()
+        if before is not None:
+            before()
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t0 = time.process_time()
         prog = cc.compile(fn, backend="cpu").lower(*args)
         t = time.process_time() - t0
         rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
     return {"cpu_s": t, "rss_mb": rss, "functions": prog.source.count("\ndefine ")}
+
+
+def _one_phases(name: str) -> dict:
+    """In this (fresh) process: `_one_target(name, "ours")` with each phase's CPU seconds."""
+    from compiler import api
+    from compiler import pass_pipeline as pp
+    from runtime.cpu import jit
+    spent: dict[str, float] = {}
+
+    def timed(key, fn):
+        def run(*args, **kwargs):
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] = spent.get(key, 0.0) + time.process_time() - t0
+        return run
+    passes = pp.pipeline
+    pp.pipeline = lambda: [(n, timed(n, f)) for n, f in passes()]
+    api._trace = timed("trace", api._trace)
+    jit._llvm_compile = timed("llvm", jit._llvm_compile)
+    jit._link = timed("link", jit._link)
+    out = _one_target(name, "ours", before=spent.clear)  # (not the warm-up's phases)
+    return {"cpu_s": out["cpu_s"], "phases": spent}
+
+
+def phases_main(repeat: int, names) -> int:
+    import json
+    import subprocess
+    rows: dict[str, list] = {}
+    for _ in range(repeat):
+        for name in names:
+            out = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--one-phases", name],
+                capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                print(f"({name}: failed: {out.stderr.strip().splitlines()[-1:]})",
+                      file=sys.stderr)
+                continue
+            rows.setdefault(name, []).append(json.loads(out.stdout.splitlines()[-1]))
+    keys = ["trace"] + [n for n, _ in pipeline()] + ["llvm", "link"]
+    print("| workload | total | " + " | ".join(keys) + " | rest (emitter, Program) |")
+    print("|---|" + "---|" * (len(keys) + 2))
+    for name, rs in rows.items():
+        med = {k: float(np.median([r["phases"].get(k, 0.0) for r in rs])) for k in keys}
+        total = float(np.median([r["cpu_s"] for r in rs]))
+        rest = float(np.median([r["cpu_s"] - sum(r["phases"].get(k, 0.0) for k in keys)
+                                for r in rs]))
+        print(f"| {name} | {total:.3f} | " + " | ".join(f"{med[k]:.3f}" for k in keys)
+              + f" | {rest:.3f} |")
+    print(f"\n(CPU seconds, medians of {repeat} cold compiles, each in a fresh process)")
+    return 0
 
 
 def targets_main(repeat: int, names, with_jax: bool) -> int:
@@ -355,12 +414,22 @@ def main(argv=None) -> int:
                         help="the issue's compile-time targets (optionally a comma-separated "
                              "subset: mlp,chain20k,sintanh,loop,transformer), jax.jit beside them")
     parser.add_argument("--no-jax", action="store_true", help="--targets without jax.jit")
+    parser.add_argument("--phases", nargs="?", const=",".join(TARGETS), default=None,
+                        help="per-phase CPU seconds of the --targets workloads (optionally "
+                             "a comma-separated subset)")
     parser.add_argument("--one-target", nargs=2, help=argparse.SUPPRESS)  # (a child process)
+    parser.add_argument("--one-phases", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_target:
         import json
         print(json.dumps(_one_target(*args.one_target)))
         return 0
+    if args.one_phases:
+        import json
+        print(json.dumps(_one_phases(args.one_phases)))
+        return 0
+    if args.phases:
+        return phases_main(args.repeat, args.phases.split(","))
     if args.targets:
         return targets_main(args.repeat, args.targets.split(","), not args.no_jax)
     if args.mlp:

@@ -58,6 +58,38 @@ def loc_matches(loc: Loc, where) -> bool:
                                       or os.path.basename(loc.file) == file)
 
 
+class _NoInferKey(Exception):
+    """An attribute `infer_type` doesn't key (an array, a fused body, a callable)."""
+
+
+def _infer_attr_key(v):
+    t = type(v)
+    if t is int or t is bool or t is str or v is None:
+        return (t, v)  # (the type too: 1, 1.0 and True are equal keys otherwise)
+    if t is float:
+        return (t, v.hex())  # (bits: 0.0 and -0.0 stay apart)
+    if t is tuple or t is list:
+        return (t,) + tuple(map(_infer_attr_key, v))
+    if isinstance(v, np.dtype):
+        return (np.dtype, v)
+    raise _NoInferKey
+
+
+def infer_type(op: str, types: list, attrs: dict, cache: dict):
+    """`REGISTRY[op].infer(types, **attrs)`, remembered in `cache` when every attribute is
+    of a plain type. A shape rule is a pure function of its operands' types and its
+    attributes, and a long trace asks the same question thousands of times (a 20k-op chain:
+    a fifth of tracing and most of `verify_graph`); errors are raised each time, not kept."""
+    try:
+        key = (op, tuple(types), tuple([(k, _infer_attr_key(v)) for k, v in attrs.items()]))
+    except _NoInferKey:
+        return REGISTRY[op].infer(types, **attrs)
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = REGISTRY[op].infer(types, **attrs)
+    return got
+
+
 class Value:
     """An SSA value: produced once (by a node, or as a graph input), with a static type."""
 

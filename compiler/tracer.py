@@ -13,7 +13,7 @@ import os
 import sys
 
 from .errors import CompilerError, ShapeError, TraceError
-from .ir import Graph, Loc, Node, Value
+from .ir import Graph, Loc, Node, Value, infer_type
 from .layout import apply_view, value_probe
 from .ops import REGISTRY, dkind
 
@@ -72,7 +72,9 @@ def call_site() -> CallSite:
 _FILE_KIND: dict[str, tuple[str, bool]] = {}
 
 
-def _user_loc_from(frame) -> Loc:
+def _user_loc_from(frame, locs: dict | None = None) -> Loc:
+    """`locs`: (file, line) -> its Loc, made once per trace (a loop's body makes the same
+    few lines' ops thousands of times; the text is read when the Loc is made)."""
     while frame is not None:
         raw = frame.f_code.co_filename
         known = _FILE_KIND.get(raw)
@@ -85,7 +87,13 @@ def _user_loc_from(frame) -> Loc:
                 _FILE_KIND[raw] = known
         fname, ours = known
         if not ours:
-            return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
+            if locs is None:
+                return Loc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
+            key = (fname, frame.f_lineno)
+            loc = locs.get(key)
+            if loc is None:
+                loc = locs[key] = Loc(fname, key[1], linecache.getline(fname, key[1]))
+            return loc
         frame = frame.f_back
     return Loc("<unknown>", 0)
 
@@ -156,6 +164,8 @@ class Tracer:
         # The open cc.amp.auto_cast block (compiler/amp.py), or None: it casts the inputs of
         # the forward ops it covers.
         self.amp = None
+        self.rules: dict = {}  # infer_type's answers in this trace
+        self.locs: dict = {}   # the user's lines met in this trace (_user_loc_from)
 
     def __enter__(self):
         _STACK.append(self)
@@ -181,7 +191,7 @@ class Tracer:
             return self.backward_loc
         if self.return_loc is not None:
             return self.return_loc
-        return user_loc()
+        return _user_loc_from(sys._getframe(1), self.locs)
 
     def emit(self, op: str, inputs: list[Value], attrs: dict | None = None,
              inplace_of: int | None = None, record_grad: bool | None = None) -> Value:
@@ -195,7 +205,7 @@ class Tracer:
             inputs = self.amp.cast_inputs(self, op, inputs)
         loc = self.loc()
         try:
-            shape, dtype = opdef.infer([(v.shape, v.dtype) for v in inputs], **attrs)
+            shape, dtype = infer_type(op, [(v.shape, v.dtype) for v in inputs], attrs, self.rules)
         except CompilerError as e:
             msg = e.bare_message  # name the op once, even when the rule already does
             raise type(e)(msg if msg.startswith(op) else f"{op}: {msg}", loc) from None

@@ -53,6 +53,9 @@ from compiler.ir import Graph, Node, Value
 from compiler.ops import REGISTRY, VIEW
 
 
+_F8 = np.dtype(float).str
+
+
 class _NoKey(Exception):
     """An attribute CSE can't compare: the node is never merged."""
 
@@ -64,6 +67,20 @@ def attr_key(value):
     A dict's key follows its insertion order (one op's attributes are made in one order; two
     orders only miss a merge)."""
     kind = type(value)
+    # The plain Python types first, by identity (the same keys as below, without the
+    # ABC isinstance checks and np.dtype(float): most of CSE's time on a long chain).
+    if kind is float:
+        return ("float", _F8, value.hex())
+    if kind is int:
+        return ("int", value)
+    if kind is str or value is None:
+        return value
+    if kind is bool:
+        return ("bool", value)
+    if isinstance(value, np.dtype):  # (not an Integral: checked before that ABC)
+        return ("dtype", value.str)
+    if kind is dict:  # (a fused body's inner attributes, keyed by the cpu emitter)
+        return ("dict",) + tuple((k, attr_key(v)) for k, v in value.items())
     if kind is tuple or kind is list:
         return (kind.__name__,) + tuple(attr_key(v) for v in value)
     if kind is float or isinstance(value, np.floating):

@@ -182,23 +182,30 @@ def fuse(graph: Graph, scratch: bool = True, max_cost: int = MAX_COST) -> Graph:
     # Nodes that are no work between a producer and its group's root (views, single-element
     # constants), decided once per node rather than once per scan (`_extension_pays`).
     free = [REGISTRY[n.op].kind == VIEW or _literal(n.out) for n in graph.nodes]
-    ctx = (graph.nodes, member_ids, last_reads(graph), free)
-    for node in reversed(graph.nodes):  # Step 1
-        if node.op == "full" or not _fusible(node):
-            continue
-        cost = node_cost(node)
-        g = _join(node, users, final, group_of, index, cost, max_cost, written_between, ctx)
-        if g is None:
-            g = _Group(node, cost)
-            groups.append(g)
-        else:
-            g.members.append(node)
-            g.cost += cost
-            g.min_bytes = min(g.min_bytes, node.out.nbytes)
-            if _on_chain(node, users, g):
-                g.chain.add(id(node))
-        group_of[id(node)] = g
-        member_ids.add(id(node))
+    # The first point after the node being looked at that is work outside every group's
+    # members: the walk goes backwards and a node's membership is settled once it is passed,
+    # so this replaces a scan of up to GAP_SCAN nodes per node (`_extension_pays`).
+    next_work = [len(graph.nodes)]
+    ctx = (last_reads(graph), next_work)
+    for i in range(len(graph.nodes) - 1, -1, -1):  # Step 1
+        node = graph.nodes[i]
+        if node.op != "full" and _fusible(node):
+            cost = node_cost(node)
+            g = _join(node, users, final, group_of, index, cost, max_cost, written_between,
+                      ctx)
+            if g is None:
+                g = _Group(node, cost)
+                groups.append(g)
+            else:
+                g.members.append(node)
+                g.cost += cost
+                g.min_bytes = min(g.min_bytes, node.out.nbytes)
+                if _on_chain(node, users, g):
+                    g.chain.add(id(node))
+            group_of[id(node)] = g
+            member_ids.add(id(node))
+        if not free[i] and id(node) not in member_ids:
+            next_work[0] = i
     fused = [g for g in groups if len(g.members) > 1 and not _target_conflict(g)]
     if not fused:
         return graph
@@ -243,16 +250,9 @@ def _extension_pays(node, g, lo, hi, ctx) -> bool:
     group's smallest one). So a node that makes a smaller value from a bigger one (relu's
     1-byte mask `out > 0`, taken early so the float output can die: the scheduler's
     compact saved values) is not fused into a later reader across other work."""
-    nodes, members, last, free = ctx
-    gap = False
-    for t in range(lo + 1, min(hi, lo + 1 + GAP_SCAN)):
-        # a single-element constant is no work between (captured or not)
-        if not free[t] and id(nodes[t]) not in members:
-            gap = True
-            break
-    else:
-        gap = hi - lo - 1 > GAP_SCAN
-    if not gap:
+    last, next_work = ctx
+    # (views and single-element constants, captured or not, are no work in between)
+    if next_work[0] >= min(hi, lo + 1 + GAP_SCAN) and hi - lo - 1 <= GAP_SCAN:
         return True
     extended = 0
     for v in {id(v): v for v in node.inputs}.values():

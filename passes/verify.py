@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from compiler.ir import Graph, format_node
+from compiler.ir import Graph, format_node, infer_type
 from compiler.layout import apply_view, contiguous_probe, region
 from compiler.ops import ELEMENTWISE, REGISTRY, SCATTER, VIEW, workspace_bytes
 
@@ -41,13 +41,14 @@ def _context(graph: Graph, index: int, radius: int = 3) -> str:
 def verify_graph(graph: Graph) -> None:
     """SSA: each value defined once, before use; types agree with the registry's rules."""
     defined = {id(v) for v in graph.inputs}
+    rules: dict = {}  # (infer_type's answers: a chain repeats a few types thousands of times)
     for i, n in enumerate(graph.nodes):
         for v in n.inputs:
             if id(v) not in defined:
                 raise PlanError(f"{v.ref()} used before definition\n{_context(graph, i)}")
         if n.op not in REGISTRY:
             raise PlanError(f"{n.out.ref()} uses unknown op {n.op!r}\n{_context(graph, i)}")
-        shape, dtype = REGISTRY[n.op].infer([(v.shape, v.dtype) for v in n.inputs], **n.attrs)
+        shape, dtype = infer_type(n.op, [(v.shape, v.dtype) for v in n.inputs], n.attrs, rules)
         if tuple(shape) != n.out.shape or dtype != n.out.dtype:
             raise PlanError(f"type of {n.out.ref()} disagrees with {n.op}'s rule\n"
                             f"{_context(graph, i)}")

@@ -297,3 +297,34 @@ def test_verify_plan_rejects_a_reuse_of_an_input_in_another_buffer():
     _move(prog, "%2", elsewhere)  # ... which the broken plan keeps elsewhere
     assert b2.values == [_value(prog, "%3")]
     _rejects(prog, r"%3 is planned to write over %2, which is not in its buffer #2")
+
+
+# -- shape rules asked once per question (compiler.ir.infer_type) ---------------------------------
+def test_each_shape_rule_question_is_asked_once_per_trace_and_verify_still_checks_every_node(
+        monkeypatch):
+    from compiler.ops import REGISTRY
+
+    asked = []
+    rule = REGISTRY["multiply"].infer
+
+    def counting(types, **attrs):
+        asked.append(tuple(types))
+        return rule(types, **attrs)
+    monkeypatch.setattr(REGISTRY["multiply"], "infer", counting)
+
+    def f(x):
+        for _ in range(50):
+            x = x * 1.5
+        return x
+    numpy_compile(f).lower(np.ones(8, np.float32))
+    # The tracer and verify_graph each asked once: 50 identical products, one question.
+    assert asked == [(((8,), np.dtype(np.float32)), ((), np.dtype(np.float32)))] * 2
+    # A remembered answer doesn't hide a node whose type disagrees with it: the second of
+    # two identical products claims float64.
+    g = Graph("twins")
+    x = g.add_input("x", (8,), np.float32)
+    y = g.add_node("multiply", [x, x], {}, (8,), np.float32)
+    z = g.add_node("multiply", [x, x], {}, (8,), np.float64)
+    g.outputs = [y.out, z.out]
+    with pytest.raises(PlanError, match=r"type of %2 disagrees with multiply's rule"):
+        verify_graph(g)
