@@ -1,0 +1,309 @@
+"""Random programs aimed where this project's bugs were: the generator of
+tests/passes/program_gen.py with `targeted=True` (arg-reductions with ties, inplace ops through
+views of views, float32 / 16-bit round trips inside float64 programs, literal constants, GEMMs of
+transposes, min with ties) and other argument shapes (`shapes=`: size-1 axes, a zero-size
+argument, rows longer than a warp and a gpu block), checked as tests/passes/test_random_programs.py
+checks its programs (reference interpreter, numpy twin, every inplace mode, donation, the plan),
+and four properties of their own:
+
+  - layouts: one compiled function called on the same values laid out C-contiguous, strided
+    inside a bigger buffer, with a negative stride, Fortran-ordered and at an odd offset, in
+    turns and twice each (the second call of a layout takes `compiler.api._FastCall`): every
+    output and every caller's array after the call are bit-identical to the first call's,
+    and the memory around a strided argument is never written; a read-only argument that the
+    program writes is refused with every caller's array untouched;
+  - thread counts on float32, float16 and bfloat16 arguments: bit-identical with 1, 2 and 3
+    threads (every loop cut into chunks);
+  - two threads calling one function at once, each with its own layout;
+  - memory budgets on the cpu backend: a random budget between the least reachable peak and
+    the plan without recomputation gives the unbudgeted values bit for bit.
+
+Each runs a few derandomized examples by default; its `_sweep` sibling (marked slow) runs more.
+RANDOM_PROGRAMS_EXAMPLES=N runs N random examples of each.
+"""
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import assume, given, note
+from hypothesis import strategies as st
+from program_gen import RandomProgram, programs
+
+import compiler as cc
+import passes.budget as budget_pass
+from tests.passes.test_random_programs import (STEPS, _flat, _settings, _split_everything,
+                                               check_program)
+
+SHAPES = ["ones", "empty", "long"]
+CPU_THREADS = pytest.mark.parametrize("threads", [1, 2])
+
+
+# -- the checks of test_random_programs on the targeted generator -------------------------------
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@_settings(6)
+@given(data=st.data(), donate_mask=st.integers(0, 15))
+def test_targeted_programs_match_reference_and_numpy(shapes, data, donate_mask):
+    prog = data.draw(programs(STEPS, shapes=shapes, targeted=True), "program")
+    check_program(prog, donate_mask)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@_settings(80)
+@given(data=st.data(), donate_mask=st.integers(0, 15))
+def test_targeted_programs_match_reference_and_numpy_sweep(shapes, data, donate_mask):
+    prog = data.draw(programs(STEPS, shapes=shapes, targeted=True), "program")
+    check_program(prog, donate_mask)
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@_settings(2)
+@given(data=st.data(), donate_mask=st.integers(0, 15))
+def test_targeted_programs_on_cpu_match_reference(shapes, data, donate_mask, threads):
+    prog = data.draw(programs(STEPS, shapes=shapes, targeted=True), "program")
+    with _split_everything(threads):
+        check_program(prog, donate_mask, backend="cpu")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@_settings(30)
+@given(data=st.data(), donate_mask=st.integers(0, 15))
+def test_targeted_programs_on_cpu_match_reference_sweep(shapes, data, donate_mask, threads):
+    prog = data.draw(programs(STEPS, shapes=shapes, targeted=True), "program")
+    with _split_everything(threads):
+        check_program(prog, donate_mask, backend="cpu")
+
+
+# -- layouts -------------------------------------------------------------------------------------
+SENTINEL = -7.25  # what surrounds a strided argument in its bigger buffer
+
+
+class Laid:
+    """The values of `s` in one layout: `view` (the argument's storage) and `around` (the
+    bigger buffer it lives in and the mask of the view's elements), when there is one."""
+
+    def __init__(self, s: np.ndarray, kind: str):
+        self.around = None
+        if kind == "C":
+            self.view = s.copy()
+        elif kind == "F":
+            self.view = np.asfortranarray(s)
+        elif kind == "reversed":  # a negative stride on every axis
+            flipped = np.ascontiguousarray(s[(slice(None, None, -1),) * s.ndim])
+            self.view = flipped[(slice(None, None, -1),) * s.ndim]
+        elif kind == "strided":  # every other element of the last axis, and one more row
+            big = np.full(s.shape[:-1] + (2 * s.shape[-1] + 1,), SENTINEL)
+            index = (Ellipsis, slice(1, None, 2))
+            self.view = big[index]
+            self.view[...] = s
+            mask = np.zeros(big.shape, bool)
+            mask[index] = True
+            self.around = (big, mask, big[~mask].copy())
+        elif kind == "offset":  # 8-byte aligned, not 16 or 32: a vector load must not assume it
+            raw = np.zeros(s.size + 4)
+            self.view = raw[1:1 + s.size].reshape(s.shape)
+            self.view[...] = s
+        else:
+            raise ValueError(kind)
+
+    def untouched_around(self) -> bool:
+        if self.around is None:
+            return True
+        big, mask, before = self.around
+        return big[~mask].tobytes() == before.tobytes()
+
+
+LAYOUTS = ["C", "strided", "C", "reversed", "F", "offset", "strided", "C"]
+
+
+def _called(cf, prog: RandomProgram, storages, kind):
+    laid = [Laid(s, kind) for s in storages]
+    args = prog.arguments([lay.view for lay in laid])
+    try:
+        result = cf(*args)
+    except cc.CompilerError as e:
+        return ("error", type(e).__name__, e.bare_message)
+    assert all(lay.untouched_around() for lay in laid), f"{kind}: wrote outside an argument"
+    outs = [("array", o.dtype.str, o.shape, o.tobytes()) if isinstance(o, np.ndarray)
+            else ("value", repr(o)) for o in _flat(result)]
+    return ("ok", outs, [a.tobytes() for a in args])
+
+
+def check_layouts(prog: RandomProgram, backend: str):
+    assume(not prog.expect_error)
+    note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
+    cf = cc.compile(prog.build(), backend=backend, sanitize=True)
+    storages = prog.storages()
+    first = None
+    for kind in LAYOUTS:
+        for call in range(2):  # the general path, then the fast path
+            got = _called(cf, prog, storages, kind)
+            if first is None:
+                first = got
+            assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
+    # A read-only argument that the program writes: refused before anything is written.
+    laid = [Laid(s, "C") for s in storages]
+    args = prog.arguments([lay.view for lay in laid])
+    if first[0] == "ok":
+        written = [k for k, (a, b) in enumerate(zip(first[2], prog.arrays()))
+                   if a != b.tobytes()]
+        if written and not prog.alias:
+            before = [a.copy() for a in args]
+            args[written[-1]].flags.writeable = False
+            with pytest.raises(cc.InplaceError, match="read-only"):
+                cf(*args)
+            for k, (a, b) in enumerate(zip(args, before)):
+                assert a.tobytes() == b.tobytes(), f"argument {k} written by a refused call"
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("shapes", ["default", "long"])
+@_settings(4)
+@given(data=st.data())
+def test_programs_on_cpu_give_the_same_bits_in_every_layout(shapes, data, threads):
+    prog = data.draw(programs(STEPS, errors=False, shapes=shapes, targeted=True), "program")
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@_settings(30)
+@given(data=st.data())
+def test_programs_on_cpu_give_the_same_bits_in_every_layout_sweep(shapes, data, threads):
+    prog = data.draw(programs(STEPS, errors=False, shapes=shapes, targeted=True), "program")
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@_settings(6)
+@given(prog=programs(STEPS, errors=False, targeted=True))
+def test_programs_on_numpy_give_the_same_bits_in_every_layout(prog):
+    check_layouts(prog, "numpy")
+
+
+# -- thread counts on narrow floats --------------------------------------------------------------
+NARROW = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+          "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def check_narrow_thread_counts(prog: RandomProgram, dtype: np.dtype):
+    assume(not prog.expect_error)
+    note(f"random_program.py ({dtype.name} inputs from default_rng({prog.seed})):\n{prog}")
+    storages = [s.astype(dtype) for s in prog.storages()]
+    outcomes = []
+    for threads in (1, 2, 3):
+        with _split_everything(threads):
+            cf = cc.compile(prog.build(), backend="cpu", sanitize=True)
+            outcomes.append([_called(cf, prog, storages, "C") for _ in range(2)])
+    assert outcomes[0] == outcomes[1], "1 and 2 threads differ"
+    assert outcomes[0] == outcomes[2], "1 and 3 threads differ"
+
+
+@pytest.mark.parametrize("dtype", sorted(NARROW))
+@_settings(3)
+@given(data=st.data())
+def test_narrow_float_programs_on_cpu_give_the_same_bits_for_any_thread_count(dtype, data):
+    prog = data.draw(programs(STEPS, errors=False, shapes="long", targeted=True), "program")
+    check_narrow_thread_counts(prog, NARROW[dtype])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@pytest.mark.parametrize("dtype", sorted(NARROW))
+@_settings(20)
+@given(data=st.data())
+def test_narrow_float_programs_on_cpu_give_the_same_bits_for_any_thread_count_sweep(
+        dtype, shapes, data):
+    prog = data.draw(programs(STEPS, errors=False, shapes=shapes, targeted=True), "program")
+    check_narrow_thread_counts(prog, NARROW[dtype])
+
+
+# -- two threads at once, each in its own layout -------------------------------------------------
+def check_concurrent_layouts(prog: RandomProgram, backend: str, calls: int = 3):
+    assume(not prog.expect_error)
+    note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
+    cf = cc.compile(prog.build(), backend=backend, sanitize=True)
+    kinds = ["C", "strided"]
+    data = [[s + 0.125 * i for s in prog.storages()] for i in range(2)]
+    serial = [[_called(cf, prog, d, k) for _ in range(calls)] for d, k in zip(data, kinds)]
+    barrier = threading.Barrier(2)
+    got: list = [None, None]
+
+    def work(i):
+        barrier.wait()
+        got[i] = [_called(cf, prog, data[i], kinds[i]) for _ in range(calls)]
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    for i in range(2):
+        assert got[i] is not None, f"thread {i} raised (see its traceback above)"
+        for c in range(calls):
+            assert got[i][c] == serial[i][c], f"thread {i}, call {c}: differs from serial"
+
+
+@_settings(4)
+@given(prog=programs(STEPS, errors=False, targeted=True))
+def test_programs_on_cpu_called_from_two_threads_in_two_layouts(prog):
+    check_concurrent_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@_settings(30)
+@given(prog=programs(STEPS, errors=False, targeted=True))
+def test_programs_on_cpu_called_from_two_threads_in_two_layouts_sweep(prog):
+    check_concurrent_layouts(prog, "cpu")
+
+
+# -- memory budgets on the cpu backend -----------------------------------------------------------
+def check_budget(prog: RandomProgram, pick: float, backend: str):
+    assume(not prog.expect_error)
+    note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
+    saved = budget_pass.MIN_BYTES
+    budget_pass.MIN_BYTES = 1  # the values are small: every one is a candidate
+    try:
+        fn = prog.build()
+        search = cc.compile(fn, backend=backend).lower(*prog.arrays()).plan.budget_search
+        lo, hi = search.lowest().peak, search.zero.peak
+        budget = lo + int(pick * (hi - lo))
+        note(f"budget {budget} B in [{lo}, {hi}]")
+        want = cc.compile(fn, backend=backend, sanitize=True, recompute="off", schedule="off")
+        got = cc.compile(fn, backend=backend, sanitize=True, memory_budget=budget)
+        storages = prog.storages()
+        w = [_called(want, prog, storages, "C") for _ in range(2)]
+        g = [_called(got, prog, storages, "C") for _ in range(2)]
+        assert g == w, f"memory_budget={budget}: values differ from the unbudgeted program"
+    finally:
+        budget_pass.MIN_BYTES = saved
+
+
+@CPU_THREADS
+@_settings(3)
+@given(prog=programs(STEPS, backward=True, errors=False, targeted=True),
+       pick=st.floats(0.0, 1.0))
+def test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits(
+        prog, pick, threads):
+    with _split_everything(threads):
+        check_budget(prog, pick, "cpu")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@_settings(20)
+@given(data=st.data(), pick=st.floats(0.0, 1.0))
+def test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits_sweep(
+        shapes, data, pick, threads):
+    prog = data.draw(programs(STEPS, backward=True, errors=False, shapes=shapes,
+                              targeted=True), "program")
+    with _split_everything(threads):
+        check_budget(prog, pick, "cpu")
