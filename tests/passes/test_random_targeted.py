@@ -93,7 +93,7 @@ class Laid:
         if kind == "C":
             self.view = s.copy()
         elif kind == "F":
-            self.view = np.asfortranarray(s)
+            self.view = np.array(s, order="F")  # (a copy: asfortranarray may return s)
         elif kind == "reversed":  # a negative stride on every axis
             flipped = np.ascontiguousarray(s[(slice(None, None, -1),) * s.ndim])
             self.view = flipped[(slice(None, None, -1),) * s.ndim]
@@ -307,3 +307,40 @@ def test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits
                               targeted=True), "program")
     with _split_everything(threads):
         check_budget(prog, pick, "cpu")
+
+
+# -- regressions: minimal programs found by the properties above ----------------------------------
+def _overlapping_rows(s):
+    def program(a, e):
+        a.add_(1.0)  # seen through e's rows 0 and 1 (a's rows 1 and 2), as in eager NumPy
+        return e * 2.0
+    a, e = s[0:3], s[1:4]
+    want_s = s.copy()
+    want_s[0:3] += 1.0
+    return program, (a, e), want_s[1:4] * 2.0, want_s
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_overlapping_rows_of_a_fortran_ordered_array_are_views_of_one_storage():
+    # Found by test_programs_on_cpu_give_the_same_bits_in_every_layout: two overlapping row
+    # slices of a Fortran-ordered array were refused ("share memory, but not as views ... of
+    # one array") since only C-contiguous owners were tried; the owner's transpose is one.
+    s = np.array(np.random.default_rng(0).standard_normal((4, 4)), order="F")
+    program, args, want, want_s = _overlapping_rows(s)
+    np.testing.assert_array_equal(cc.compile(program)(*args), want)
+    np.testing.assert_array_equal(s, want_s)
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_overlapping_rows_of_an_array_at_an_odd_offset_of_its_buffer_are_views_of_one_storage():
+    # Found by the same property: the rows of `raw[1:17].reshape(4, 4)` cross the grid that
+    # the owner `raw` was cut into (rows of 4 from element 0), so no candidate storage held
+    # `s[0:3]` and `s[1:4]` as views; the grid now also starts at the members' lowest element.
+    raw = np.zeros(20)
+    s = raw[1:17].reshape(4, 4)
+    s[...] = np.random.default_rng(0).standard_normal((4, 4))
+    before = raw.copy()
+    program, args, want, want_s = _overlapping_rows(s)
+    np.testing.assert_array_equal(cc.compile(program)(*args), want)
+    np.testing.assert_array_equal(s, want_s)
+    assert raw[0] == before[0] and (raw[17:] == before[17:]).all()  # nothing around s written
