@@ -1,0 +1,61 @@
+"""The targeted random programs (tests/passes/program_gen.py, `targeted=True`) on the gpu
+backend: its generated CUDA C run on the host through the CPU fiber harness (tests/gpu/harness),
+under both thread schedules, against the numpy backend, for each shape set: rows longer than a
+warp and a block (`long`: reductions, softmax, layer_norm, sort and arg-reductions split across
+threads), size-1 axes and a zero-size argument. A fixed sample (the first programs of a
+derandomized hypothesis run per shape set), built in one batch; RANDOM_GPU_PROGRAMS=N per set.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from program_gen import programs
+
+import compiler as cc
+from tests.gpu import harness
+from tests.gpu.test_harness_programs import check
+
+pytest.importorskip("runtime.gpu.executable")
+pytestmark = pytest.mark.skipif(not harness.available(), reason="needs g++ on a POSIX host")
+
+PER_SET = int(os.environ.get("RANDOM_GPU_PROGRAMS", "3"))
+SETS = ["long", "ones", "empty"]
+
+
+def _sample(shapes, n):
+    out = []
+
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(programs(errors=False, shapes=shapes, targeted=True))
+    def collect(prog):
+        out.append(prog)
+    collect()
+    return out[:n]
+
+
+@pytest.fixture(scope="module")
+def built():
+    progs = []
+    for shapes in SETS:
+        for rp in _sample(shapes, PER_SET):
+            fn = rp.build()
+            progs.append((shapes, rp, fn, cc.compile(fn, backend="gpu").lower(*rp.arrays())))
+    harness.prebuild([p._exec.module for *_, p in progs])
+    return progs
+
+
+def test_targeted_random_programs_on_the_gpu_harness_match_the_numpy_backend(built):
+    assert len(built) == PER_SET * len(SETS)
+    failures = []
+    for shapes, rp, fn, prog in built:
+        try:
+            with np.errstate(all="ignore"):
+                check(prog, cc.compile(fn, backend="numpy"), rp.arrays,
+                      f"random program ({shapes})", rtol=1e-9)
+        except (AssertionError, harness.HarnessError) as e:
+            failures.append(f"{shapes}:\n{rp}\n{str(e)[:800]}")
+    assert not failures, f"{len(failures)} of {len(built)} differ:\n" + "\n\n".join(failures)
