@@ -152,6 +152,7 @@ class RandomProgram:
     inplace_steps: set = field(default_factory=set)  # indices of lines with inplace writes
     alias: str | None = None          # a key of ALIASES: some arguments share memory
     nograd_reads: list = field(default_factory=list)  # values read under no_grad (returned)
+    twin: bool = True                 # False: a step the numpy twin can't follow (dropout)
 
     # -- rendering --------------------------------------------------------------------------
     HEADER_LINES = 3  # two imports and `def program(...)` precede body line 0
@@ -171,7 +172,7 @@ class RandomProgram:
                 + "".join("    " + line + "\n" for line in body))
 
     def numpy_source(self) -> str | None:
-        if self.has_backward or self.expect_error is not None:
+        if self.has_backward or self.expect_error is not None or not self.twin:
             return None
         params = ", ".join(self.inputs)
         body = [line for line in self.np_lines if line is not None]
@@ -858,8 +859,14 @@ class _Gen:
         constants (fusion renders them inline); a GEMM with transposed operands; min along
         an axis."""
         kind = self.choice(["arg", "arg", "view2", "view2", "round", "round", "literals",
-                            "gemm_t", "min"])
+                            "gemm_t", "min", "dropout"])
         out = self.fresh()
+        if kind == "dropout":  # Philox numbers from a constant seed: regenerate_random's case
+            x = self.pick(self.vars)
+            seed = self.draw(st.integers(0, 3))
+            self.prog.twin = False  # (the twin's value bounds the magnitude: `x / 0.8`)
+            return self.emit(f"{out} = F.dropout({x}, p=0.2, seed={seed})",
+                             f"{out} = arr({x} / 0.8)", define=out)
         if kind == "view2":
             targets = [v for v in self.vars if self.writable(v, grad_enabled)]
             if not targets:
@@ -1074,10 +1081,12 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
                                 unique=True))
         if updated:
             g.emit("with cc.no_grad():", None)
+            # targeted: also lr 1.0 (`w -= 1.0 * w.grad`: a scale by one the rewrites may drop)
+            lr = draw(st.sampled_from([0.1, 1.0])) if targeted else 0.1
             for w in updated:
-                form = draw(st.sampled_from([f"{w}.subtract_(0.1 * {w}.grad)",
-                                             f"{w} -= 0.1 * {w}.grad",
-                                             f"{w}.add_({w}.grad, alpha=-0.1)"]))
+                form = draw(st.sampled_from([f"{w}.subtract_({lr} * {w}.grad)",
+                                             f"{w} -= {lr} * {w}.grad",
+                                             f"{w}.add_({w}.grad, alpha=-{lr})"]))
                 g.emit("    " + form, None, inplace=True)
     # What to return: some variables (views included), the grads, maybe the loss.
     pool = [v for v in g.vars if v not in inputs] or list(g.vars)

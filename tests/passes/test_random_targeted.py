@@ -152,6 +152,15 @@ def _assert_outcomes_close(got, want, what):
                                    err_msg=f"{what}: argument {k} after the call")
 
 
+def _apart(cf, args):
+    try:
+        result = cf(*args)
+    except cc.CompilerError as e:
+        return ("error", type(e).__name__, e.bare_message)
+    return ("ok", [o.tobytes() if isinstance(o, np.ndarray) else repr(o)
+                   for o in _flat(result)], [a.tobytes() for a in args])
+
+
 def check_layouts(prog: RandomProgram, backend: str):
     assume(not prog.expect_error)
     note(f"random_program.py (inputs: default_rng({prog.seed}).standard_normal):\n{prog}")
@@ -172,6 +181,15 @@ def check_layouts(prog: RandomProgram, backend: str):
                 _assert_outcomes_close(got, first, f"layout {kind!r}, call {call}")
             else:
                 assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
+    if prog.alias:
+        # The same layouts without the sharing (each argument a copy) take the general path
+        # (the fast path's key, shapes and strides, can't tell them apart), and back.
+        apart = cc.compile(prog.build(), backend=backend, sanitize=True)
+        for _ in range(2):
+            copies = [a.copy() for a in prog.arguments([s.copy() for s in storages])]
+            again = [a.copy() for a in copies]
+            assert _apart(cf, copies) == _apart(apart, again), "arguments apart: differs"
+            assert _called(cf, prog, storages, "C") == of_layout["C"], "shared again: differs"
     # A read-only argument that the program writes: refused before anything is written.
     laid = [Laid(s, "C") for s in storages]
     args = prog.arguments([lay.view for lay in laid])
