@@ -302,6 +302,7 @@ class _Gen:
         self.draw, self.prog = draw, prog
         self.allow_detach = detach
         self.targeted = targeted  # draws TARGETED_STEPS too
+        self.exact = False  # only exactly rounded ops (`programs(exact=True)`)
         arrays = prog.arrays()
         self.ns = {"np": np}
         exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
@@ -462,6 +463,8 @@ class _Gen:
 
     # -- steps -----------------------------------------------------------------------------------
     def step(self, grad_enabled=True):
+        if self.exact:
+            return self.step_exact(grad_enabled)
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
@@ -954,6 +957,119 @@ class _Gen:
             pd, npx = f"{x}.clip(-0.5, 0.5).min(axis={ax})", \
                 f"np.min(np.clip({x}, -0.5, 0.5), axis={ax})"
         self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
+    def step_exact(self, grad_enabled):
+        """Only ops whose every result is one rounding of the exact value (or no rounding):
+        `+ - *` with variables or Python scalars, `/ (|y| + 1)`, negation, abs, maximum,
+        minimum, where, clip, casts, views, copies, concat, flip, max/min along an axis, and
+        inplace adds, products, clips and fills through views. The project holds every
+        backend to the same bits on these in every dtype (CONVENTIONS.md, "Tolerances"), so
+        programs of them compare the cpu backend's fused chains (literal constants inline,
+        16-bit values rounded per op) with the numpy backend's op-by-op run bit for bit."""
+        kind = self.choice(["binary", "binary", "binary", "unary", "unary", "inplace",
+                            "inplace", "view", "select", "reduce", "copy", "setitem"])
+        if kind == "view":
+            return self.step_view(grad_enabled)
+        out = self.fresh()
+        scalars = ["0.1", "2.5", "-3", "7", "0.5", "1.0 / 3.0", "1"]
+        if kind in ("inplace", "setitem"):
+            targets = [v for v in self.vars if self.writable(v, grad_enabled)]
+            if not targets:
+                return self.step_view(grad_enabled)
+            x = self.pick(targets)
+            t, n = x, x
+            if self.draw(st.booleans()):  # through a view (sometimes of a view)
+                for _ in range(self.draw(st.integers(1, 2))):
+                    self.ns["Q__"] = eval(n, self.ns)
+                    pd_v, np_v = self.draw_view("Q__")
+                    del self.ns["Q__"]
+                    v = eval(np_v.replace("Q__", f"({n})"), self.ns)
+                    if not v.flags.writeable or v.size == 0:
+                        break
+                    t, n = pd_v.replace("Q__", f"({t})"), np_v.replace("Q__", f"({n})")
+            shape = eval(n, self.ns).shape
+            y, ny = self.operand_for(shape, alias=(t, n))
+            if kind == "setitem" and shape:
+                idx = self.draw_index(shape)
+                region = eval(f"({n})[np.index_exp[{idx}]]", self.ns)
+                if region.size == 0:
+                    return self.step_view(grad_enabled)
+                y, ny = self.operand_for(region.shape)
+                return self.emit(f"({t})[{idx}] = {y}", f"({n})[{idx}] = {ny}", inplace=True)
+            op = self.choice(["add_", "subtract_", "multiply_", "clip_", "fill_", "zero_",
+                              "+="])
+            if op == "multiply_" and _mag(eval(n, self.ns)) > 100:
+                op = "add_"
+            if op in ("add_", "subtract_", "multiply_"):
+                sign = {"add_": "+", "subtract_": "-", "multiply_": "*"}[op]
+                return self.emit(f"({t}).{op}({y})", f"inplace({n}, ({n}) {sign} {ny})",
+                                 inplace=True)
+            if op == "+=":
+                if not t.startswith(x + "[") and t != x:
+                    return self.emit(f"({t}).add_({y})", f"inplace({n}, ({n}) + {ny})",
+                                     inplace=True)
+                return self.emit(f"{t} += {y}", f"{n} += {ny}", inplace=True)
+            if op == "clip_":
+                return self.emit(f"({t}).clip_(-0.5, 7.0)",
+                                 f"inplace({n}, np.clip({n}, -0.5, 7.0))", inplace=True)
+            if op == "fill_":
+                return self.emit(f"({t}).fill_(2.5)", f"inplace({n}, 2.5)", inplace=True)
+            return self.emit(f"({t}).zero_()", f"inplace({n}, 0.0)", inplace=True)
+        x = self.pick(self.vars)
+        a = self.arr(x)
+        if kind == "binary":
+            y, ny = self.operand_for(a.shape) if self.draw(st.booleans()) else (None, None)
+            partners = [v for v in self.vars if _broadcast(a.shape, self.arr(v).shape)]
+            if y is None:
+                y = ny = self.pick(partners) if self.draw(st.booleans()) else \
+                    self.choice(scalars)
+            op = self.choice(["+", "-", "*", "/", "r-"])
+            if op == "*" and _mag(a) * (_mag(eval(ny, self.ns)) if ny not in scalars
+                                         else 10) > 1e4:
+                op = "+"
+            if op == "/":
+                pd, npx = f"{x} / ({y}.abs() + 1)" if y not in scalars else f"{x} / {y}", \
+                    f"{x} / (np.abs({ny}) + 1)" if ny not in scalars else f"{x} / {ny}"
+            elif op == "r-":
+                pd = npx = f"{y} - {x}" if y in scalars else f"{x} - {y}"
+            else:
+                pd, npx = f"{x} {op} {y}", f"{x} {op} {ny}"
+        elif kind == "unary":
+            pd, npx = self.choice([
+                (f"-{x}", f"-{x}"), (f"{x}.abs()", f"np.abs({x})"),
+                (f"{x}.clip(-0.5, 0.75)", f"np.clip({x}, -0.5, 0.75)"),
+                (f"{x}.astype('float32')", f"{x}.astype(np.float32)"),
+                (f"{x}.astype('float16')", f"{x}.astype(np.float16)"),
+                (f"{x}.astype('float64')", f"{x}.astype(np.float64)"),
+                (f"{x}.maximum({x}.t())" if a.ndim == 2 and a.shape[0] == a.shape[1]
+                 else f"{x}.maximum({x}[..., ::-1])",
+                 f"np.maximum({x}, {x}.T)" if a.ndim == 2 and a.shape[0] == a.shape[1]
+                 else f"np.maximum({x}, {x}[..., ::-1])")])
+        elif kind == "select":
+            partners = [v for v in self.vars if _broadcast(a.shape, self.arr(v).shape)]
+            y = self.pick(partners)
+            pd, npx = self.choice([
+                (f"cc.where({x} > {y}, {x}, {y})", f"np.where({x} > {y}, {x}, {y})"),
+                (f"{x}.minimum({y})", f"np.minimum({x}, {y})"),
+                (f"{x}.maximum({y})", f"np.maximum({x}, {y})"),
+                (f"cc.where({x} >= 0.5, {y}, 2.5)", f"np.where({x} >= 0.5, {y}, 2.5)")])
+        elif kind == "reduce":
+            if a.ndim == 0 or a.size == 0:
+                pd, npx = f"{x}.abs()", f"np.abs({x})"
+            else:
+                ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+                op = self.choice(["max", "min"])
+                keep = self.draw(st.booleans())
+                pd = f"{x}.{op}(axis={ax}" + (", keepdim=True)" if keep else ")")
+                npx = f"np.{op}({x}, axis={ax}" + (", keepdims=True)" if keep else ")")
+        else:  # copies
+            opts = [(f"{x}.clone()", f"np.array({x})")]
+            if a.ndim >= 1:
+                ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+                opts += [(f"{x}.flip({ax})", f"np.flip({x}, {ax})"),
+                         (f"cc.concat([{x}, {x}], axis={ax})",
+                          f"np.concatenate([{x}, {x}], axis={ax})")]
+            pd, npx = self.choice(opts)
+        self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
     # -- end of the targeted runs' steps ----------------------------------------------------------
 
     # -- refused steps ----------------------------------------------------------------------------
@@ -1013,7 +1129,7 @@ class _Gen:
 def programs(draw, max_steps: int = 10, backward: bool | None = None,
              errors: bool = True, detach: bool = True, whole_loss: bool = False,
              aliasing: bool = True, shapes: str = "default",
-             targeted: bool = False) -> RandomProgram:
+             targeted: bool = False, exact: bool = False) -> RandomProgram:
     """`detach=False` leaves out `detach()` views: a write through one changes data without
     history (PyTorch's semantics), which finite differences of the program can't follow.
     `whole_loss=True` puts every value the program made into the loss (by default, up to 3
@@ -1036,9 +1152,11 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
     names = list(inputs)
     prog = RandomProgram(inputs, draw(st.integers(0, 2**16)), alias=alias)
     g = _Gen(draw, prog, detach, targeted)
+    if exact:  # (forward only, no refused step: the backends' bits are what is compared)
+        g.exact, prog.twin, backward, errors = True, False, False, False
     if backward is None:
         backward = draw(st.booleans())
-    mark = backward or draw(st.integers(0, 3)) == 0
+    mark = not exact and (backward or draw(st.integers(0, 3)) == 0)
     if mark:
         # An argument that shares memory with another is a leaf only when both are one array
         # (one tensor: `fn(w, w)`); which of two overlapping views would own the gradient?
