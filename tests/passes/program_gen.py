@@ -269,6 +269,11 @@ def _np_index(idx: str) -> str:
     return idx if "..." in idx else idx + ", ..."
 
 
+def _number(expr: str) -> bool:
+    """Whether an operand expression is a Python number (`-1.5`, `1.0 / 3.0`), not a tensor."""
+    return not any(c.isalpha() or c == "_" for c in expr)
+
+
 def _broadcast(*shapes):
     try:
         return tuple(np.broadcast_shapes(*shapes))
@@ -1023,14 +1028,13 @@ class _Gen:
                 y = ny = self.pick(partners) if self.draw(st.booleans()) else \
                     self.choice(scalars)
             op = self.choice(["+", "-", "*", "/", "r-"])
-            if op == "*" and _mag(a) * (_mag(eval(ny, self.ns)) if ny not in scalars
-                                         else 10) > 1e4:
+            if op == "*" and _mag(a) * (10 if _number(ny) else _mag(eval(ny, self.ns))) > 1e4:
                 op = "+"
             if op == "/":
-                pd, npx = f"{x} / ({y}.abs() + 1)" if y not in scalars else f"{x} / {y}", \
-                    f"{x} / (np.abs({ny}) + 1)" if ny not in scalars else f"{x} / {ny}"
+                pd, npx = f"{x} / {y}" if _number(y) else f"{x} / ({y}.abs() + 1)", \
+                    f"{x} / {ny}" if _number(ny) else f"{x} / (np.abs({ny}) + 1)"
             elif op == "r-":
-                pd = npx = f"{y} - {x}" if y in scalars else f"{x} - {y}"
+                pd = npx = f"{y} - {x}" if _number(y) else f"{x} - {y}"
             else:
                 pd, npx = f"{x} {op} {y}", f"{x} {op} {ny}"
         elif kind == "unary":

@@ -59,3 +59,55 @@ def test_targeted_random_programs_on_the_gpu_harness_match_the_numpy_backend(bui
         except (AssertionError, harness.HarnessError) as e:
             failures.append(f"{shapes}:\n{rp}\n{str(e)[:800]}")
     assert not failures, f"{len(failures)} of {len(built)} differ:\n" + "\n\n".join(failures)
+
+
+# Exactly rounded programs (`programs(exact=True)`) in each dtype: the gpu backend's fused
+# kernels (16-bit values in float32 registers, rounded per node; literal constants in the
+# source) give the numpy backend's bits.
+EXACT_PER_DTYPE = int(os.environ.get("RANDOM_GPU_EXACT_PROGRAMS", "2"))
+
+
+def _exact_args(rp, dtype):
+    from test_random_targeted import _in_dtype
+    return lambda: rp.arguments([_in_dtype(s, dtype) for s in rp.storages()])
+
+
+@pytest.fixture(scope="module")
+def built_exact():
+    from test_random_targeted import EXACT_DTYPES
+    progs = []
+    for name, dtype in sorted(EXACT_DTYPES.items()):
+        for rp in _sample_exact(EXACT_PER_DTYPE, name):
+            fn = rp.build()
+            args = _exact_args(rp, dtype)
+            try:
+                prog = cc.compile(fn, backend="gpu").lower(*args())
+            except cc.CompilerError:
+                continue  # refused in this dtype (the numpy backend refuses it alike)
+            progs.append((name, rp, fn, args, prog))
+    harness.prebuild([p._exec.module for *_, p in progs])
+    return progs
+
+
+def _sample_exact(n, salt):
+    out = []
+
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(programs(shapes="long" if salt in ("float16", "int8") else "default", exact=True))
+    def collect(prog):
+        out.append(prog)
+    collect()
+    return out[:n]
+
+
+def test_exactly_rounded_random_programs_on_the_gpu_harness_give_the_numpy_bits(built_exact):
+    failures = []
+    for name, rp, fn, args, prog in built_exact:
+        try:
+            check(prog, cc.compile(fn, backend="numpy"), args, f"exact program ({name})",
+                  rtol=0.0)
+        except (AssertionError, harness.HarnessError) as e:
+            failures.append(f"{name}:\n{rp}\n{str(e)[:800]}")
+    assert not failures, f"{len(failures)} of {len(built_exact)} differ:\n" + \
+        "\n\n".join(failures)
