@@ -444,9 +444,20 @@ def _bits(outcome):
     return ("ok", outs, outcome[2])
 
 
-def check_exact(prog: RandomProgram, dtype: np.dtype, threads: int):
-    note(f"random_program.py ({dtype.name} inputs from default_rng({prog.seed})):\n{prog}")
-    storages = [_in_dtype(s, dtype) for s in prog.storages()]
+def _with_specials(s: np.ndarray, seed: int) -> np.ndarray:
+    """`s` with about a quarter of its elements NaN, +-inf, -0.0 or +0.0, and some ties."""
+    rng = np.random.default_rng(seed)
+    out = s.copy().reshape(-1)
+    picks = rng.random(out.size) < 0.25
+    out[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0, 0.0, 0.5], int(picks.sum()))
+    return out.reshape(s.shape)
+
+
+def check_exact(prog: RandomProgram, dtype: np.dtype, threads: int, specials=False):
+    note(f"random_program.py ({dtype.name} inputs from default_rng({prog.seed})"
+         f"{', with NaN, inf and signed zeros' if specials else ''}):\n{prog}")
+    storages = [_in_dtype(_with_specials(s, prog.seed + k) if specials else s, dtype)
+                for k, s in enumerate(prog.storages())]
     fn = prog.build()
     want = _bits(_called(cc.compile(fn, backend="numpy", sanitize=True), prog, storages, "C"))
     with _split_everything(threads):
@@ -462,6 +473,30 @@ def check_exact(prog: RandomProgram, dtype: np.dtype, threads: int):
 @given(prog=programs(STEPS, exact=True))
 def test_exactly_rounded_programs_on_cpu_give_the_numpy_backends_bits(prog, dtype, threads):
     check_exact(prog, EXACT_DTYPES[dtype], threads)
+
+
+FLOATS = sorted(d for d in EXACT_DTYPES if d.startswith(("float", "bfloat")))
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", FLOATS)
+@_settings(2)
+@given(prog=programs(STEPS, exact=True))
+def test_exactly_rounded_programs_on_nan_inf_and_signed_zeros_give_the_numpy_backends_bits(
+        prog, dtype, threads):
+    check_exact(prog, EXACT_DTYPES[dtype], threads, specials=True)
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@pytest.mark.parametrize("shapes", SHAPES + ["default"])
+@pytest.mark.parametrize("dtype", FLOATS)
+@_settings(20)
+@given(data=st.data())
+def test_exactly_rounded_programs_on_nan_inf_and_signed_zeros_give_the_numpy_bits_sweep(
+        shapes, dtype, data, threads):
+    prog = data.draw(programs(STEPS, shapes=shapes, exact=True), "program")
+    check_exact(prog, EXACT_DTYPES[dtype], threads, specials=True)
 
 
 @pytest.mark.slow
