@@ -188,6 +188,22 @@ def check_layouts(prog: RandomProgram, backend: str):
                     _assert_outcomes_close(got, first, f"layout {kind!r}, call {call}")
             else:
                 assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
+    # Another dtype in between (a signature of its own), keyword arguments (the general path),
+    # and the first layout again.
+    narrow = [s.astype(np.float32) for s in storages]
+    fresh = cc.compile(prog.build(), backend=backend, sanitize=True)
+    assert _called(cf, prog, narrow, "C") == _called(fresh, prog, narrow, "C"), "float32 call"
+    args = prog.arguments([Laid(s, "C").view for s in storages])
+    names = list(prog.inputs)
+    try:
+        result = cf(**dict(zip(names, args)))
+        by_name = ("ok", [("array", o.dtype.str, o.shape, o.tobytes())
+                          if isinstance(o, np.ndarray) else ("value", repr(o))
+                          for o in _flat(result)], [a.tobytes() for a in args])
+    except cc.CompilerError as e:
+        by_name = ("error", type(e).__name__, e.bare_message)
+    assert by_name == of_layout["C"], "keyword arguments: differs from the positional call"
+    assert _called(cf, prog, storages, "C") == of_layout["C"], "C layout again: differs"
     if prog.alias:
         # The same layouts without the sharing (each argument a copy) take the general path
         # (the fast path's key, shapes and strides, can't tell them apart), and back.
