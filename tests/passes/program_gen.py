@@ -308,6 +308,7 @@ class _Gen:
         self.allow_detach = detach
         self.targeted = targeted  # draws TARGETED_STEPS too
         self.exact = False  # only exactly rounded ops (`programs(exact=True)`)
+        self.dropouts = False  # a dropout in about a quarter of the steps
         arrays = prog.arrays()
         self.ns = {"np": np}
         exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
@@ -470,6 +471,8 @@ class _Gen:
     def step(self, grad_enabled=True):
         if self.exact:
             return self.step_exact(grad_enabled)
+        if self.dropouts and self.draw(st.integers(0, 3)) == 0:
+            return self.step_dropout(grad_enabled)
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
@@ -867,14 +870,10 @@ class _Gen:
         constants (fusion renders them inline); a GEMM with transposed operands; min along
         an axis."""
         kind = self.choice(["arg", "arg", "view2", "view2", "round", "round", "literals",
-                            "gemm_t", "min", "dropout"])
+                            "gemm_t", "min", "dropout", "dropout"])
         out = self.fresh()
-        if kind == "dropout":  # Philox numbers from a constant seed: regenerate_random's case
-            x = self.pick(self.vars)
-            seed = self.draw(st.integers(0, 3))
-            self.prog.twin = False  # (the twin's value bounds the magnitude: `x / 0.8`)
-            return self.emit(f"{out} = F.dropout({x}, p=0.2, seed={seed})",
-                             f"{out} = arr({x} / 0.8)", define=out)
+        if kind == "dropout":
+            return self.step_dropout(grad_enabled, out)
         if kind == "view2":
             targets = [v for v in self.vars if self.writable(v, grad_enabled)]
             if not targets:
@@ -962,6 +961,16 @@ class _Gen:
             pd, npx = f"{x}.clip(-0.5, 0.5).min(axis={ax})", \
                 f"np.min(np.clip({x}, -0.5, 0.5), axis={ax})"
         self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
+    def step_dropout(self, grad_enabled, out=None):
+        """Philox numbers from a constant seed (`F.dropout`): regenerate_random's case, which
+        the numpy twin can't follow (its value `x / 0.8` only bounds the magnitude)."""
+        out = out or self.fresh()
+        x = self.pick(self.vars)
+        seed = self.draw(st.integers(0, 3))
+        self.prog.twin = False
+        self.emit(f"{out} = F.dropout({x}, p=0.2, seed={seed})", f"{out} = arr({x} / 0.8)",
+                  define=out)
+
     def step_exact(self, grad_enabled):
         """Only ops whose every result is one rounding of the exact value (or no rounding):
         `+ - *` with variables or Python scalars, `/ (|y| + 1)`, negation, abs, maximum,
@@ -1133,7 +1142,8 @@ class _Gen:
 def programs(draw, max_steps: int = 10, backward: bool | None = None,
              errors: bool = True, detach: bool = True, whole_loss: bool = False,
              aliasing: bool = True, shapes: str = "default",
-             targeted: bool = False, exact: bool = False) -> RandomProgram:
+             targeted: bool = False, exact: bool = False,
+             dropouts: bool = False) -> RandomProgram:
     """`detach=False` leaves out `detach()` views: a write through one changes data without
     history (PyTorch's semantics), which finite differences of the program can't follow.
     `whole_loss=True` puts every value the program made into the loss (by default, up to 3
@@ -1156,6 +1166,7 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
     names = list(inputs)
     prog = RandomProgram(inputs, draw(st.integers(0, 2**16)), alias=alias)
     g = _Gen(draw, prog, detach, targeted)
+    g.dropouts = dropouts
     if exact:  # (forward only, no refused step: the backends' bits are what is compared)
         g.exact, prog.twin, backward, errors = True, False, False, False
     if backward is None:
