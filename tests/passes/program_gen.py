@@ -864,7 +864,7 @@ class _Gen:
     def step_targeted(self, grad_enabled):
         """One of: an arg-reduction, ties included (`x.clip(-0.5, 0.5).argmax(axis)`: equal
         maxima; returned only, its int64 never enters later float arithmetic); an inplace op
-        through a view of a view (`x[1:].t()[::-1].add_(y)`); a float32 / 16-bit round trip
+        through a view of a view (`x[1:].t()[::-1].add_(y)`); a float32 / float16 round trip
         whose each op rounds once (`(x.astype('float32') * 3.0 + 0.1).astype('float64')`:
         exactly rounded ops, so a fused chain that skips a rounding shows); a chain of literal
         constants (fusion renders them inline); a GEMM with transposed operands; min along
@@ -926,14 +926,15 @@ class _Gen:
         a = self.arr(x)
         m = _mag(a)
         if kind == "round":
-            narrow = self.choice(["float32", "float32", "float16", "bfloat16"])
+            # (not bfloat16: ml_dtypes widens `bfloat16 * 3.0` to float32, where Paddle and the
+            # compiler round to bfloat16; the exact programs check bfloat16 chains)
+            narrow = self.choice(["float32", "float32", "float16"])
             s1, s2 = self.choice([3.0, -0.7, 0.1, 1.5]), self.choice([0.1, -2.5, 1.0 / 3.0])
             ops = [f"* {s1!r} + {s2!r}", f"- {s2!r}", f"/ {s1!r}", f"* {s1!r} * {s1!r}"]
             chain = self.choice(ops)
             if m > 100:
                 chain = f"- {s2!r}"
-            nt = {"float32": "np.float32", "float16": "np.float16",
-                  "bfloat16": "ml_dtypes.bfloat16"}[narrow]
+            nt = {"float32": "np.float32", "float16": "np.float16"}[narrow]
             pd = f"({x}.astype('{narrow}') {chain}).astype('float64')"
             # numpy rounds each op of the chain to the narrow dtype, as every backend must
             npx = f"({x}.astype({nt}) {chain}).astype(np.float64)"

@@ -230,7 +230,7 @@ def check_layouts(prog: RandomProgram, backend: str):
 
 @CPU_THREADS
 @pytest.mark.parametrize("shapes", ["default", "long"])
-@_settings(4)
+@_settings(3)
 @given(data=st.data())
 def test_programs_on_cpu_give_the_same_bits_in_every_layout(shapes, data, threads):
     prog = data.draw(programs(STEPS, errors=False, shapes=shapes, targeted=True), "program")
@@ -360,7 +360,7 @@ BUDGET_PROGRAMS = dict(backward=True, errors=False, targeted=True, whole_loss=Tr
 
 
 @CPU_THREADS
-@_settings(3)
+@_settings(2)
 @given(prog=programs(STEPS + 6, **BUDGET_PROGRAMS), pick=st.floats(0.0, 1.0))
 def test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits(
         prog, pick, threads):
