@@ -230,7 +230,7 @@ def check_layouts(prog: RandomProgram, backend: str):
 
 @CPU_THREADS
 @pytest.mark.parametrize("shapes", ["default", "long"])
-@_settings(3)
+@_settings(2)
 @given(data=st.data())
 def test_programs_on_cpu_give_the_same_bits_in_every_layout(shapes, data, threads):
     prog = data.draw(programs(STEPS, errors=False, shapes=shapes, targeted=True), "program")
