@@ -67,19 +67,25 @@ def test_targeted_random_programs_on_the_gpu_harness_match_the_numpy_backend(bui
 EXACT_PER_DTYPE = int(os.environ.get("RANDOM_GPU_EXACT_PROGRAMS", "1"))
 
 
-def _exact_args(rp, dtype):
-    from test_random_targeted import _in_dtype
-    return lambda: rp.arguments([_in_dtype(s, dtype) for s in rp.storages()])
+def _exact_args(rp, dtype, specials=False):
+    """Fresh arguments in `dtype` (with NaN, infinities, signed zeros and ties: `specials`)."""
+    from test_random_targeted import _in_dtype, _with_specials
+    return lambda: rp.arguments([
+        _in_dtype(_with_specials(s, rp.seed + k) if specials else s, dtype)
+        for k, s in enumerate(rp.storages())])
 
 
 @pytest.fixture(scope="module")
 def built_exact():
     from test_random_targeted import EXACT_DTYPES
     progs = []
-    for name, dtype in sorted(EXACT_DTYPES.items()):
+    cases = [(name, dtype, False) for name, dtype in sorted(EXACT_DTYPES.items())] + \
+        [(name + " with NaN and inf", EXACT_DTYPES[name], True)
+         for name in ("float32", "float16", "bfloat16")]
+    for name, dtype, specials in cases:
         for rp in _sample_exact(EXACT_PER_DTYPE, name):
             fn = rp.build()
-            args = _exact_args(rp, dtype)
+            args = _exact_args(rp, dtype, specials)
             try:
                 prog = cc.compile(fn, backend="gpu").lower(*args())
             except cc.CompilerError:
