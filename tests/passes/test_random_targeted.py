@@ -34,8 +34,13 @@ from program_gen import RandomProgram, programs
 
 import compiler as cc
 import passes.budget as budget_pass
-from tests.passes.test_random_programs import (STEPS, _flat, _settings, _split_everything,
-                                               check_program)
+from tests.passes.test_random_programs import (
+    STEPS,
+    _flat,
+    _settings,
+    _split_everything,
+    check_program,
+)
 
 SHAPES = ["ones", "empty", "long"]
 CPU_THREADS = pytest.mark.parametrize("threads", [1, 2])
@@ -355,8 +360,8 @@ def check_budget(prog: RandomProgram, pick: float, backend: str):
 # Longer programs whose every value is in the loss, a dropout in a quarter of the steps: a
 # quarter of them have room between the least peak and the plan without recomputation (at
 # STEPS steps, one in twenty) and most regenerate random numbers.
-BUDGET_PROGRAMS = dict(backward=True, errors=False, targeted=True, whole_loss=True,
-                       dropouts=True)
+BUDGET_PROGRAMS = {"backward": True, "errors": False, "targeted": True, "whole_loss": True,
+                   "dropouts": True}
 
 
 @CPU_THREADS
