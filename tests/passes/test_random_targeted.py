@@ -100,7 +100,8 @@ class Laid:
         elif kind == "F":
             self.view = np.array(s, order="F")  # (a copy: asfortranarray may return s)
         elif kind == "reversed":  # a negative stride on every axis
-            flipped = np.ascontiguousarray(s[(slice(None, None, -1),) * s.ndim])
+            # (a copy: ascontiguousarray returns a size-1 array's reversed view itself)
+            flipped = np.array(s[(slice(None, None, -1),) * s.ndim], order="C", copy=True)
             self.view = flipped[(slice(None, None, -1),) * s.ndim]
         elif kind == "strided":  # every other element of the last axis, and one more row
             big = np.full(s.shape[:-1] + (2 * s.shape[-1] + 1,),
@@ -560,3 +561,21 @@ def test_a_write_through_a_reshape_of_an_aliased_strided_argument_reaches_the_ca
     want[0:3] += 100.0
     np.testing.assert_array_equal(s, want)
     np.testing.assert_array_equal(out, want[1:4])
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_a_column_of_a_zero_row_intermediate_is_returned_empty():
+    # Found by test_programs_on_cpu_give_the_same_bits_in_every_layout (shapes="empty"): on
+    # the cpu backend the output `(a / 1.5)[:, -3]` of a [0, 4] argument was placed 1 element
+    # into a zero-byte buffer, and building its ndarray raised numpy's ValueError ("strides is
+    # incompatible with shape of requested array and size of buffer") after the run.
+    def program(a, c):
+        return (a / 1.5)[:, -3], c * 2.0
+
+    a, c = np.zeros((0, 4)), np.ones((2, 1, 4))
+    for sanitize in (True, False):  # (the general path, and the cpu backend's native one)
+        cf = cc.compile(program, sanitize=sanitize)
+        for _ in range(2):
+            empty, doubled = cf(a, c)
+            assert empty.shape == (0,) and empty.dtype == np.float64
+            np.testing.assert_array_equal(doubled, c * 2.0)
