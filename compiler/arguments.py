@@ -39,6 +39,8 @@ def _base_candidates(members: list[np.ndarray]):
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
     owner = plain(owner)  # (a subclass's reshape or indexing may differ: np.matrix stays 2-D)
+    if not owner.flags.c_contiguous and owner.flags.f_contiguous:
+        owner = owner.T  # (the same memory in C order: rows of a Fortran array are views of it)
     if not owner.flags.c_contiguous or owner.dtype != members[0].dtype:
         return
     yield owner
@@ -49,9 +51,20 @@ def _base_candidates(members: list[np.ndarray]):
                      if d > 1 and s % item == 0 and s} | {1}, reverse=True):
         if not strides or strides[-1] % s == 0:
             strides.append(s)
+    inner = [s // t for s, t in zip(strides, strides[1:])]
     if flat.size % strides[0] == 0:
-        yield flat.reshape([flat.size // strides[0]] + [s // t for s, t in
-                                                       zip(strides, strides[1:])])
+        yield flat.reshape([flat.size // strides[0]] + inner)
+    # The grid from the members' lowest element, when the strides don't divide its offset
+    # (`raw[1:17].reshape(4, 4)`: rows of 4 from element 1 of `raw`).
+    start = flat.__array_interface__["data"][0]
+    lowest = min(a.__array_interface__["data"][0]
+                 + sum((d - 1) * s for d, s in zip(a.shape, a.strides) if s < 0)
+                 for a in members) - start
+    if lowest % item == 0 and (lowest // item) % strides[0]:
+        rest = flat[lowest // item:]
+        rows = rest.size // strides[0]
+        if rows:
+            yield rest[:rows * strides[0]].reshape([rows] + inner)
     yield flat
 
 

@@ -80,7 +80,10 @@ def _with_room(nbytes: int) -> np.ndarray:
 def _view(storage: np.ndarray, place) -> np.ndarray:
     """The ndarray for `place` over a uint8 buffer."""
     item = place.dtype.itemsize
-    return np.ndarray(place.shape, place.dtype, buffer=storage, offset=place.offset * item,
+    # A zero-size view reads nothing: its offset may lie past its (zero-byte) buffer's end
+    # (`x[:, -3]` of a [0, 4] value), which np.ndarray refuses.
+    offset = 0 if 0 in place.shape else place.offset * item
+    return np.ndarray(place.shape, place.dtype, buffer=storage, offset=offset,
                       strides=tuple(s * item for s in place.strides))
 
 
@@ -696,7 +699,9 @@ class FastRunner:
         for v in wanted:
             place = exe.places[id(v)]
             item = place.dtype.itemsize
-            self._views.append((place.slot[1], place.shape, place.dtype, place.offset * item,
+            # (a zero-size view at offset 0: its own may lie past its zero-byte buffer, _view)
+            self._views.append((place.slot[1], place.shape, place.dtype,
+                                0 if 0 in place.shape else place.offset * item,
                                 tuple(s * item for s in place.strides)))
         self._blas = exe._blas
         # One small fresh output buffer holding the one wanted output: `one` applies.

@@ -55,10 +55,26 @@ ALIASES = {
     "transposed": ((4, 3), {"d": "s", "e": "s.T"}),
 }
 
+# -- targeted runs (tests/passes/test_random_targeted.py): other argument shapes, more steps ---
+# Shape sets `programs(shapes=...)` draws from instead of INPUTS (the default draws INPUTS as
+# before): size-1 axes (broadcasting and squeeze), a zero-size argument beside non-empty ones,
+# and rows longer than a warp (32) and a gpu block (256) for reductions, softmax, sort and
+# GEMMs cut into chunks.
+SHAPE_SETS = {
+    "default": INPUTS,
+    "ones": {"a": (1, 4), "b": (1,), "c": (2, 1, 4), "d": (4, 1)},
+    "empty": {"a": (0, 4), "b": (4,), "c": (2, 1, 4), "d": (4, 1)},
+    "long": {"a": (3, 300), "b": (300,), "c": (2, 1, 300), "d": (300, 3)},
+}
+# Step kinds `programs(targeted=True)` adds to the menu (`_Gen.step_targeted`).
+TARGETED_STEPS = ["targeted", "targeted"]
+# -- end of the targeted runs' module-level data ------------------------------------------------
+
 # Helpers the numpy twin calls: each writes its result into `t` (a numpy view or array) after
 # reading every operand, and returns `t` (Paddle: an inplace op returns the same Tensor).
 NUMPY_PRELUDE = '''
 import math
+import ml_dtypes
 import numpy as np
 
 def sigmoid(x):
@@ -136,6 +152,7 @@ class RandomProgram:
     inplace_steps: set = field(default_factory=set)  # indices of lines with inplace writes
     alias: str | None = None          # a key of ALIASES: some arguments share memory
     nograd_reads: list = field(default_factory=list)  # values read under no_grad (returned)
+    twin: bool = True                 # False: a step the numpy twin can't follow (dropout)
 
     # -- rendering --------------------------------------------------------------------------
     HEADER_LINES = 3  # two imports and `def program(...)` precede body line 0
@@ -155,7 +172,7 @@ class RandomProgram:
                 + "".join("    " + line + "\n" for line in body))
 
     def numpy_source(self) -> str | None:
-        if self.has_backward or self.expect_error is not None:
+        if self.has_backward or self.expect_error is not None or not self.twin:
             return None
         params = ", ".join(self.inputs)
         body = [line for line in self.np_lines if line is not None]
@@ -252,6 +269,11 @@ def _np_index(idx: str) -> str:
     return idx if "..." in idx else idx + ", ..."
 
 
+def _number(expr: str) -> bool:
+    """Whether an operand expression is a Python number (`-1.5`, `1.0 / 3.0`), not a tensor."""
+    return not any(c.isalpha() or c == "_" for c in expr)
+
+
 def _broadcast(*shapes):
     try:
         return tuple(np.broadcast_shapes(*shapes))
@@ -281,9 +303,12 @@ def _reshape_targets(shape) -> list:
 class _Gen:
     """One program being drawn; `ns` holds the numpy twin's live arrays."""
 
-    def __init__(self, draw, prog: RandomProgram, detach: bool = True):
+    def __init__(self, draw, prog: RandomProgram, detach: bool = True, targeted: bool = False):
         self.draw, self.prog = draw, prog
         self.allow_detach = detach
+        self.targeted = targeted  # draws TARGETED_STEPS too
+        self.exact = False  # only exactly rounded ops (`programs(exact=True)`)
+        self.dropouts = False  # a dropout in about a quarter of the steps
         arrays = prog.arrays()
         self.ns = {"np": np}
         exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
@@ -336,7 +361,8 @@ class _Gen:
     def draw_index(self, shape) -> str:
         items = []
         for d in shape:
-            kind = self.choice(["all", "all", "int", "range", "step", "neg"])
+            # (a zero-size axis has no index to draw: only its full slice)
+            kind = self.choice(["all", "all", "int", "range", "step", "neg"]) if d else "all"
             if kind == "all":
                 items.append(":")
             elif kind == "int":
@@ -443,10 +469,15 @@ class _Gen:
 
     # -- steps -----------------------------------------------------------------------------------
     def step(self, grad_enabled=True):
+        if self.exact:
+            return self.step_exact(grad_enabled)
+        if self.dropouts and self.draw(st.integers(0, 3)) == 0:
+            return self.step_dropout(grad_enabled)
         kind = self.choice(["unary", "unary", "binary", "binary", "inplace", "inplace",
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
-                            "xent", "paddle_fn", "sort"] + ISSUE24_STEPS)  # issue 24's steps
+                            "xent", "paddle_fn", "sort"] + ISSUE24_STEPS  # issue 24's steps
+                           + (TARGETED_STEPS if self.targeted else []))
         getattr(self, "step_" + kind)(grad_enabled)
 
     # -- issue 24: Paddle's Tensor methods and integer-tensor indexing ---------------------------
@@ -730,6 +761,8 @@ class _Gen:
         op = self.choice(["sum", "mean", "max"])
         if op == "sum" and _mag(a) * a.size > 1000:
             op = "mean"
+        if a.size == 0:  # (max has no identity, a mean of nothing is NaN)
+            op = "sum"
         out = self.fresh()
         if a.ndim == 0 or self.draw(st.integers(0, 3)) == 0:
             npx = {"sum": "np.sum({x})", "mean": "np.mean({x})", "max": "np.max({x})"}[op]
@@ -827,9 +860,237 @@ class _Gen:
         self.emit(f"{out} = " + pd.format(x=x), f"{out} = arr(" + npx.format(x=x) + ")",
                   define=out)
 
+    # -- targeted runs: where this project's bugs were (tests/passes/test_random_targeted.py) -----
+    def step_targeted(self, grad_enabled):
+        """One of: an arg-reduction, ties included (`x.clip(-0.5, 0.5).argmax(axis)`: equal
+        maxima; returned only, its int64 never enters later float arithmetic); an inplace op
+        through a view of a view (`x[1:].t()[::-1].add_(y)`); a float32 / float16 round trip
+        whose each op rounds once (`(x.astype('float32') * 3.0 + 0.1).astype('float64')`:
+        exactly rounded ops, so a fused chain that skips a rounding shows); a chain of literal
+        constants (fusion renders them inline); a GEMM with transposed operands; min along
+        an axis."""
+        kind = self.choice(["arg", "arg", "view2", "view2", "round", "round", "literals",
+                            "gemm_t", "min", "dropout", "dropout"])
+        out = self.fresh()
+        if kind == "dropout":
+            return self.step_dropout(grad_enabled, out)
+        if kind == "view2":
+            targets = [v for v in self.vars if self.writable(v, grad_enabled)]
+            if not targets:
+                return self.step_unary(grad_enabled)
+            x = self.pick(targets)
+            first = self.draw_view(x)
+            with np.errstate(all="ignore"):
+                mid = eval(first[1], self.ns)
+            if not mid.flags.writeable or mid.size == 0:
+                return self.step_view(grad_enabled)
+            self.ns["_mid"] = mid
+            second = self.draw_view("_mid")
+            with np.errstate(all="ignore"):
+                v = eval(second[1], self.ns)
+            del self.ns["_mid"]
+            if not v.flags.writeable or v.size == 0 or not np.shares_memory(v, self.arr(x)):
+                return self.step_view(grad_enabled)
+            # the outer view's text in place of `_mid` (a call or an index binds tighter)
+            pd_t = second[0].replace("_mid", f"({first[0]})" if " " in first[0] else first[0])
+            np_t = second[1].replace("_mid", f"({first[1]})" if " " in first[1] else first[1])
+            if pd_t.startswith(f"{x}[") and "[" in pd_t[len(x) + 1:] and \
+                    self.draw(st.booleans()):
+                y, ny = self.operand_for(v.shape)
+                return self.emit(f"{pd_t} += {y}", f"{np_t} += {ny}", inplace=True)
+            pd, npx = self.inplace_op(pd_t, np_t, v.shape, _mag(v), grad_enabled)
+            return self.emit(pd, npx, inplace=True)
+        if kind == "arg":
+            xs = [v for v in self.vars if self.arr(v).ndim >= 1 and self.arr(v).size]
+            if not xs:
+                return self.step_unary(grad_enabled)
+            x = self.pick(xs)
+            a = self.arr(x)
+            op = self.choice(["argmax", "argmin"])
+            src, nsrc = x, x
+            if self.draw(st.booleans()):  # ties: every element beyond +-0.5 is one
+                src, nsrc = f"{x}.clip(-0.5, 0.5)", f"np.clip({x}, -0.5, 0.5)"
+            if self.draw(st.integers(0, 3)) == 0:
+                pd, npx = f"{src}.{op}()", f"np.{op}({nsrc})"
+            else:
+                ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+                keep = self.draw(st.booleans())
+                pd = f"{src}.{op}(axis={ax}" + (", keepdim=True)" if keep else ")")
+                npx = f"np.{op}({nsrc}, axis={ax}" + (", keepdims=True)" if keep else ")")
+            self.prog.lines.append(f"{out} = {pd}")
+            self.prog.np_lines.append(f"{out} = arr({npx})")
+            exec(self.prog.np_lines[-1], self.ns)  # noqa: S102
+            self.side.append(out)  # (returned, never an operand: it is int64)
+            return None
+        x = self.pick(self.vars)
+        a = self.arr(x)
+        m = _mag(a)
+        if kind == "round":
+            # (not bfloat16: ml_dtypes widens `bfloat16 * 3.0` to float32, where Paddle and the
+            # compiler round to bfloat16; the exact programs check bfloat16 chains)
+            narrow = self.choice(["float32", "float32", "float16"])
+            s1, s2 = self.choice([3.0, -0.7, 0.1, 1.5]), self.choice([0.1, -2.5, 1.0 / 3.0])
+            ops = [f"* {s1!r} + {s2!r}", f"- {s2!r}", f"/ {s1!r}", f"* {s1!r} * {s1!r}"]
+            chain = self.choice(ops)
+            if m > 100:
+                chain = f"- {s2!r}"
+            nt = {"float32": "np.float32", "float16": "np.float16"}[narrow]
+            pd = f"({x}.astype('{narrow}') {chain}).astype('float64')"
+            # numpy rounds each op of the chain to the narrow dtype, as every backend must
+            npx = f"({x}.astype({nt}) {chain}).astype(np.float64)"
+        elif kind == "literals":
+            c1, c2 = self.choice([1e-3, 0.1, 1.0 / 3.0, 7.0]), self.choice([-0.25, 2.0, 1e-8])
+            pd = f"({x} * {c1!r} + {c2!r}) * ({x} - {c2!r}) / {c1!r}"
+            if m > 30:
+                pd = f"{x} * {c1!r} + {c2!r}"
+            npx = pd
+        elif kind == "gemm_t":
+            # `p.t() @ q` contracts axis 0 of both, `p @ q.t()` axis 1 of both
+            pairs = [(p, q, k) for p in self.vars for q in self.vars for k in (0, 1)
+                     if self.arr(p).ndim == 2 and self.arr(q).ndim == 2
+                     and self.arr(p).shape[k] == self.arr(q).shape[k]
+                     and _mag(self.arr(p)) * _mag(self.arr(q)) * self.arr(p).shape[k] <= 100]
+            if not pairs:
+                return self.step_unary(grad_enabled)
+            p, q, k = self.choice(pairs)
+            pd, npx = (f"{p}.t() @ {q}", f"{p}.T @ {q}") if k == 0 else \
+                (f"{p} @ {q}.t()", f"{p} @ {q}.T")
+        else:  # min along an axis (ties at the clip bound, or over a zero-size axis refused)
+            if a.ndim == 0 or a.size == 0:
+                return self.step_unary(grad_enabled)
+            ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+            pd, npx = f"{x}.clip(-0.5, 0.5).min(axis={ax})", \
+                f"np.min(np.clip({x}, -0.5, 0.5), axis={ax})"
+        self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
+    def step_dropout(self, grad_enabled, out=None):
+        """Philox numbers from a constant seed (`F.dropout`): regenerate_random's case, which
+        the numpy twin can't follow (its value `x / 0.8` only bounds the magnitude)."""
+        out = out or self.fresh()
+        x = self.pick(self.vars)
+        seed = self.draw(st.integers(0, 3))
+        self.prog.twin = False
+        self.emit(f"{out} = F.dropout({x}, p=0.2, seed={seed})", f"{out} = arr({x} / 0.8)",
+                  define=out)
+
+    def step_exact(self, grad_enabled):
+        """Only ops whose every result is one rounding of the exact value (or no rounding):
+        `+ - *` with variables or Python scalars, `/ (|y| + 1)`, negation, abs, maximum,
+        minimum, where, clip, casts, views, copies, concat, flip, max/min along an axis, and
+        inplace adds, products, clips and fills through views. The project holds every
+        backend to the same bits on these in every dtype (CONVENTIONS.md, "Tolerances"), so
+        programs of them compare the cpu backend's fused chains (literal constants inline,
+        16-bit values rounded per op) with the numpy backend's op-by-op run bit for bit."""
+        kind = self.choice(["binary", "binary", "binary", "unary", "unary", "inplace",
+                            "inplace", "view", "select", "reduce", "copy", "setitem"])
+        if kind == "view":
+            return self.step_view(grad_enabled)
+        out = self.fresh()
+        scalars = ["0.1", "2.5", "-3", "7", "0.5", "1.0 / 3.0", "1"]
+        if kind in ("inplace", "setitem"):
+            targets = [v for v in self.vars if self.writable(v, grad_enabled)]
+            if not targets:
+                return self.step_view(grad_enabled)
+            x = self.pick(targets)
+            t, n = x, x
+            if self.draw(st.booleans()):  # through a view (sometimes of a view)
+                for _ in range(self.draw(st.integers(1, 2))):
+                    self.ns["Q__"] = eval(n, self.ns)
+                    pd_v, np_v = self.draw_view("Q__")
+                    del self.ns["Q__"]
+                    v = eval(np_v.replace("Q__", f"({n})"), self.ns)
+                    if not v.flags.writeable or v.size == 0:
+                        break
+                    t, n = pd_v.replace("Q__", f"({t})"), np_v.replace("Q__", f"({n})")
+            shape = eval(n, self.ns).shape
+            y, ny = self.operand_for(shape, alias=(t, n))
+            if kind == "setitem" and shape:
+                idx = self.draw_index(shape)
+                region = eval(f"({n})[np.index_exp[{idx}]]", self.ns)
+                if region.size == 0:
+                    return self.step_view(grad_enabled)
+                y, ny = self.operand_for(region.shape)
+                return self.emit(f"({t})[{idx}] = {y}", f"({n})[{idx}] = {ny}", inplace=True)
+            op = self.choice(["add_", "subtract_", "multiply_", "clip_", "fill_", "zero_",
+                              "+="])
+            if op == "multiply_" and _mag(eval(n, self.ns)) > 100:
+                op = "add_"
+            if op in ("add_", "subtract_", "multiply_"):
+                sign = {"add_": "+", "subtract_": "-", "multiply_": "*"}[op]
+                return self.emit(f"({t}).{op}({y})", f"inplace({n}, ({n}) {sign} {ny})",
+                                 inplace=True)
+            if op == "+=":
+                if not t.startswith(x + "[") and t != x:
+                    return self.emit(f"({t}).add_({y})", f"inplace({n}, ({n}) + {ny})",
+                                     inplace=True)
+                return self.emit(f"{t} += {y}", f"{n} += {ny}", inplace=True)
+            if op == "clip_":
+                return self.emit(f"({t}).clip_(-0.5, 7.0)",
+                                 f"inplace({n}, np.clip({n}, -0.5, 7.0))", inplace=True)
+            if op == "fill_":
+                return self.emit(f"({t}).fill_(2.5)", f"inplace({n}, 2.5)", inplace=True)
+            return self.emit(f"({t}).zero_()", f"inplace({n}, 0.0)", inplace=True)
+        x = self.pick(self.vars)
+        a = self.arr(x)
+        if kind == "binary":
+            y, ny = self.operand_for(a.shape) if self.draw(st.booleans()) else (None, None)
+            partners = [v for v in self.vars if _broadcast(a.shape, self.arr(v).shape)]
+            if y is None:
+                y = ny = self.pick(partners) if self.draw(st.booleans()) else \
+                    self.choice(scalars)
+            op = self.choice(["+", "-", "*", "/", "r-"])
+            if op == "*" and _mag(a) * (10 if _number(ny) else _mag(eval(ny, self.ns))) > 1e4:
+                op = "+"
+            if op == "/":
+                pd, npx = f"{x} / {y}" if _number(y) else f"{x} / ({y}.abs() + 1)", \
+                    f"{x} / {ny}" if _number(ny) else f"{x} / (np.abs({ny}) + 1)"
+            elif op == "r-":
+                pd = npx = f"{y} - {x}" if _number(y) else f"{x} - {y}"
+            else:
+                pd, npx = f"{x} {op} {y}", f"{x} {op} {ny}"
+        elif kind == "unary":
+            pd, npx = self.choice([
+                (f"-{x}", f"-{x}"), (f"{x}.abs()", f"np.abs({x})"),
+                (f"{x}.clip(-0.5, 0.75)", f"np.clip({x}, -0.5, 0.75)"),
+                (f"{x}.astype('float32')", f"{x}.astype(np.float32)"),
+                (f"{x}.astype('float16')", f"{x}.astype(np.float16)"),
+                (f"{x}.astype('float64')", f"{x}.astype(np.float64)"),
+                (f"{x}.maximum({x}.t())" if a.ndim == 2 and a.shape[0] == a.shape[1]
+                 else f"{x}.maximum({x}[..., ::-1])",
+                 f"np.maximum({x}, {x}.T)" if a.ndim == 2 and a.shape[0] == a.shape[1]
+                 else f"np.maximum({x}, {x}[..., ::-1])")])
+        elif kind == "select":
+            partners = [v for v in self.vars if _broadcast(a.shape, self.arr(v).shape)]
+            y = self.pick(partners)
+            pd, npx = self.choice([
+                (f"cc.where({x} > {y}, {x}, {y})", f"np.where({x} > {y}, {x}, {y})"),
+                (f"{x}.minimum({y})", f"np.minimum({x}, {y})"),
+                (f"{x}.maximum({y})", f"np.maximum({x}, {y})"),
+                (f"cc.where({x} >= 0.5, {y}, 2.5)", f"np.where({x} >= 0.5, {y}, 2.5)")])
+        elif kind == "reduce":
+            if a.ndim == 0 or a.size == 0:
+                pd, npx = f"{x}.abs()", f"np.abs({x})"
+            else:
+                ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+                op = self.choice(["max", "min"])
+                keep = self.draw(st.booleans())
+                pd = f"{x}.{op}(axis={ax}" + (", keepdim=True)" if keep else ")")
+                npx = f"np.{op}({x}, axis={ax}" + (", keepdims=True)" if keep else ")")
+        else:  # copies
+            opts = [(f"{x}.clone()", f"np.array({x})")]
+            if a.ndim >= 1:
+                ax = self.draw(st.integers(-a.ndim, a.ndim - 1))
+                opts += [(f"{x}.flip({ax})", f"np.flip({x}, {ax})"),
+                         (f"cc.concat([{x}, {x}], axis={ax})",
+                          f"np.concatenate([{x}, {x}], axis={ax})")]
+            pd, npx = self.choice(opts)
+        self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
+    # -- end of the targeted runs' steps ----------------------------------------------------------
+
     # -- refused steps ----------------------------------------------------------------------------
     def error_step(self) -> bool:
-        kinds = ["expand", "broadcast", "numpy", "label"] + (["leaf"] if self.prog.leaves else [])
+        # (a zero-size leaf shares no memory: nothing writes it)
+        kinds = ["expand", "broadcast", "numpy", "label"] + (
+            ["leaf"] if any(self.on_leaf(v) for v in self.vars) else [])
         kind = self.choice(kinds)
         if kind == "numpy":  # any conversion of a traced tensor to numpy (issue 13)
             x = self.pick(self.vars)
@@ -881,17 +1142,22 @@ class _Gen:
 @st.composite
 def programs(draw, max_steps: int = 10, backward: bool | None = None,
              errors: bool = True, detach: bool = True, whole_loss: bool = False,
-             aliasing: bool = True) -> RandomProgram:
+             aliasing: bool = True, shapes: str = "default",
+             targeted: bool = False, exact: bool = False,
+             dropouts: bool = False) -> RandomProgram:
     """`detach=False` leaves out `detach()` views: a write through one changes data without
     history (PyTorch's semantics), which finite differences of the program can't follow.
     `whole_loss=True` puts every value the program made into the loss (by default, up to 3
     of them), so that every step is on the gradient's path. `aliasing=False` gives every
-    argument its own memory."""
-    names = list(INPUTS)
-    alias = draw(st.sampled_from([None] * 4 + sorted(ALIASES))) if aliasing else None
+    argument its own memory. `shapes` names one of SHAPE_SETS (other than "default", the
+    arguments never share memory); `targeted=True` adds TARGETED_STEPS to the menu."""
+    table = SHAPE_SETS[shapes]
+    names = list(table)
+    alias = draw(st.sampled_from([None] * 4 + sorted(ALIASES))) \
+        if aliasing and shapes == "default" else None
     if alias is None:
         k = draw(st.integers(2, len(names)))
-        inputs = {n: INPUTS[n] for n in names[:k]}
+        inputs = {n: table[n] for n in names[:k]}
     else:
         shape, views = ALIASES[alias]
         s = np.empty(shape)
@@ -900,10 +1166,13 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
         inputs.update({n: INPUTS[n] for n in others[:draw(st.integers(1, len(others)))]})
     names = list(inputs)
     prog = RandomProgram(inputs, draw(st.integers(0, 2**16)), alias=alias)
-    g = _Gen(draw, prog, detach)
+    g = _Gen(draw, prog, detach, targeted)
+    g.dropouts = dropouts
+    if exact:  # (forward only, no refused step: the backends' bits are what is compared)
+        g.exact, prog.twin, backward, errors = True, False, False, False
     if backward is None:
         backward = draw(st.booleans())
-    mark = backward or draw(st.integers(0, 3)) == 0
+    mark = not exact and (backward or draw(st.integers(0, 3)) == 0)
     if mark:
         # An argument that shares memory with another is a leaf only when both are one array
         # (one tensor: `fn(w, w)`); which of two overlapping views would own the gradient?
@@ -926,8 +1195,9 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
         chosen = new if whole_loss else \
             draw(st.lists(st.sampled_from(new), max_size=3, unique=True)) if new else []
         for v in chosen:
-            terms.append(draw(st.sampled_from([f"{v}.sum()", f"({v} * {v}).mean()",
-                                               f"{v}.sin().sum()"])))
+            term = draw(st.sampled_from([f"{v}.sum()", f"({v} * {v}).mean()",
+                                         f"{v}.sin().sum()"]))
+            terms.append(term if g.arr(v).size else f"{v}.sum()")
         terms = draw(st.permutations(terms))
         g.emit("loss = " + " + ".join(terms), None, define=None)
         # retain_graph: a second backward below may run through this one's graph (ARCHITECTURE.md
@@ -945,10 +1215,12 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
                                 unique=True))
         if updated:
             g.emit("with cc.no_grad():", None)
+            # targeted: also lr 1.0 (`w -= 1.0 * w.grad`: a scale by one the rewrites may drop)
+            lr = draw(st.sampled_from([0.1, 1.0])) if targeted else 0.1
             for w in updated:
-                form = draw(st.sampled_from([f"{w}.subtract_(0.1 * {w}.grad)",
-                                             f"{w} -= 0.1 * {w}.grad",
-                                             f"{w}.add_({w}.grad, alpha=-0.1)"]))
+                form = draw(st.sampled_from([f"{w}.subtract_({lr} * {w}.grad)",
+                                             f"{w} -= {lr} * {w}.grad",
+                                             f"{w}.add_({w}.grad, alpha=-{lr})"]))
                 g.emit("    " + form, None, inplace=True)
     # What to return: some variables (views included), the grads, maybe the loss.
     pool = [v for v in g.vars if v not in inputs] or list(g.vars)
