@@ -92,9 +92,9 @@ CHECKED_BYTES = 64 << 20
 #
 # Regions are reused. A fresh mapping costs its page faults and the kernel zeroing every page
 # on each call (add100's 4 MB output: ~0.5 ms of 3.6, all on the calling thread before the
-# parallel kernel); glibc's malloc avoids that for large blocks once its dynamic mmap
-# threshold rises (it keeps freed blocks up to 32 MiB in its heap), PyTorch's and JAX's
-# allocators keep theirs. So when the last view of a buffer goes, its region goes back to a
+# parallel kernel); glibc's malloc avoids that for blocks up to 32 MiB once its dynamic mmap
+# threshold rises (it keeps freed blocks in its heap), which is what NumPy's and PyTorch's CPU
+# buffers, malloc'd, get for free. So when the last view of a buffer goes, its region goes to a
 # small per-process idle list instead of being unmapped, and the next fresh buffer of a size
 # that fits takes it, already faulted and not zeroed. How:
 # - Lifetime: the buffer is `np.asarray` of a `_Lease`, whose `__array_interface__` names the
@@ -109,9 +109,10 @@ CHECKED_BYTES = 64 << 20
 #   own earlier data, as np.empty's is. tests/runtime/test_fresh_outputs.py checks outputs that
 #   kernels write piecewise (pad, scatter, concat) over regions left full of other values.
 # - Bound: at most IDLE_ENTRIES regions and, after a region comes back, at most the larger of
-#   IDLE_BYTES and that region's size in all (the least recently returned go first): what is
-#   held idle is never more than the process just used. A request takes the smallest idle
-#   region of at least its size and at most FIT times it.
+#   IDLE_BYTES and that region's size in all (the least recently returned go first): beyond
+#   IDLE_BYTES, only what the process just freed stays. Idle regions are faulted memory (they
+#   count in the process's RSS). A request takes the smallest idle region of at least its
+#   size and at most FIT times it (the most recently returned of equal ones: warmest).
 # - Threads: the idle list is changed only under `_lock`, and `__del__` (which may run in any
 #   thread, in the middle of anything, even of this code: a garbage collection) never waits
 #   for it: it appends to `_returned` (atomic) and folds that into the idle list only when it
