@@ -1,7 +1,7 @@
 """Issue 25's figure for the cpu backend's thread pool: the same programs with threads=1 and
 threads=2 (`cc.compile(..., threads=N)`), interleaved.
 
-    python benchmarks/parallel_loops.py [--repeat 15] [--quick] [--grain]
+    python benchmarks/parallel_loops.py [--repeat 15] [--quick] [--grain] [--fresh]
 
 Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hundred times: one
 fused loop), the MLP training step (examples/mlp.py) and the transformer training step
@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 import compiler as cc  # noqa: E402
 from examples import mlp as ex_mlp  # noqa: E402
 from examples import transformer_block as ex_tf  # noqa: E402
+from runtime import arena  # noqa: E402
 from runtime.cpu import emitter, jit, pool  # noqa: E402
 
 
@@ -187,9 +188,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--grain", action="store_true", help="the serial threshold's measurement")
+    ap.add_argument("--fresh", action="store_true",
+                    help="no reuse of fresh buffers (runtime.arena.IDLE_ENTRIES = 0): every "
+                         "output of 2 MiB and more a new mapping, as before issue 25's cache")
     a = ap.parse_args()
+    if a.fresh:
+        arena.IDLE_ENTRIES = 0
     print(f"load average before: {os.getloadavg()}; cores this process may use: "
-          f"{pool.available_cores()}")
+          f"{pool.available_cores()}; fresh buffers "
+          f"{'never reused (--fresh)' if a.fresh else 'reused (runtime.arena)'}")
     print(blas_description())
     if a.grain:
         grain(a.repeat)
