@@ -1,24 +1,30 @@
 """Issue 25's figure for the cpu backend's thread pool: the same programs with threads=1 and
 threads=2 (`cc.compile(..., threads=N)`), interleaved.
 
-    python benchmarks/parallel_loops.py [--repeat 15] [--quick] [--grain]
+    python benchmarks/parallel_loops.py [--repeat 15] [--quick] [--grain] [--fresh]
 
 Workloads: the seed's 100 additions on float32 [1000, 1000] (`x = x + 1.0` a hundred times: one
 fused loop), the MLP training step (examples/mlp.py) and the transformer training step
 (examples/transformer_block.py). Each repeat times a batch of calls with 1 thread, then the same
-with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio 1 thread /
-2 threads are printed, with this process's CPU time per call (all its threads) for each and their
-ratio (2 threads / 1: the cost of splitting, ~1.0 when the split adds no work; robust under load,
-where the wall-time ratio is not) and, with 2 threads, the share of that CPU time spent outside the
-calling thread (the pool's worker; ~0.5 when it takes half the work). On a machine shared with
-other sessions, Linux's autogroup scheduling gives this process one session's share of the cores
-however many threads it runs, and a woken worker may wait its turn behind other sessions' jobs:
-the ratio then stays near 1 while the CPU columns and the worker share still show what splitting
-costs; measure the ratio on a quiet machine. The first call's outputs (and updated parameters) of
-both are compared bit for bit. Printed with it: the load average (a shared machine's figure is as
-good as the cores that were free), the cores this process may use, and the BLAS: OpenBLAS's kernel
-(`OPENBLAS_CORETYPE` picks it when set) and its thread count outside our calls (inside them it is
-1: the pool runs the GEMM blocks, `runtime/cpu/pool.py`).
+with 2 (the order alternates repeat by repeat); medians per call (p25..p75) and the ratio 1
+thread / 2 threads are printed, with this process's CPU time per call (all its threads) for each
+and their ratio (2 threads / 1: the cost of splitting, ~1.0 when the split adds no work; robust
+under load, where the wall-time ratio is not) and, with 2 threads, the share of that CPU time
+spent outside the calling thread (the pool's worker; ~0.5 when it takes half the work; counted
+from clock ticks in a run of its own), then, from the timed runs, the CPU time per call of the
+calling thread and of the worker with 2 threads, and the 1-thread CPU time over the busier of
+the two: on free cores a call takes about as long as its busier thread, so this is the ratio the
+wall-time one approaches on a quiet machine, and it is far steadier than the wall-time ratio
+under load (where a descheduled worker leaves more chunks to the caller, which the sum still
+counts). On a machine shared with other sessions, Linux's autogroup scheduling gives this
+process one session's share of the cores however many threads it runs, and a woken worker may
+wait its turn behind other sessions' jobs: the ratio then stays near 1 while the CPU columns and
+the worker share still show what splitting costs; measure the ratio on a quiet machine. The
+first call's outputs (and updated parameters) of both are compared bit for bit. Printed with it:
+the load average (a shared machine's figure is as good as the cores that were free), the cores
+this process may use, and the BLAS: OpenBLAS's kernel (`OPENBLAS_CORETYPE` picks it when set)
+and its thread count outside our calls (inside them it is 1: the pool runs the GEMM blocks,
+`runtime/cpu/pool.py`).
 
 `--grain`: the measurement behind `emitter.PARALLEL_MIN_WORK`: one addition `x + 1.0` over n
 float32 elements, forced parallel (the threshold set to 0), 1 thread against 2.
@@ -40,6 +46,7 @@ import numpy as np  # noqa: E402
 import compiler as cc  # noqa: E402
 from examples import mlp as ex_mlp  # noqa: E402
 from examples import transformer_block as ex_tf  # noqa: E402
+from runtime import arena  # noqa: E402
 from runtime.cpu import emitter, jit, pool  # noqa: E402
 
 
@@ -111,13 +118,15 @@ def worker_share(prog, args, calls) -> float | None:
     return None if not total else 1 - spent.get(me, 0) / total
 
 
-def _time(prog, args, calls, cpu=None):
-    start, cpu0 = time.perf_counter(), time.process_time()
+def _time(prog, args, calls, cpu=None, caller=None):
+    start, cpu0, own0 = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(calls):
         prog(*args)
     wall = time.perf_counter() - start
     if cpu is not None:  # this process's CPU time per call (every thread of it)
         cpu.append((time.process_time() - cpu0) / calls)
+    if caller is not None:  # the calling thread's alone
+        caller.append((time.thread_time() - own0) / calls)
     return wall / calls
 
 
@@ -133,19 +142,22 @@ def compare(name, fn, args, repeat, target):
     progs[1](*argsets[1])
     once = time.perf_counter() - t0
     calls = max(1, int(0.2 / max(once, 1e-6)))
-    times, cpu = {1: [], 2: []}, {1: [], 2: []}
+    times, cpu, caller = {1: [], 2: []}, {1: [], 2: []}, {1: [], 2: []}
     for r in range(repeat):
         for t in ((1, 2) if r % 2 == 0 else (2, 1)):
-            times[t].append(_time(progs[t], argsets[t], calls, cpu[t]))
+            times[t].append(_time(progs[t], argsets[t], calls, cpu[t], caller[t]))
     med = {t: float(np.median(v)) for t, v in times.items()}
     q = {t: (np.percentile(v, 25), np.percentile(v, 75)) for t, v in times.items()}
     ratio = med[1] / med[2]
     share = worker_share(progs[2], argsets[2], max(calls, int(1.0 / max(med[2], 1e-6))))
     c1, c2 = float(np.median(cpu[1])), float(np.median(cpu[2]))
+    own = float(np.median(caller[2]))
+    busiest = max(own, c2 - own)  # (the workers' CPU together: one worker at 2 threads)
     print(f"| {name} | {med[1] * 1e3:.3f} ({q[1][0] * 1e3:.3f}..{q[1][1] * 1e3:.3f}) | "
           f"{med[2] * 1e3:.3f} ({q[2][0] * 1e3:.3f}..{q[2][1] * 1e3:.3f}) | {ratio:.2f}x | "
           f"{target} | {c1 * 1e3:.3f} / {c2 * 1e3:.3f} | {c2 / c1:.2f} | "
           f"{'?' if share is None else f'{share:.2f}'} | "
+          f"{own * 1e3:.3f} / {(c2 - own) * 1e3:.3f} | {c1 / busiest:.2f}x | "
           f"{'yes' if same else 'NO'} |", flush=True)
     return ratio, same
 
@@ -176,9 +188,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--grain", action="store_true", help="the serial threshold's measurement")
+    ap.add_argument("--fresh", action="store_true",
+                    help="no reuse of fresh buffers (runtime.arena.IDLE_ENTRIES = 0): every "
+                         "output of 2 MiB and more a new mapping, as before issue 25's cache")
     a = ap.parse_args()
+    if a.fresh:
+        arena.IDLE_ENTRIES = 0
     print(f"load average before: {os.getloadavg()}; cores this process may use: "
-          f"{pool.available_cores()}")
+          f"{pool.available_cores()}; fresh buffers "
+          f"{'never reused (--fresh)' if a.fresh else 'reused (runtime.arena)'}")
     print(blas_description())
     if a.grain:
         grain(a.repeat)
@@ -186,8 +204,9 @@ def main():
         print("\nMedian seconds per call (ms, p25..p75) of "
               f"{a.repeat} interleaved repeats; ratio = 1 thread / 2 threads\n")
         print("| workload | 1 thread | 2 threads | ratio | target | CPU ms/call 1 / 2 | "
-              "CPU 2 / 1 | worker share (2) | bit-identical |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "CPU 2 / 1 | worker share (2) | CPU ms caller / worker (2) | CPU 1 / busiest (2) | "
+              "bit-identical |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         targets = {"add100": ">= 1.7x", "mlp": ">= 1.5x", "transformer": ">= 1.5x"}
         for name, (fn, args) in workloads(a.quick).items():
             compare(name, fn, args, a.repeat, targets[name])

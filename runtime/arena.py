@@ -17,9 +17,12 @@ lets two live values share memory produces a wrong answer instead of a lucky rig
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import mmap
-import weakref
+import os
+import threading
+import tracemalloc
 
 import numpy as np
 
@@ -81,13 +84,50 @@ CHECKED_BYTES = 64 << 20
 # A fresh buffer of HUGE_PAGE bytes or more (an output, an arena) starts on a 2 MiB boundary
 # and is advised MADV_HUGEPAGE, so the kernel backs it with 2 MiB pages: a 64 MiB output then
 # takes 32 page faults instead of 16,384 (or ~544 when only its unaligned head is left to
-# 4 KiB pages), benchmarks/fresh_outputs.py. It is its own anonymous mapping, rounded up to
-# whole huge pages plus one for the alignment (address space only: untouched pages cost
-# nothing), and reported to tracemalloc as NumPy reports its buffers, at its size, so that
-# what a call allocates is still measurable (tests/runtime/test_plan_is_what_runs.py).
-# Where transparent huge pages are off ("never") or missing, buffers are only ALIGNED.
+# 4 KiB pages), benchmarks/fresh_outputs.py. It is its own anonymous mapping (a `_Region`),
+# rounded up to whole huge pages plus one for the alignment (address space only: untouched
+# pages cost nothing), and reported to tracemalloc as NumPy reports its buffers, at its size,
+# while the caller holds it, so that what a call allocates is still measurable
+# (tests/runtime/test_plan_is_what_runs.py). Where transparent huge pages are off ("never")
+# or missing, buffers are only ALIGNED (np.empty: glibc's malloc then keeps and reuses them).
+#
+# Regions are reused. A fresh mapping costs its page faults and the kernel zeroing every page
+# on each call (add100's 4 MB output: ~0.5 ms of 3.6, all on the calling thread before the
+# parallel kernel); glibc's malloc avoids that for blocks up to 32 MiB once its dynamic mmap
+# threshold rises (it keeps freed blocks in its heap), which is what NumPy's and PyTorch's CPU
+# buffers, malloc'd, get for free. So when the last view of a buffer goes, its region goes to a
+# small per-process idle list instead of being unmapped, and the next fresh buffer of a size
+# that fits takes it, already faulted and not zeroed. How:
+# - Lifetime: the buffer is `np.asarray` of a `_Lease`, whose `__array_interface__` names the
+#   region's memory: the array's base is the lease, so every view, slice, `np.asarray`,
+#   buffer export (memoryview, ctypes) of it keeps the lease alive, and its `__del__` runs once
+#   the last one is gone (an array kept forever keeps its region forever). A pickle or copy
+#   holds the bytes, not the region.
+# - Old contents never reach a result: a program writes every element of each value it
+#   returns (small outputs come from np.empty, as garbage-filled as a reused region, and the
+#   sanitizer fills arenas with 0xFF), so a reused region is as good as a fresh one; what the
+#   caller can see beyond a returned view (its `.base`, the region's tail) is this process's
+#   own earlier data, as np.empty's is. tests/runtime/test_fresh_outputs.py checks outputs that
+#   kernels write piecewise (pad, scatter, concat) over regions left full of other values.
+# - Bound: at most IDLE_ENTRIES regions and, after a region comes back, at most the larger of
+#   IDLE_BYTES and that region's size in all (the least recently returned go first): beyond
+#   IDLE_BYTES, only what the process just freed stays. Idle regions are faulted memory (they
+#   count in the process's RSS). A request takes the smallest idle region of at least its
+#   size and at most FIT times it (the most recently returned of equal ones: warmest).
+# - Threads: the idle list is changed only under `_lock`, and `__del__` (which may run in any
+#   thread, in the middle of anything, even of this code: a garbage collection) never waits
+#   for it: it appends to `_returned` (atomic) and folds that into the idle list only when it
+#   gets the lock at once; whoever holds the lock folds in what came back meanwhile before and
+#   after it lets go. A request that finds the lock taken maps fresh memory (never blocks: a
+#   signal handler's call can't deadlock with the code it interrupted).
+# - Releasing: `ArenaPool.release()` (what `fn.clear_cache()` and the compiled function's
+#   bound on idle arenas call) returns the idle regions to the OS too, and `trim()` does so
+#   for the whole process; `idle_bytes()` says how much is held.
 HUGE_PAGE = 2 << 20
 ALIGNED = 64
+IDLE_ENTRIES = 4
+IDLE_BYTES = 64 << 20
+FIT = 2
 _THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 _thp: list = []  # [mode]: read once per process, never per call
 _TRACE_DOMAIN = getattr(np.lib, "tracemalloc_domain", 389047)  # NumPy's
@@ -95,6 +135,7 @@ _track = ctypes.pythonapi.PyTraceMalloc_Track
 _track.argtypes, _track.restype = (ctypes.c_uint, ctypes.c_size_t, ctypes.c_size_t), ctypes.c_int
 _untrack = ctypes.pythonapi.PyTraceMalloc_Untrack
 _untrack.argtypes, _untrack.restype = (ctypes.c_uint, ctypes.c_size_t), ctypes.c_int
+_tracing = tracemalloc.is_tracing
 
 
 def _read_thp_mode() -> str:
@@ -116,29 +157,140 @@ def thp_mode() -> str:
     return _thp[0]
 
 
+class _Region:
+    """One anonymous mapping: `span` bytes from the 2 MiB-aligned `address` are usable; it is
+    unmapped when the region is dropped (`raw` views the mapping, whose last reference it
+    is)."""
+    __slots__ = ("raw", "address", "span")
+
+    def __init__(self, span: int):
+        try:
+            mm = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as e:
+            raise MemoryError(f"can't map {span} bytes: {e}") from None
+        self.raw = np.frombuffer(mm, np.uint8)
+        start = (-self.raw.ctypes.data) % HUGE_PAGE
+        try:
+            mm.madvise(mmap.MADV_HUGEPAGE, start, span)
+        except OSError:
+            pass  # refused: 4 KiB pages
+        self.address, self.span = self.raw.ctypes.data + start, span
+
+
+class _Lease:
+    """The owner of one fresh buffer (the array's base): its region goes back to the idle list
+    when the last view of the buffer is gone."""
+    __slots__ = ("__array_interface__", "region")
+
+    def __init__(self, region: _Region, nbytes: int):
+        self.region = region
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (region.address, False)}
+
+    def __del__(self):
+        try:
+            if _tracing():  # (untracking what was never tracked does nothing)
+                _untrack(_TRACE_DOMAIN, self.region.address)
+            _returned.append(self.region)
+            _settle_if_free()
+        except Exception:  # (interpreter shutdown: the module's globals may be gone)
+            pass
+
+
+_idle: list = []  # idle regions, least recently returned first (changed under _lock)
+_returned = collections.deque()  # regions whose lease ended, not yet in _idle
+_lock = threading.Lock()
+
+
+def _settle(dropped: list) -> None:
+    """Under `_lock`: move the returned regions into the idle list, then drop (into
+    `dropped`, unmapped by the caller after it lets go of the lock) what the bound excludes."""
+    while _returned:
+        region = _returned.popleft()
+        _idle.append(region)
+        limit = max(IDLE_BYTES, region.span)
+        total = sum(r.span for r in _idle)
+        while _idle and (len(_idle) > IDLE_ENTRIES or total > limit):
+            old = _idle.pop(0)
+            total -= old.span
+            dropped.append(old)
+
+
+def _settle_if_free() -> None:
+    # (the check after each release: a region returned while this thread held the lock)
+    while _returned and _lock.acquire(blocking=False):
+        dropped: list = []
+        try:
+            _settle(dropped)
+        finally:
+            _lock.release()
+        del dropped  # unmapped here, outside the lock
+
+
+def _reuse(span: int) -> _Region | None:
+    """The smallest idle region of `span` to FIT * `span` bytes, taken off the list (None:
+    none, or the list is busy)."""
+    if not (_idle or _returned) or not _lock.acquire(blocking=False):
+        return None
+    dropped: list = []
+    best = None
+    try:
+        _settle(dropped)
+        for k in range(len(_idle) - 1, -1, -1):  # (the most recently returned first)
+            r = _idle[k]
+            if span <= r.span <= FIT * span and (best is None or r.span < _idle[best].span):
+                best = k
+        if best is not None:
+            best = _idle.pop(best)
+    finally:
+        _lock.release()
+    del dropped
+    _settle_if_free()
+    return best
+
+
+def idle_bytes() -> int:
+    """Bytes of fresh-buffer regions held idle for reuse in this process (mapped, faulted)."""
+    return sum(r.span for r in list(_idle) + list(_returned))
+
+
+def trim() -> int:
+    """Unmap the idle regions (returns their bytes): the memory goes back to the OS; later
+    fresh buffers map new memory until some are returned again."""
+    with _lock:
+        dropped: list = []
+        _settle(dropped)
+        dropped += _idle
+        _idle.clear()
+    freed = sum(r.span for r in dropped)
+    del dropped
+    return freed
+
+
+def _after_fork_in_child():
+    # A thread of the parent may have held the lock at the fork; the regions are the child's
+    # own copies (private mappings), still reusable.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _on_huge_pages(nbytes: int) -> np.ndarray:
     span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-    try:
-        mm = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except OSError as e:
-        raise MemoryError(f"can't map {nbytes} bytes: {e}") from None
-    raw = np.frombuffer(mm, np.uint8)
-    start = (-raw.ctypes.data) % HUGE_PAGE
-    try:
-        mm.madvise(mmap.MADV_HUGEPAGE, start, span)
-    except OSError:
-        pass  # refused: 4 KiB pages
-    out = raw[start:start + nbytes]
-    address = out.ctypes.data
-    _track(_TRACE_DOMAIN, address, nbytes)
-    weakref.finalize(mm, _untrack, _TRACE_DOMAIN, address)  # unmapped with its last view
+    region = _reuse(span) or _Region(span)
+    out = np.asarray(_Lease(region, nbytes))
+    if _tracing():  # (tracemalloc counts what is allocated while it traces: 1-2 us saved)
+        _track(_TRACE_DOMAIN, region.address, nbytes)
     return out
 
 
 def empty_aligned(nbytes: int, align: int = ALIGNED) -> np.ndarray:
     """A fresh uint8 array of `nbytes`, its start aligned to `align` bytes; from HUGE_PAGE
     bytes on (where the OS has transparent huge pages) aligned to HUGE_PAGE and advised for
-    huge pages (see above). Raises MemoryError as np.empty does."""
+    huge pages, possibly a region an earlier buffer used (see above: its contents are
+    arbitrary, as np.empty's). Raises MemoryError as np.empty does."""
     if nbytes >= HUGE_PAGE and thp_mode() != "never":
         return _on_huge_pages(nbytes)
     raw = np.empty(nbytes + align, np.uint8)
@@ -220,8 +372,10 @@ class ArenaPool:
 
     def release(self) -> None:
         """Drop the idle arenas (a call in flight keeps its own, which is then dropped as it
-        ends); the next call allocates a new one."""
+        ends) and unmap the process's idle fresh-buffer regions (`trim`: an arena's goes there
+        first); the next call allocates a new one."""
         self._arena, self._free = None, []
+        trim()
 
     def idle_arena_bytes(self) -> int:
         return len(self._free) * self.plan.arena_bytes

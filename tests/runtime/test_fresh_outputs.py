@@ -2,6 +2,10 @@
 2 MiB boundary and are advised for transparent huge pages (where the OS has them); the sysfs
 switch is read once per process, /proc/meminfo once per program, never per call.
 benchmarks/fresh_outputs.py measures what this buys (page faults and time per call)."""
+import os
+import pickle
+import resource
+import threading
 import tracemalloc
 
 import numpy as np
@@ -130,3 +134,261 @@ def test_the_huge_page_switch_is_read_once_per_process(monkeypatch):
         out = fn(x)
         assert out.ctypes.data % (2 * MiB) == 0
     assert reads == [1]
+
+
+# -- fresh buffers reused (runtime.arena: _Lease, the idle list) -------------------------------
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _s(k):
+    return np.array([k], np.float32)  # (a scalar argument would be a compile-time constant)
+
+
+@pytest.fixture
+def idle_list():
+    """An empty idle list before and after (other tests' buffers don't count here)."""
+    arena.trim()
+    yield
+    arena.trim()
+
+
+@needs_thp
+@pytest.mark.parametrize("backend", HOST)
+def test_a_dropped_output_is_reused_by_the_next_call_without_faults(backend, idle_list):
+    """The 16 MiB output goes back to the idle list with its last view; the next call's output
+    takes it: no page fault (a fresh mapping takes 8 huge-page faults, or 4096 small ones)."""
+    x = np.linspace(-4, 4, 4 * MiB, dtype=np.float32)
+    prog = cc.compile(lambda t: t * 3.0 + 1.0, backend=backend).lower(x)
+    want = x * np.float32(3) + np.float32(1)
+    out = prog(x)
+    np.testing.assert_array_equal(out, want)
+    address = out.ctypes.data
+    del out
+    assert arena.idle_bytes() == 16 * MiB
+    f0 = _faults()
+    out = prog(x)
+    assert _faults() - f0 < 4
+    assert out.ctypes.data == address and arena.idle_bytes() == 0
+    np.testing.assert_array_equal(out, want)
+
+
+@needs_thp
+@pytest.mark.parametrize("backend", HOST)
+def test_a_region_comes_back_only_when_its_last_view_is_gone(backend, idle_list):
+    """Views, buffer exports and np.asarray of an output keep its memory: later calls never
+    write into it; a pickle holds its own bytes. Once nothing views it, it is reused."""
+    x = np.linspace(-4, 4, MiB, dtype=np.float32)
+    prog = cc.compile(lambda t, s: t * s, backend=backend).lower(x, _s(2))
+    first = prog(x, _s(2))
+    view, exported, same = first[8:].reshape(-1, 8), memoryview(first), np.asarray(first)
+    pickled = pickle.dumps(first[:100])
+    address = first.ctypes.data
+    del first
+    later = [prog(x, _s(k)) for k in (3, 4)]  # (while the views live: fresh memory)
+    for out in later:
+        for kept in (view, np.asarray(exported), same):
+            assert not np.shares_memory(out, kept)
+    np.testing.assert_array_equal(view, (x * np.float32(2))[8:].reshape(-1, 8))
+    np.testing.assert_array_equal(np.asarray(exported), x * np.float32(2))
+    np.testing.assert_array_equal(same, x * np.float32(2))
+    del later, out, kept, view, same
+    assert arena.idle_bytes() == 8 * MiB  # (the later two; the first is still exported)
+    del exported
+    assert arena.idle_bytes() == 12 * MiB
+    back = pickle.loads(pickled)
+    assert [prog(x, _s(5)).ctypes.data for _ in range(2)] == [address] * 2  # the most recent
+    np.testing.assert_array_equal(back, x[:100] * np.float32(2))
+
+
+def _region(a: np.ndarray):
+    """The region under an array (its owner: the first base that is no ndarray)."""
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return a.region
+
+
+def _negative_zeros(n):
+    """Run a program whose 4n-byte output is all -0.0 (bits 0x80000000), drop the output: its
+    region is idle, full of what no later result may show. Returns the region."""
+    fn = cc.compile(lambda t: t * -0.0)
+    return _region(fn(np.ones(n, np.float32)))
+
+
+@needs_thp
+@pytest.mark.parametrize("backend", HOST)
+@pytest.mark.parametrize("case", ["pad", "scatter", "concat", "setitem", "masked"])
+def test_outputs_written_piecewise_never_show_a_reused_regions_old_contents(
+        backend, case, idle_list):
+    """Outputs whose kernels write them piece by piece (a pad's border, the untouched rows of
+    a scatter into zeros, concatenated halves, a strided assignment into zeros) over a region
+    left full of -0.0 by another program: every element is the program's own."""
+    n = 2048  # (16 MiB: a fresh mapping takes 8 or more faults)
+    x = np.random.default_rng(3).standard_normal((n, n)).astype(np.float32)
+    if case == "pad":
+        fn = lambda t: F.pad(t, [0, 0, 3, 5], value=0.0)  # noqa: E731
+        want = np.pad(x, ((0, 0), (3, 5)))
+    elif case == "scatter":
+        idx = np.arange(0, n, 3, dtype=np.int64)[:, None] * np.ones((1, n), np.int64)
+
+        def fn(t):
+            return cc.zeros([n, n], "float32").put_along_axis(cc.to_tensor(idx), t[:len(idx)],
+                                                                0)
+        want = np.zeros_like(x)
+        want[::3] = x[:len(idx)]
+    elif case == "concat":
+        fn = lambda t: cc.concat([t[:, :7] + 1.0, t * 2.0], axis=1)  # noqa: E731
+        want = np.concatenate([x[:, :7] + np.float32(1), x * np.float32(2)], axis=1)
+    elif case == "setitem":
+        def fn(t):
+            z = cc.zeros([n, n], "float32")
+            z[::2, 1::3] = t[::2, 1::3] * 2.0
+            return z
+        want = np.zeros_like(x)
+        want[::2, 1::3] = x[::2, 1::3] * np.float32(2)
+    else:
+        fn = lambda t: cc.where(t > 0.5, t, cc.zeros_like(t))  # noqa: E731
+        want = np.where(x > 0.5, x, np.float32(0))
+    prog = cc.compile(fn, backend=backend).lower(x)
+    size = prog(x).nbytes
+    region = _negative_zeros(size // 4)
+    f0 = _faults()
+    got = prog(x)
+    assert _region(got) is region  # (the reused region, not fresh zeroed memory)
+    if backend == "cpu":  # (the numpy backend's scatter makes temporaries of its own)
+        assert _faults() - f0 < 4
+    assert got.tobytes() == want.tobytes()  # (a left-over -0.0 would differ in its bits)
+
+
+@needs_thp
+def test_idle_regions_are_bounded(idle_list):
+    """At most IDLE_ENTRIES regions, and at most the larger of IDLE_BYTES and the region just
+    returned in all (the least recently returned go first); trim() unmaps them."""
+    held = [arena.empty_aligned(4 * MiB + 1 + k) for k in range(6)]  # (spans: 6 MiB each)
+    del held
+    assert arena.idle_bytes() == arena.IDLE_ENTRIES * 6 * MiB
+    big = arena.empty_aligned(100 * MiB)  # (address space: nothing touched)
+    del big
+    assert arena.idle_bytes() == 100 * MiB  # (the older ones went, past 100 MiB)
+    small = arena.empty_aligned(3 * MiB)
+    assert arena.idle_bytes() == 100 * MiB  # (100 MiB is more than FIT times 4 MiB)
+    del small
+    assert arena.idle_bytes() == 4 * MiB  # (past IDLE_BYTES: the 100 MiB went)
+    assert arena.trim() == 4 * MiB and arena.idle_bytes() == 0
+
+
+@needs_thp
+@pytest.mark.parametrize("backend", HOST)
+def test_releasing_a_program_unmaps_the_idle_regions(backend, idle_list):
+    """`fn.clear_cache()` (and the arena pool's `release`) give the idle memory back: the
+    program's arena and a dropped output were idle, none is after."""
+    def f(x):
+        y = x * 3.0  # a 4 MiB value that dies inside: in the arena
+        return y[:5] + y[-5:], y * 2.0
+    x = np.linspace(-1, 1, MiB, dtype=np.float32)
+    fn = cc.compile(f, backend=backend, fuse=False)
+    small, big = fn(x)
+    del big
+    assert arena.idle_bytes() == 4 * MiB
+    fn.clear_cache()
+    assert arena.idle_bytes() == 0
+    small, big = fn(x)
+    np.testing.assert_array_equal(big, x * np.float32(6))
+
+
+@needs_thp
+def test_tracemalloc_sees_a_reused_buffer_while_it_is_held(idle_list):
+    """Idle regions are not the caller's: reported while a buffer holds one, not after."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        a = arena.empty_aligned(5 * MiB + 3)
+        address = a.ctypes.data
+        del a
+        assert arena.idle_bytes() == 6 * MiB
+        assert abs(tracemalloc.get_traced_memory()[0] - before) < 4096
+        b = arena.empty_aligned(4 * MiB + 1)  # (fits: the same region)
+        assert b.ctypes.data == address
+        assert abs(tracemalloc.get_traced_memory()[0] - before - (4 * MiB + 1)) < 4096
+        del b
+        assert abs(tracemalloc.get_traced_memory()[0] - before) < 4096
+    finally:
+        tracemalloc.stop()
+
+
+@needs_thp
+@pytest.mark.parametrize("backend", HOST)
+def test_two_threads_calling_at_once_never_share_an_output(backend, idle_list):
+    """Each thread keeps its last two outputs while it calls again: every output is right and
+    no two live ones overlap; the regions go round (far fewer faults than fresh mappings, which
+    take at least 2 each)."""
+    x = np.linspace(-4, 4, MiB, dtype=np.float32)
+    prog = cc.compile(lambda t, s: t * s + 0.5, backend=backend).lower(x, _s(1))
+    prog(x, _s(1))
+    live: dict = {}
+    errors = []
+    barrier = threading.Barrier(2)
+
+    def calls(me):
+        try:
+            barrier.wait()
+            kept = []
+            for k in range(40):
+                s = me * 100 + k
+                kept = kept[-1:] + [(s, prog(x, _s(s)))]
+                live[me] = kept
+                for other in list(live.get(1 - me, ())):
+                    for _, mine in kept:
+                        assert not np.shares_memory(mine, other[1])
+                for s_, out in kept:  # (samples: a full-size temporary would fault itself)
+                    np.testing.assert_array_equal(
+                        out[::1021], x[::1021] * np.float32(s_) + np.float32(0.5))
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+    f0 = _faults()
+    threads = [threading.Thread(target=calls, args=(me,)) for me in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert _faults() - f0 < 80
+
+
+@needs_thp
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fresh_buffers_work_in_a_child_forked_while_another_thread_held_the_idle_list(
+        idle_list):
+    """The child neither waits for a lock that no thread of it will let go of, nor loses
+    the idle region it inherited (its own copy)."""
+    x = np.linspace(-4, 4, MiB, dtype=np.float32)
+    fn = cc.compile(lambda t: t + 1.0)
+    fn(x)  # (its output dropped: an idle region the child inherits)
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with arena._lock:
+            held.set()
+            done.wait(10)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            out = fn(x)  # (the inherited region: written, it is copied, not shared)
+            ok = out.tobytes() == (x + np.float32(1)).tobytes()
+            del out
+            ok = ok and arena.trim() == 4 * MiB  # (one region: it was reused)
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    done.set()
+    t.join()
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
