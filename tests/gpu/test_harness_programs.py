@@ -144,19 +144,11 @@ def test_example_steps_match_the_numpy_backend(name, size):
 
 def _one_program_per_op():
     """For each registry op and output dtype, the first opdb sample whose graph contains it
-    (as the NVRTC test picks them): every op's kernels run."""
+    (as the NVRTC test picks them, one search per session: `picks.py`): every op's kernels
+    run."""
+    from tests.gpu.picks import first_per_key
     from opdb.samples import SAMPLES
-    seen, picked = set(), []
-    for sample in SAMPLES:
-        try:
-            prog = cc.compile(sample.fn, backend="gpu").lower(*_copy(sample.args))
-        except cc.CompilerError:
-            continue
-        keys = {(n.op, n.out.dtype.name) for n in prog.graph.nodes} - seen
-        if keys:
-            seen |= keys
-            picked.append((sample, prog))
-    return seen, picked
+    return first_per_key(SAMPLES, lambda n: (n.op, n.out.dtype.name), "op-and-dtype")
 
 
 @pytest.fixture(scope="module")
