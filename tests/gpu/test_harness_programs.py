@@ -123,7 +123,7 @@ def test_seed_programs_match_the_numpy_backend(seed_programs, title):
 # gpt's step at the example's size is the longest (~6x the mlp's kernels, each thread a fiber
 # under both schedules): the slow run has it; the default run has the same step (embedding,
 # causal attention, layer norms, AdamW on the layers' state arrays) at a tiny size.
-TINY_GPT = dict(batch=2, context=8, dim=16, heads=2, layers=1)
+TINY_GPT = {"batch": 2, "context": 8, "dim": 16, "heads": 2, "layers": 1}
 
 
 @pytest.mark.parametrize("name,size", [(n, "small") for n in EXAMPLES if n != "gpt"]
@@ -146,8 +146,8 @@ def _one_program_per_op():
     """For each registry op and output dtype, the first opdb sample whose graph contains it
     (as the NVRTC test picks them, one search per session: `picks.py`): every op's kernels
     run."""
-    from tests.gpu.picks import first_per_key
     from opdb.samples import SAMPLES
+    from tests.gpu.picks import first_per_key
     return first_per_key(SAMPLES, lambda n: (n.op, n.out.dtype.name), "op-and-dtype")
 
 
