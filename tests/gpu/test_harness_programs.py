@@ -147,6 +147,7 @@ def _one_program_per_op():
     (as the NVRTC test picks them, one search per session: `picks.py`): every op's kernels
     run."""
     from opdb.samples import SAMPLES
+
     from tests.gpu.picks import first_per_key
     return first_per_key(SAMPLES, lambda n: (n.op, n.out.dtype.name), "op-and-dtype")
 
