@@ -21,6 +21,12 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="inplace-compiler-test-cache-")
 os.environ["COMPILER_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
+# A folder per test session that the xdist workers share (they inherit the variable), for what
+# one test finds and another reuses (tests/gpu/picks.py); removed by the process that made it.
+if "INPLACE_TEST_SESSION_DIR" not in os.environ:
+    os.environ["INPLACE_TEST_SESSION_DIR"] = tempfile.mkdtemp(prefix="inplace-test-session-")
+    atexit.register(shutil.rmtree, os.environ["INPLACE_TEST_SESSION_DIR"], True)
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)

@@ -190,22 +190,15 @@ def test_example_training_steps_compile_to_ptx(name):
 
 def _one_sample_per_op(samples=None, key=lambda n: (n.op, n.out.dtype.name)):
     """For each registry op (and each output dtype it is sampled with: `key`), the first opdb
-    sample whose traced graph contains it: every op's kernels, compiled."""
+    sample whose traced graph contains it: every op's kernels, compiled. (The float samples'
+    search is shared with test_harness_programs: `picks.py`.)"""
+    from tests.gpu.picks import first_per_key
+    name = None
     if samples is None:
         from opdb.samples import SAMPLES as samples
-    seen, picked = set(), []
-    for sample in samples:
-        try:
-            fn = cc.compile(sample.fn, backend="gpu")
-            prog = fn.lower(*[a.copy() if isinstance(a, np.ndarray) else a
-                              for a in sample.args])
-        except cc.CompilerError:
-            continue
-        keys = {key(n) for n in prog.graph.nodes} - seen
-        if keys:
-            seen |= keys
-            picked.append((sample.id, prog))
-    return seen, picked
+        name = "op-and-dtype"
+    seen, picked = first_per_key(samples, key, name)
+    return seen, [(sample.id, prog) for sample, prog in picked]
 
 
 @needs_nvrtc

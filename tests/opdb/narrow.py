@@ -77,6 +77,10 @@ def _terms(sample, half):
     return terms
 
 
+# id(variant) -> (the sample it was made from, the dtype its float32/int32 arrays became)
+ORIGIN: dict = {}
+
+
 def half_variants(samples) -> list:
     out = []
     for s in samples:
@@ -92,6 +96,7 @@ def half_variants(samples) -> list:
             out.append(dataclasses.replace(s, args=args, want=_half_want(s, half),
                                            terms=_terms(s, half), grad=False, grad_want=None,
                                            wrt=None))
+            ORIGIN[id(out[-1])] = (s, half)
     return out
 
 
@@ -122,6 +127,7 @@ def int_variants(samples) -> list:
                     or (dtype.kind == "u" and s.api.endswith("scale")):
                 continue  # (the formula closes over int32 scalars, or refuses these values)
             out.append(dataclasses.replace(s, args=args, grad=False, grad_want=None, wrt=None))
+            ORIGIN[id(out[-1])] = (s, dtype)
     return out
 
 

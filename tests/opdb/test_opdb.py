@@ -194,24 +194,44 @@ SAMPLE_PARAMS = [pytest.param(s, id=i) for s, i in zip(db.SAMPLES, _unique(SAMPL
 # take the first FIRST_PER_API samples of every API, one in EVERY_OTHER of the rest and the
 # samples marked `always`, which keeps every op and the chosen edge cases at a tenth of the
 # time; marked slow, the first SLOW_FIRST and one in SLOW_EVERY (a fifth, with the default
-# run's). OPDB_ALL_SAMPLES=1 runs them all, none marked.
+# run's). The numpy backend (the reference: a few ms a sample, but 10k samples) takes, per API
+# and set of argument dtypes, the first NUMPY_FIRST, one in NUMPY_EVERY of the rest and the
+# `always` ones; the others are marked slow (a native backend's check also compares the numpy
+# backend's values with the formula first). So every API keeps each of its dtype combinations
+# in the default run. OPDB_ALL_SAMPLES=1 runs them all, none marked.
 FIRST_PER_API, EVERY_OTHER = 2, 10
 SLOW_FIRST, SLOW_EVERY = 3, 5
+NUMPY_FIRST, NUMPY_EVERY = 1, 4
 ALL_SAMPLES = os.environ.get("OPDB_ALL_SAMPLES", "") not in ("", "0")
+
+
+def dtype_key(sample):
+    """The API and the set of its array arguments' dtypes: the unit the strides keep."""
+    return sample.api, tuple(sorted({a.dtype.name for a in sample.args
+                                     if isinstance(a, np.ndarray)}))
 
 
 def _with_backends(params):
     seen: dict[str, int] = {}
+    seen_dtypes: dict = {}
     out = []
     for p in params:
-        api = p.values[0].api
+        sample = p.values[0]
+        api = sample.api
         k = seen[api] = seen.get(api, -1) + 1
+        key = dtype_key(sample)
+        j = seen_dtypes[key] = seen_dtypes.get(key, -1) + 1
+        native = ALL_SAMPLES or k < FIRST_PER_API or k % EVERY_OTHER == 0 or sample.always
         for backend in AVAILABLE:
-            if backend == "numpy" or ALL_SAMPLES or k < FIRST_PER_API or k % EVERY_OTHER == 0 \
-                    or p.values[0].always:
-                out.append(pytest.param(p.values[0], backend, id=f"{p.id}-{backend}"))
-            elif k < SLOW_FIRST or k % SLOW_EVERY == 0:
-                out.append(pytest.param(p.values[0], backend, id=f"{p.id}-{backend}",
+            if backend == "numpy":
+                default = ALL_SAMPLES or sample.always or j < NUMPY_FIRST \
+                    or j % NUMPY_EVERY == 0
+            else:
+                default = native
+            if default:
+                out.append(pytest.param(sample, backend, id=f"{p.id}-{backend}"))
+            elif backend == "numpy" or k < SLOW_FIRST or k % SLOW_EVERY == 0:
+                out.append(pytest.param(sample, backend, id=f"{p.id}-{backend}",
                                         marks=pytest.mark.slow))
     return out
 

@@ -22,11 +22,15 @@ F32 = np.dtype(np.float32)
 
 
 # In the default run the numpy backend runs the first NUMPY_FIRST variants of each API and
-# dtype and one in NUMPY_EVERY of the rest (every other variant is marked slow); a native
+# dtype set and one in NUMPY_EVERY of the rest (every other variant is marked slow); a native
 # backend the first FIRST and one in EVERY of the rest, and (marked slow) one more in EVERY
 # halfway between those. OPDB_ALL_SAMPLES=1: all, none marked.
-NUMPY_FIRST, NUMPY_EVERY = 2, 4
+NUMPY_FIRST, NUMPY_EVERY = 1, 8
 FIRST, EVERY = 1, 24
+
+# (id of the float32/int32 sample, narrow dtype) of the variants the cpu backend runs in the
+# default run: tests/runtime/test_cpu_half.py leaves the same checks to the slow run.
+NATIVE_DEFAULT: set = set()
 
 
 def _params(samples):
@@ -40,6 +44,9 @@ def _params(samples):
             first, every = (NUMPY_FIRST, NUMPY_EVERY) if backend == "numpy" else (FIRST, EVERY)
             if ALL_SAMPLES or k < first or k % every == 0:
                 out.append(pytest.param(s, backend, id=f"{i}-{backend}"))
+                if backend == "cpu":
+                    origin, dtype = narrow.ORIGIN[id(s)]
+                    NATIVE_DEFAULT.add((id(origin), dtype))
             elif backend == "numpy" or k % EVERY == EVERY // 2:
                 out.append(pytest.param(s, backend, id=f"{i}-{backend}",
                                         marks=pytest.mark.slow))

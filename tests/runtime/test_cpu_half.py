@@ -425,10 +425,18 @@ def _first_samples(src):
     return out
 
 
-_BROAD = [pytest.param(s, d, id=f"{d}-{s.id}") for d in HALVES
-          for s in _first_samples(F32)] + \
-         [pytest.param(s, d, id=f"{d}-{s.id}") for d in NARROW_INTS
-          for s in _first_samples(np.dtype(np.int32))]
+# The same sample in the same dtype on cpu is a variant tests/opdb/test_opdb_narrow.py runs in
+# the default run (against the formula) for most of these: those are marked slow here.
+from tests.opdb.test_opdb_narrow import NATIVE_DEFAULT  # noqa: E402
+
+
+def _broad(s, d):
+    marks = [pytest.mark.slow] if (id(s), d) in NATIVE_DEFAULT else []
+    return pytest.param(s, d, id=f"{d}-{s.id}", marks=marks)
+
+
+_BROAD = [_broad(s, d) for d in HALVES for s in _first_samples(F32)] + \
+         [_broad(s, d) for d in NARROW_INTS for s in _first_samples(np.dtype(np.int32))]
 
 
 @pytest.mark.parametrize("sample,dtype", _BROAD)
