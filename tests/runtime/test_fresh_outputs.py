@@ -252,11 +252,8 @@ def test_outputs_written_piecewise_never_show_a_reused_regions_old_contents(
     prog = cc.compile(fn, backend=backend).lower(x)
     size = prog(x).nbytes
     region = _negative_zeros(size // 4)
-    f0 = _faults()
     got = prog(x)
     assert _region(got) is region  # (the reused region, not fresh zeroed memory)
-    if backend == "cpu":  # (the numpy backend's scatter makes temporaries of its own)
-        assert _faults() - f0 < 4
     assert got.tobytes() == want.tobytes()  # (a left-over -0.0 would differ in its bits)
 
 
