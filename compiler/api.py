@@ -590,8 +590,8 @@ class _FastCall:
     read-only array the program writes and overlapping inputs (the general path then raises
     or traces the aliasing), and fresh outputs are allocated. A call with nothing to check
     or assemble here is `call`: from the second short call on the native builtin
-    (`FastRunner.native`), so that `fn(x)` runs one Python frame, the driver's. What the general path checks
-    once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
+    (`FastRunner.native`), so that `fn(x)` runs one Python frame, the driver's. What the
+    general path checks once per layout holds by construction: the key fixes the shapes, dtypes and contiguity;
     no private copies (data checks while running beside mutations) or copies back (an
     in-place mutation is written by the one native call, so no signal can split it); the
     memory check passed. State guards and

@@ -343,8 +343,8 @@ _CPYTHON_API = {"GetAttr": "PyObject_GetAttr", "AsVoidPtr": "PyLong_AsVoidPtr",
                 "IncRef": "Py_IncRef", "DecRef": "Py_DecRef", "ListSize": "PyList_Size",
                 "ListGetItem": "PyList_GetItem", "ListSetSlice": "PyList_SetSlice",
                 "ListAppend": "PyList_Append", "DictSize": "PyDict_Size",
-                "ErrClear": "PyErr_Clear", "CallObject": "PyObject_CallObject", "SaveThread": "PyEval_SaveThread",
-                "RestoreThread": "PyEval_RestoreThread"}
+                "ErrClear": "PyErr_Clear", "CallObject": "PyObject_CallObject",
+                "SaveThread": "PyEval_SaveThread", "RestoreThread": "PyEval_RestoreThread"}
 # Slots of NumPy's C API table: stable ABI since NumPy 1.7 (numpy/__multiarray_api.h).
 _NUMPY_SLOTS = {"ArrayType": 2, "NewFromDescr": 94, "SetBase": 282}
 # Objects whose addresses `fast_one` holds (alive as long as the module).
@@ -361,9 +361,9 @@ def _native_api() -> dict | None:
         api = {k: ctypes.cast(getattr(capi, name), ctypes.c_void_p).value
                for k, name in _CPYTHON_API.items()}
         try:
-            from numpy._core import _multiarray_umath as umath
+            from numpy._core import _multiarray_umath as umath  # lazy: NumPy 2's name
         except ImportError:  # (NumPy 1.x)
-            from numpy.core import _multiarray_umath as umath
+            from numpy.core import _multiarray_umath as umath  # lazy: NumPy 1's name
         # (function objects of our own: ctypes.pythonapi's are shared with other libraries)
         get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
             ("PyCapsule_GetPointer", capi))
