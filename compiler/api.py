@@ -595,7 +595,8 @@ class _FastCall:
     dtypes and contiguity; no private copies (data checks while running beside mutations) or
     copies back (an in-place mutation is written by the one native call, so no signal can
     split it); the memory check passed. State guards and captured arrays are checked as on
-    the general path; when they changed, the call takes it. Returns _SLOW when nothing ran and the general path must take the call."""
+    the general path; when they changed, the call takes it. Returns _SLOW when nothing ran
+    and the general path must take the call."""
 
     __slots__ = ("call", "checks", "key", "one", "positions", "prog", "repeats", "routes",
                  "run", "single", "slow_key", "tree")
