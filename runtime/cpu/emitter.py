@@ -580,10 +580,10 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             return
         with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
             p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
-            # (atomic, so that LLVM keeps a store of the value just loaded; built by hand:
-            # llvmlite's store_atomic wants a typed pointer)
-            v = e.load_atomic(p, "monotonic", 1, typ=I8)
-            e._insert(ir.instructions.StoreAtomicInstr(e.block, v, p, "monotonic", 1))
+            # (a compare-and-swap of 0 with 0: it keeps the byte, and x86's locked
+            # instruction is a write whatever the byte holds, so the page faults once, for
+            # writing: a load then a store faulted twice, the zero page then the huge page)
+            e.cmpxchg(p, ir.Constant(I8, 0), ir.Constant(I8, 0), "monotonic", "monotonic")
 
     def _unique(self, fn: ir.Function) -> ir.Function:
         """`fn`, or the function emitted earlier whose IR is the same as fn's but for the

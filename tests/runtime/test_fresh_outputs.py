@@ -389,3 +389,20 @@ def test_fresh_buffers_work_in_a_child_forked_while_another_thread_held_the_idle
     os.close(read)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+@needs_thp
+@pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's first touch")
+def test_a_fresh_output_faults_once_per_huge_page():
+    """The calling thread's first touch of a fresh output (before a parallel kernel writes
+    it) is one write per huge page, so each page faults once, straight to a huge page: a load
+    then a store faulted twice (the zero page, then the page written)."""
+    n = 2048  # float32 [2048, 2048]: 16 MiB, 8 huge pages
+    x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    fn = cc.compile(F.relu, backend="cpu", threads=2)
+    fn(x), fn(x)  # (the second call builds the short path's trampoline once per process)
+    arena.trim()  # (no idle region to reuse: the next output is a fresh mapping)
+    f0 = _faults()
+    y = fn(x)
+    assert _faults() - f0 < 12, _faults() - f0
+    assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
