@@ -39,25 +39,7 @@ class _CpuTimed(CpuExecutable):
     """Ticks in the calling thread's CPU time (at 1 thread every kernel, BLAS included, runs
     on it): robust where other sessions share the cores, unlike wall time."""
 
-    def _fallback(self, t, ptrs):
-        if t < 0:
-            self._ticks.append((-1 - t, time.thread_time_ns()))
-            return 0
-        return super()._fallback(t, ptrs)
-
-    def profile(self, inputs, repeat=5):
-        runs = []
-        for _ in range(repeat):
-            self._ticks = []
-            start = time.thread_time_ns()
-            self.run(inputs)
-            prev, times = start, {}
-            for t, ns in self._ticks:
-                times[t] = (ns - prev) * 1e-9
-                prev = ns
-            runs.append(times)
-        return [(self.graph.nodes[t], float(np.median([r[t] for r in runs])))
-                for t in sorted(runs[0])]
+    profile_clock = staticmethod(time.thread_time_ns)
 
 
 def _layout(place) -> str:

@@ -889,7 +889,7 @@ class CpuExecutable(ArenaPool):
     # -- the fallback callback (temporary gap: see emitter.FALLBACK_OPS) ----------------------
     def _fallback(self, t, ptrs):
         if t < 0:  # a profiling tick after node -1 - t
-            self._ticks.append((-1 - t, time.perf_counter_ns()))
+            self._ticks.append((-1 - t, self.profile_clock()))
             return 0
         try:
             node = self.fallback_nodes[t]
@@ -921,6 +921,10 @@ class CpuExecutable(ArenaPool):
     def _arena_offset(self, buffer_id):
         return self.plan.buffers[buffer_id].offset
 
+    # The clock of `profile`'s ticks (ns): wall time; a subclass may count the calling
+    # thread's CPU time instead (benchmarks/transformer_profile.py).
+    profile_clock = staticmethod(time.perf_counter_ns)
+
     def profile(self, inputs, repeat: int = 5) -> list[tuple[object, float]]:
         """(node, median seconds) per node that runs code, measured between the ticks a
         `profile=True` build makes after each node (a callback costs ~1 us: fine for spotting
@@ -929,7 +933,7 @@ class CpuExecutable(ArenaPool):
         runs = []
         for _ in range(repeat):
             self._ticks = []
-            start = time.perf_counter_ns()
+            start = self.profile_clock()
             self.run(inputs)
             prev, times = start, {}
             for t, ns in self._ticks:

@@ -52,21 +52,29 @@ _EXP = {
 }
 
 
-def _exp_normal32(b: ir.IRBuilder, x):
-    """float32 exp(x) for x known finite in [-87, 0] (erf's tail): `fast_exp`'s steps and
-    bits (the same k, r and polynomial; 2^k is normal there, so one exact factor equals its
-    two), without its clamps, NaN select and split scaling."""
-    c = _EXP["float"]
+def _exp_reduced(b: ir.IRBuilder, x, c):
+    """(k, exp(r)) for exp(x) = 2^k * exp(r): k = rint(x / ln 2) as a float, r = x - k ln 2
+    in two fma steps, exp(r) by Horner on the Taylor series of `c["degree"]` (`_EXP`)."""
+    t = x.type
 
     def k_(v):
-        return ir.Constant(F32, v)
+        return ir.Constant(t, v)
     kf = intrinsic(b, "rint", b.fmul(x, k_(c["log2e"])))
-    fma = _declare(b.module, "llvm.fma.f32", F32, [F32, F32, F32])
+    fma = _declare(b.module, f"llvm.fma.{'f32' if t == F32 else 'f64'}", t, [t, t, t])
     r = b.call(fma, [b.fneg(kf), k_(c["ln2_hi"]), x])
     r = b.call(fma, [b.fneg(kf), k_(c["ln2_lo"]), r])
     p = k_(1.0 / np.prod(np.arange(1, c["degree"] + 1), dtype=np.float64))
     for n in range(c["degree"] - 1, -1, -1):
         p = b.call(fma, [p, r, k_(1.0 / np.prod(np.arange(1, n + 1), dtype=np.float64))])
+    return kf, p
+
+
+def _exp_normal32(b: ir.IRBuilder, x):
+    """float32 exp(x) for x known finite in [-87, 0] (erf's tail): `fast_exp`'s steps and
+    bits (the same k, r and polynomial; 2^k is normal there, so one exact factor equals its
+    two), without its clamps, NaN select and split scaling."""
+    c = _EXP["float"]
+    kf, p = _exp_reduced(b, x, c)
     k = b.fptosi(kf, I32)
     scale = b.bitcast(b.shl(b.add(k, ir.Constant(I32, c["bias"])),
                             ir.Constant(I32, c["bits"])), F32)
@@ -89,13 +97,7 @@ def fast_exp(b: ir.IRBuilder, x):
     xc = b.select(b.fcmp_ordered(">", x, k_(c["hi"])), k_(c["hi"]), x)
     xc = b.select(b.fcmp_ordered("<", xc, k_(c["lo"])), k_(c["lo"]), xc)
     xc = b.select(notnan, xc, k_(0.0))  # keeps fptosi below away from NaN
-    kf = intrinsic(b, "rint", b.fmul(xc, k_(c["log2e"])))
-    fma = _declare(b.module, f"llvm.fma.{'f32' if t == F32 else 'f64'}", t, [t, t, t])
-    r = b.call(fma, [b.fneg(kf), k_(c["ln2_hi"]), xc])
-    r = b.call(fma, [b.fneg(kf), k_(c["ln2_lo"]), r])
-    p = k_(1.0 / np.prod(np.arange(1, c["degree"] + 1), dtype=np.float64))
-    for n in range(c["degree"] - 1, -1, -1):
-        p = b.call(fma, [p, r, k_(1.0 / np.prod(np.arange(1, n + 1), dtype=np.float64))])
+    kf, p = _exp_reduced(b, xc, c)
     k = b.fptosi(kf, ity)
     k1 = b.ashr(k, ir.Constant(ity, 1))
     k2 = b.sub(k, k1)
