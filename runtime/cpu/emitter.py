@@ -968,7 +968,7 @@ def _pow2_divisors(node) -> tuple:
     out = []
     for k, v in enumerate(node.inputs):
         while v.producer is not None and REGISTRY[v.producer.op].kind == VIEW \
-                and len(v.producer.inputs) == 1:
+                and len(v.producer.inputs) == 1 and v.producer.inputs[0].dtype == v.dtype:
             v = v.producer.inputs[0]
         p = v.producer
         if p is None or p.op != "constant" or v.dtype.kind not in "iu" or v.size > 1024:
