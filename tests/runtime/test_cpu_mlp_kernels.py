@@ -36,10 +36,14 @@ def _edge_ints(dtype, shape, seed=0):
     return x
 
 
-INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint64]  # (the supported ints)
+# (the supported ints; the 8-bit ones are `slow`: LLVM takes 6-10 s over a module with an
+# int8 constant operand, even `x + cc.to_tensor(int8 array)` on [37, 12]; int16 0.4 s)
+INT_DTYPES = [pytest.param(np.int8, marks=pytest.mark.slow), np.int16, np.int32, np.int64,
+              pytest.param(np.uint8, marks=pytest.mark.slow), np.uint64]
 
 
-@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=["int8", "int16", "int32", "int64", "uint8",
+                                                   "uint64"])
 def test_floor_divide_and_remainder_by_constant_powers_of_two(dtype):
     info = np.iinfo(dtype)
     top = int(np.log2(info.max))   # the largest power of two the dtype holds
