@@ -99,7 +99,7 @@ def main():
     print(f"\n{'ms':>7}  node (plan order)")
     for node, sec in prof:
         line = getattr(node.loc, "line", "") if node.loc is not None else ""
-        print(f"{sec * 1e3:7.3f}  {_describe(node):40} {str(tuple(node.out.shape)):14} "
+        print(f"{sec * 1e3:7.3f}  {_describe(node):40} {tuple(node.out.shape)!s:14} "
               f"{node.out.dtype!s:8} line {line}")
     g_torch = sum(r[8] for r in rows) if torch is not None else float("nan")
     print(f"\nGEMMs: {len(rows)} nodes, ours {g_ours * 1e3:.2f} ms, torch {g_torch * 1e3:.2f} ms")
