@@ -57,10 +57,10 @@ and log_softmax rows, cumsum rows, max_pool2d and its gradient (batch rows), con
 gradients (output channels), and BLAS matmul and gemm (batches, or row or column blocks of
 one GEMM). Which thread runs a chunk never changes what it computes: results are
 bit-identical for any `threads`. A fresh output of 2 MiB or more is touched once per huge
-page by the calling thread before its first parallel kernel (`_first_touch`: its page faults
-stay on that thread, as in a serial call). Not parallel yet: copies (concat, slice_scatter,
-constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
-generated matmul loops.
+page by the calling thread before its first parallel kernel when the call runs on several
+threads (`_first_touch`: its page faults stay on that thread, as in a serial call). Not
+parallel yet: copies (concat, slice_scatter, constants), checked index kernels (gathers,
+scatters: their status return), min/prod/arg*, generated matmul loops.
 
 Identical kernels once (`_unique`, `DEDUPE`): a kernel (and a parallel kernel's `.chunk` and
 `.after` functions) whose IR is the same as an earlier one's but for names (the function's,
@@ -131,8 +131,8 @@ ROW_COST = 8        # work per element of a softmax row (max, exp, sum, divide)
 CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers, + scratch)
 SCRATCH_SLOTS = MAX_CHUNKS
 # Fresh outputs of TOUCH_BYTES or more (those on 2 MiB pages: runtime.arena.HUGE_PAGE) are
-# touched once per TOUCH_STRIDE by the calling thread before a parallel kernel writes them
-# (`_first_touch`).
+# touched once per TOUCH_STRIDE by the calling thread before a parallel kernel writes them,
+# in calls on more than one thread (`_first_touch`).
 TOUCH_BYTES = TOUCH_STRIDE = 2 << 20
 # Kernels whose IR is identical but for their names (every layer of a stack: same shapes,
 # strides, dtypes and attributes) are emitted once per module and called from every node
@@ -556,7 +556,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         for s in slots:
             if s[0] == "output" and s not in self._touched:
                 self._touched.add(s)
-                self._first_touch(e, self.slot_ptr(s), self.output_buffers[s[1]].size)
+                self._first_touch(e, self.slot_ptr(s), self.output_buffers[s[1]].size,
+                                  self.threads_arg)
         pf = self.module.globals.get("inplace_parallel_for") or ir.Function(
             self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
             "inplace_parallel_for")
@@ -569,21 +570,28 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             e.call(fin, vals)
 
     @staticmethod
-    def _first_touch(e, ptr, size):
+    def _first_touch(e, ptr, size, threads):
         """Write one byte (its own value) per huge page of a fresh output of TOUCH_BYTES or
-        more, on the calling thread, before its first parallel kernel: its page faults then
-        happen here, as in a serial call, not in a worker. Measured (add100: a 4 MB output,
-        2 threads, a 2-vCPU VM): left to the chunks, the worker spent 1-3 ms per call in the
-        kernel on them (two threads zeroing the same 2 MiB page, and huge pages faulted on
-        the worker's CPU costing it more than the caller's); touched here, ~0."""
+        more, on the calling thread, before its first parallel kernel, when the call runs on
+        more than one thread: its page faults then happen here, as in a serial call, not in a
+        worker. Measured (add100: a 4 MB output, 2 threads, a 2-vCPU VM): left to the chunks,
+        the worker spent 1-3 ms per call in the kernel on them (two threads zeroing the same
+        2 MiB page, and huge pages faulted on the worker's CPU costing it more than the
+        caller's); touched here, ~0. At one thread the loop faults each page as it first
+        stores into it (the same faults, none of them in a worker): a pass over all the pages
+        first had the kernel zero the whole output before the loop, whose stores then missed
+        the cache (relu of 64 MiB: +1.9 ms of 14.4, benchmarks/fresh_outputs.py)."""
         if size < TOUCH_BYTES:
             return
-        with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
-            p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
-            # (a compare-and-swap of 0 with 0: it keeps the byte, and x86's locked
-            # instruction is a write whatever the byte holds, so the page faults once, for
-            # writing: a load then a store faulted twice, the zero page then the huge page)
-            e.cmpxchg(p, ir.Constant(I8, 0), ir.Constant(I8, 0), "monotonic", "monotonic")
+        with e.if_then(e.icmp_signed(">", threads, i64(1))):
+            with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
+                p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
+                # (a compare-and-swap of 0 with 0: it keeps the byte, and x86's locked
+                # instruction is a write whatever the byte holds, so the page faults once,
+                # for writing: a load then a store faulted twice, the zero page then the
+                # huge page)
+                e.cmpxchg(p, ir.Constant(I8, 0), ir.Constant(I8, 0), "monotonic",
+                          "monotonic")
 
     def _unique(self, fn: ir.Function) -> ir.Function:
         """`fn`, or the function emitted earlier whose IR is the same as fn's but for the
