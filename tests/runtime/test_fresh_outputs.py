@@ -406,3 +406,103 @@ def test_a_fresh_output_faults_once_per_huge_page():
     y = fn(x)
     assert _faults() - f0 < 12, _faults() - f0
     assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+
+
+# -- the order a call faults its fresh output in (issue 25: fresh outputs at the floor) ---------
+class _FaultRecorder:
+    """A 2 MiB-aligned anonymous mapping of `span` bytes whose page faults are reported through
+    userfaultfd (Linux): `faults` lists (offset of the 4 KiB page, written) in the order they
+    happened, each served with the zero page by a Python thread (so the faulting code must run
+    without the GIL, as compiled entries do). `region` is an `arena._Region` over it, for the
+    idle list. Raises OSError where userfaultfd is missing or not allowed."""
+
+    API, REGISTER, ZEROPAGE = 0xc018aa3f, 0xc020aa00, 0xc020aa04  # _IOWR(0xAA, ...)
+    PAGEFAULT, USER_MODE_ONLY = 0x12, 1
+
+    def __init__(self, span: int):
+        import ctypes
+        import mmap
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+        self.ctypes, self.libc = ctypes, libc
+        flags = os.O_CLOEXEC | os.O_NONBLOCK
+        # (user-mode faults only: allowed without privileges since Linux 5.11; older kernels
+        # refuse the flag, and may allow the plain call)
+        fd = libc.syscall(323, flags | self.USER_MODE_ONLY)
+        if fd < 0:
+            fd = libc.syscall(323, flags)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "userfaultfd")
+        self.fd = fd
+        api = (ctypes.c_uint64 * 3)(0xAA, 0, 0)
+        self._ioctl(self.API, api)
+        mm = mmap.mmap(-1, span + arena.HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        raw = np.frombuffer(mm, np.uint8)
+        self.address = raw.ctypes.data + (-raw.ctypes.data) % arena.HUGE_PAGE
+        self._ioctl(self.REGISTER, (ctypes.c_uint64 * 4)(self.address, span, 1, 0))  # missing
+        self.region = object.__new__(arena._Region)
+        self.region.raw, self.region.address, self.region.span = raw, self.address, span
+        self.faults: list = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _ioctl(self, request, arg):
+        if self.libc.ioctl(self.fd, request, arg) != 0:
+            err = self.ctypes.get_errno()
+            os.close(self.fd)
+            raise OSError(err, f"userfaultfd ioctl {request:#x}")
+
+    def _serve(self):
+        import select
+        import struct
+        while not self._stop:
+            if not select.select([self.fd], [], [], 0.02)[0]:
+                continue
+            try:
+                msg = os.read(self.fd, 32)  # struct uffd_msg
+            except BlockingIOError:
+                continue
+            if msg[0] != self.PAGEFAULT:
+                continue
+            flags, address = struct.unpack_from("QQ", msg, 8)
+            page = address & ~4095
+            self.faults.append((page - self.address, bool(flags & 1)))
+            self.libc.ioctl(self.fd, self.ZEROPAGE, (self.ctypes.c_uint64 * 4)(page, 4096, 0, 0))
+
+    def close(self):
+        """Stop serving; later faults of the mapping are ordinary ones."""
+        self._stop = True
+        self._thread.join()
+        os.close(self.fd)
+
+
+@needs_thp
+@pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's kernels")
+def test_a_one_thread_call_writes_its_fresh_output_in_one_pass(idle_list):
+    """At one thread, relu's loop faults its fresh output's pages in the order it stores into
+    them, as a C loop does: no pass first faulting every huge page (so the kernel zeroing the
+    whole output) before the loop, whose stores then missed the cache (relu of 64 MiB: 1.9 ms
+    of 14.4, benchmarks/fresh_outputs.py). Observed through userfaultfd on 4 KiB pages."""
+    import faulthandler
+    n = 4 * MiB  # float32 [1 Mi]: 2 huge pages, a parallel kernel at any thread count
+    x = np.random.default_rng(0).standard_normal(n // 4).astype(np.float32)
+    fn = cc.compile(F.relu, backend="cpu", threads=1)
+    fn(x), fn(x)  # (compiled, and the short path's trampoline built)
+    arena.trim()
+    try:
+        rec = _FaultRecorder(n)
+    except OSError as e:
+        pytest.skip(f"userfaultfd: {e}")
+    with arena._lock:
+        arena._idle.append(rec.region)  # the next fresh output's memory
+    faulthandler.dump_traceback_later(120, exit=True)  # (a fault nobody serves: no hang)
+    try:
+        y = fn(x)
+    finally:
+        rec.close()
+        faulthandler.cancel_dump_traceback_later()
+    assert y.ctypes.data == rec.address
+    assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+    assert rec.faults == [(k, True) for k in range(0, n, 4096)], rec.faults[:4]
