@@ -2,15 +2,19 @@
 backend, time, CPU time and minor page faults per call, against C loops writing fresh and warm
 memory.
 
-    python benchmarks/fresh_outputs.py            # 21 interleaved rounds
+    python benchmarks/fresh_outputs.py            # 21 interleaved rounds, one core
     python benchmarks/fresh_outputs.py --repeat 5
+    python benchmarks/fresh_outputs.py --threads 2  # the compiled columns on 2 threads
 
-Columns, interleaved (one call of each per round), one process pinned to one core:
+Columns, interleaved (one call of each per round), one process pinned to one core (to
+`--threads` cores, the compiled program's threads; the C and NumPy loops stay serial):
 - `cpu, reused`: the compiled relu as a caller meets it: the previous call's output was
   dropped, so its 2 MiB-aligned, huge-page-advised region comes back from the idle list
   (`runtime.arena`: no faults, no zeroing);
 - `cpu, fresh`: the same with the idle list emptied (`arena.trim()`, untimed) before the call:
-  a new mapping, 32 huge pages faulted and zeroed by the kernel;
+  a new mapping, 32 huge pages faulted and zeroed by the kernel (at one thread by the loop's
+  stores, each page as it is reached, as in the C loop; on several threads by the calling
+  thread's first touch before the loop: `runtime/cpu/emitter.py`, `_first_touch`);
 - `cpu, 64-byte aligned`: the same program with the huge-page path off (`arena.HUGE_PAGE`
   raised past the output's size) and /proc/meminfo read before each call, as calls did before
   issue 25;
@@ -141,14 +145,17 @@ class _CMapping:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=21)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of the compiled program (and cores the process runs on)")
     args = ap.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, set(cores[-args.threads:]))
     load_before = os.getloadavg()
     x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     want = np.maximum(x, 0)
-    prog = cc.compile(lambda t: F.relu(t), backend="cpu").lower(x)
-    before = cc.compile(lambda t: F.relu(t), backend="cpu").lower(x)
+    prog = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
+    before = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
     warm = np.empty_like(x)
     c_warm = np.empty_like(x)
     huge = arena.HUGE_PAGE
@@ -218,7 +225,7 @@ def main(argv=None) -> int:
     floor_cpu = float(np.median(cpu[floor_name]))
     print(f"out-of-place F.relu on float32{list(SHAPE)} (64 MiB), cpu backend; "
           f"transparent huge pages: {arena.thp_mode()}; median of {args.repeat} interleaved "
-          f"rounds, one core; C loops: {c_note}; load average "
+          f"rounds, {args.threads} thread(s) on as many cores; C loops: {c_note}; load average "
           f"{', '.join(f'{v:.2f}' for v in load_before)} before, "
           f"{', '.join(f'{v:.2f}' for v in os.getloadavg())} after")
     print()
