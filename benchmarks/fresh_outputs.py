@@ -25,6 +25,11 @@ Columns, interleaved (one call of each per round), one process pinned to one cor
   fresh memory;
 - `C, warm`: the same loop into one reused buffer (no faults: the gap to `C, fresh` is what
   fresh memory costs);
+- `C, fresh, streaming stores` and `C, warm, streaming stores`: the same two with
+  non-temporal stores (`_mm256_stream_ps`, aligned, then `sfence`; same bits): what writing
+  around the cache would buy an output written once and not read soon (the compiled loop
+  has plain stores: LLVM's vectoriser leaves a loop with `!nontemporal` stores of unknown
+  alignment scalar, one `movntss` per element);
 - `numpy, fresh` and `numpy, warm`: `np.maximum(x, 0, out=y)` into the same kinds of memory
   (NumPy's loop is slower than ours here: not a floor).
 Faults are `resource.getrusage(RUSAGE_SELF).ru_minflt` before and after the call; CPU time is
@@ -75,6 +80,7 @@ C_SOURCE = r"""
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <immintrin.h>
 #define HUGE ((size_t)2 << 20)
 
 static void relu(const float *restrict x, float *restrict y, size_t n) {
@@ -82,9 +88,30 @@ static void relu(const float *restrict x, float *restrict y, size_t n) {
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-/* relu into a new 2 MiB-aligned, huge-page-advised mapping; *map and *len say what to
-   unmap later (NULL: mmap failed) */
-float *relu_fresh(const float *x, size_t n, void **map, size_t *len) {
+/* the same with non-temporal (streaming) stores: written around the cache, no read for
+   ownership of the line. max(x, 0) returns its second operand for a NaN or equal zeros,
+   as `x > 0 ? x : 0` does: the same bits. */
+static void relu_stream(const float *restrict x, float *restrict y, size_t n) {
+    size_t i = 0;
+#ifdef __AVX__
+    for (; i < n && (uintptr_t)(y + i) % 32; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (; i + 8 <= n; i += 8)
+        _mm256_stream_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+#else
+    for (; i < n && (uintptr_t)(y + i) % 16; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (; i + 4 <= n; i += 4)
+        _mm_stream_ps(y + i, _mm_max_ps(_mm_loadu_ps(x + i), _mm_setzero_ps()));
+#endif
+    for (; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    _mm_sfence();
+}
+
+/* relu (streaming: relu_stream) into a new 2 MiB-aligned, huge-page-advised mapping; *map
+   and *len say what to unmap later (NULL: mmap failed) */
+float *relu_fresh(const float *x, size_t n, void **map, size_t *len, int streaming) {
     size_t span = (n * sizeof(float) + HUGE - 1) / HUGE * HUGE;
     char *m = mmap(NULL, span + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
@@ -94,13 +121,15 @@ float *relu_fresh(const float *x, size_t n, void **map, size_t *len) {
     }
     float *y = (float *)(m + (HUGE - (uintptr_t)m % HUGE) % HUGE);
     madvise(y, span, MADV_HUGEPAGE);
-    relu(x, y, n);
+    (streaming ? relu_stream : relu)(x, y, n);
     *map = m;
     *len = span + HUGE;
     return y;
 }
 
 void relu_into(const float *x, float *y, size_t n) { relu(x, y, n); }
+
+void relu_stream_into(const float *x, float *y, size_t n) { relu_stream(x, y, n); }
 
 void unmap(void *map, size_t len) { munmap(map, len); }
 """
@@ -121,8 +150,10 @@ def c_library(tmp: str):
     c = ctypes.CDLL(lib)
     c.relu_fresh.restype = ctypes.c_void_p
     c.relu_fresh.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
-                             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+                             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                             ctypes.c_int]
     c.relu_into.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    c.relu_stream_into.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     c.unmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     return c, f"{cc_} -O3 -march=native"
 
@@ -130,9 +161,10 @@ def c_library(tmp: str):
 class _CMapping:
     """A C column's fresh result: the mapping is unmapped when this goes (untimed)."""
 
-    def __init__(self, c, x):
+    def __init__(self, c, x, streaming=False):
         self.c, self.map, self.len = c, ctypes.c_void_p(), ctypes.c_size_t()
-        y = c.relu_fresh(x.ctypes.data, x.size, ctypes.byref(self.map), ctypes.byref(self.len))
+        y = c.relu_fresh(x.ctypes.data, x.size, ctypes.byref(self.map), ctypes.byref(self.len),
+                         int(streaming))
         if not y:
             raise MemoryError("mmap failed")
         self.y = np.ctypeslib.as_array((ctypes.c_float * x.size).from_address(y))
@@ -183,6 +215,13 @@ def main(argv=None) -> int:
         c.relu_into(x.ctypes.data, c_warm.ctypes.data, x.size)
         return c_warm
 
+    def run_c_fresh_stream():
+        return _CMapping(c, x, streaming=True)
+
+    def run_c_warm_stream():
+        c.relu_stream_into(x.ctypes.data, c_warm.ctypes.data, x.size)
+        return c_warm
+
     def run_numpy_fresh():
         mm, y = fresh_mapping(x.nbytes)
         np.maximum(x, 0, out=y.reshape(SHAPE))
@@ -196,7 +235,9 @@ def main(argv=None) -> int:
     columns = [("cpu, fresh", run_fresh, arena.trim), ("cpu, reused", run_reused, None),
                ("cpu, 64-byte aligned", run_before, None)]
     if c is not None:
-        columns += [("C, fresh (floor)", run_c_fresh, None), ("C, warm", run_c_warm, None)]
+        columns += [("C, fresh (floor)", run_c_fresh, None), ("C, warm", run_c_warm, None),
+                    ("C, fresh, streaming stores", run_c_fresh_stream, None),
+                    ("C, warm, streaming stores", run_c_warm_stream, None)]
     columns += [("numpy, fresh", run_numpy_fresh, None), ("numpy, warm", run_numpy_warm, None)]
     for name, fn, prep in columns:  # check and warm up
         if prep is not None:
