@@ -15,6 +15,11 @@ Columns, interleaved (one call of each per round), one process pinned to one cor
   a new mapping, 32 huge pages faulted and zeroed by the kernel (at one thread by the loop's
   stores, each page as it is reached, as in the C loop; on several threads by the calling
   thread's first touch before the loop: `runtime/cpu/emitter.py`, `_first_touch`);
+- `cpu, fresh, touched first` (one thread) or `cpu, fresh, faulted by the loop` (several):
+  `cpu, fresh` with the other first-touch setting (`emitter.TOUCH_MIN_THREADS`, the thread
+  count from which the calling thread touches each huge page of a fresh output before the
+  kernel): at one thread what calls did before issue 25's fresh-output work, at several
+  what leaving the faults to the chunks would give;
 - `cpu, 64-byte aligned`: the same program with the huge-page path off (`arena.HUGE_PAGE`
   raised past the output's size) and /proc/meminfo read before each call, as calls did before
   issue 25;
@@ -59,6 +64,7 @@ import numpy as np  # noqa: E402
 import compiler as cc  # noqa: E402
 import compiler.nn.functional as F  # noqa: E402
 from runtime import arena  # noqa: E402
+from runtime.cpu import emitter  # noqa: E402
 
 SHAPE = (1, 64, 512, 512)
 
@@ -188,6 +194,16 @@ def main(argv=None) -> int:
     want = np.maximum(x, 0)
     prog = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
     before = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
+    # the same with the other first-touch setting at this thread count (a compile-time one)
+    touch_now = args.threads >= emitter.TOUCH_MIN_THREADS
+    other_name = ("cpu, fresh, faulted by the loop" if touch_now else
+                  "cpu, fresh, touched first")
+    saved = emitter.TOUCH_MIN_THREADS
+    emitter.TOUCH_MIN_THREADS = 1 << 62 if touch_now else 1
+    try:
+        other = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
+    finally:
+        emitter.TOUCH_MIN_THREADS = saved
     warm = np.empty_like(x)
     c_warm = np.empty_like(x)
     huge = arena.HUGE_PAGE
@@ -199,6 +215,9 @@ def main(argv=None) -> int:
 
     def run_fresh():
         return prog(x)
+
+    def run_other():
+        return other(x)
 
     def run_before():
         before._exec._memory_checked = False  # the check read /proc/meminfo each call
@@ -233,7 +252,7 @@ def main(argv=None) -> int:
     # (name, call, untimed step before it)
     # ("cpu, reused" right after "cpu, fresh": it takes the region that call's output left)
     columns = [("cpu, fresh", run_fresh, arena.trim), ("cpu, reused", run_reused, None),
-               ("cpu, 64-byte aligned", run_before, None)]
+               (other_name, run_other, arena.trim), ("cpu, 64-byte aligned", run_before, None)]
     if c is not None:
         columns += [("C, fresh (floor)", run_c_fresh, None), ("C, warm", run_c_warm, None),
                     ("C, fresh, streaming stores", run_c_fresh_stream, None),

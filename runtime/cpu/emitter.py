@@ -132,8 +132,12 @@ CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers,
 SCRATCH_SLOTS = MAX_CHUNKS
 # Fresh outputs of TOUCH_BYTES or more (those on 2 MiB pages: runtime.arena.HUGE_PAGE) are
 # touched once per TOUCH_STRIDE by the calling thread before a parallel kernel writes them,
-# in calls on more than one thread (`_first_touch`).
+# in calls on TOUCH_MIN_THREADS threads or more (`_first_touch`). PROVISIONAL at 2: on the
+# loaded 2-vCPU VM it was measured on, leaving the faults to the chunks at 2 threads cost
+# less CPU (relu of 64 MiB: 10.9-12.7 against 13.3-15.4 ms) but add100's wall time was
+# inconclusive; `benchmarks/fresh_outputs.py --threads 2` compares both on a quiet machine.
 TOUCH_BYTES = TOUCH_STRIDE = 2 << 20
+TOUCH_MIN_THREADS = 2
 # Kernels whose IR is identical but for their names (every layer of a stack: same shapes,
 # strides, dtypes and attributes) are emitted once per module and called from every node
 # that needs one, so LLVM optimises and compiles each distinct body once (`_unique`).
@@ -573,17 +577,17 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
     def _first_touch(e, ptr, size, threads):
         """Write one byte (its own value) per huge page of a fresh output of TOUCH_BYTES or
         more, on the calling thread, before its first parallel kernel, when the call runs on
-        more than one thread: its page faults then happen here, as in a serial call, not in a
-        worker. Measured (add100: a 4 MB output, 2 threads, a 2-vCPU VM): left to the chunks,
-        the worker spent 1-3 ms per call in the kernel on them (two threads zeroing the same
-        2 MiB page, and huge pages faulted on the worker's CPU costing it more than the
-        caller's); touched here, ~0. At one thread the loop faults each page as it first
-        stores into it (the same faults, none of them in a worker): a pass over all the pages
+        TOUCH_MIN_THREADS threads or more: its page faults then happen here, as in a serial
+        call, not in a worker. Measured (add100: a 4 MB output, 2 threads, a 2-vCPU VM):
+        left to the chunks, the worker spent 1-3 ms per call in the kernel on them (two
+        threads zeroing the same 2 MiB page, and huge pages faulted on the worker's CPU
+        costing it more than the caller's); touched here, ~0. At one thread the loop faults
+        each page as it first stores into it (the same faults): a pass over all the pages
         first had the kernel zero the whole output before the loop, whose stores then missed
         the cache (relu of 64 MiB: +1.9 ms of 14.4, benchmarks/fresh_outputs.py)."""
         if size < TOUCH_BYTES:
             return
-        with e.if_then(e.icmp_signed(">", threads, i64(1))):
+        with e.if_then(e.icmp_signed(">=", threads, i64(TOUCH_MIN_THREADS))):
             with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
                 p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
                 # (a compare-and-swap of 0 with 0: it keeps the byte, and x86's locked
