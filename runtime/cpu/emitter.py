@@ -58,7 +58,7 @@ gradients (output channels), and BLAS matmul and gemm (batches, or row or column
 one GEMM). Which thread runs a chunk never changes what it computes: results are
 bit-identical for any `threads`. A fresh output of 2 MiB or more is touched once per huge
 page by the calling thread before its first parallel kernel when the call runs on several
-threads (`_first_touch`: its page faults stay on that thread, as in a serial call). Not
+threads (`_first_touch`, TOUCH_MIN_THREADS: its page faults stay on that thread). Not
 parallel yet: copies (concat, slice_scatter, constants), checked index kernels (gathers,
 scatters: their status return), min/prod/arg*, generated matmul loops.
 
@@ -132,10 +132,11 @@ CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers,
 SCRATCH_SLOTS = MAX_CHUNKS
 # Fresh outputs of TOUCH_BYTES or more (those on 2 MiB pages: runtime.arena.HUGE_PAGE) are
 # touched once per TOUCH_STRIDE by the calling thread before a parallel kernel writes them,
-# in calls on TOUCH_MIN_THREADS threads or more (`_first_touch`). PROVISIONAL at 2: on the
-# loaded 2-vCPU VM it was measured on, leaving the faults to the chunks at 2 threads cost
-# less CPU (relu of 64 MiB: 10.9-12.7 against 13.3-15.4 ms) but add100's wall time was
-# inconclusive; `benchmarks/fresh_outputs.py --threads 2` compares both on a quiet machine.
+# in calls on TOUCH_MIN_THREADS threads or more (`_first_touch`). PROVISIONAL at 2, measured
+# only on a loaded 2-vCPU VM (load 8): at 2 threads, faults left to the chunks gave relu of
+# 64 MiB less CPU and time (12.7 against 15.6 ms CPU, 40 against 55 ms), add100 the same
+# CPU but a longer median call (the worker, with more to do, waits for a busy vCPU more
+# often); `benchmarks/fresh_outputs.py --threads 2` compares both on a quiet machine.
 TOUCH_BYTES = TOUCH_STRIDE = 2 << 20
 TOUCH_MIN_THREADS = 2
 # Kernels whose IR is identical but for their names (every layer of a stack: same shapes,
