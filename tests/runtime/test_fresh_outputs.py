@@ -2,6 +2,7 @@
 2 MiB boundary and are advised for transparent huge pages (where the OS has them); the sysfs
 switch is read once per process, /proc/meminfo once per program, never per call.
 benchmarks/fresh_outputs.py measures what this buys (page faults and time per call)."""
+import gc
 import os
 import pickle
 import resource
@@ -148,6 +149,7 @@ def _s(k):
 @pytest.fixture
 def idle_list():
     """An empty idle list before and after (other tests' buffers don't count here)."""
+    gc.collect()  # (buffers held in an earlier test's reference cycles: freed now, not mid-test)
     arena.trim()
     yield
     arena.trim()
