@@ -395,19 +395,25 @@ def test_fresh_buffers_work_in_a_child_forked_while_another_thread_held_the_idle
 
 @needs_thp
 @pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's first touch")
-def test_a_fresh_output_faults_once_per_huge_page():
-    """The calling thread's first touch of a fresh output (before a parallel kernel writes
-    it) is one write per huge page, so each page faults once, straight to a huge page: a load
-    then a store faulted twice (the zero page, then the page written)."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fresh_output_faults_once_per_huge_page(threads):
+    """Each huge page of a fresh output faults once, straight to a huge page: at 2 threads
+    the calling thread's first touch (before a parallel kernel writes it) is one write per
+    huge page (a load then a store faulted twice: the zero page, then the page written); at
+    one thread the loop's first store into each page faults it."""
     n = 2048  # float32 [2048, 2048]: 16 MiB, 8 huge pages
     x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    fn = cc.compile(F.relu, backend="cpu", threads=2)
+    fn = cc.compile(F.relu, backend="cpu", threads=threads)
     fn(x), fn(x)  # (the second call builds the short path's trampoline once per process)
-    arena.trim()  # (no idle region to reuse: the next output is a fresh mapping)
-    f0 = _faults()
-    y = fn(x)
-    assert _faults() - f0 < 12, _faults() - f0
-    assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+    counts = []
+    for _ in range(3):  # (the fewest: a call may also fault a page of the interpreter's heap)
+        arena.trim()  # (no idle region to reuse: the next output is a fresh mapping)
+        f0 = _faults()
+        y = fn(x)
+        counts.append(_faults() - f0)
+        assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+        del y
+    assert min(counts) < 12, counts
 
 
 # -- the order a call faults its fresh output in (issue 25: fresh outputs at the floor) ---------
