@@ -12,14 +12,12 @@ Columns, interleaved (one call of each per round), one process pinned to one cor
   dropped, so its 2 MiB-aligned, huge-page-advised region comes back from the idle list
   (`runtime.arena`: no faults, no zeroing);
 - `cpu, fresh`: the same with the idle list emptied (`arena.trim()`, untimed) before the call:
-  a new mapping, 32 huge pages faulted and zeroed by the kernel (at one thread by the loop's
-  stores, each page as it is reached, as in the C loop; on several threads by the calling
-  thread's first touch before the loop: `runtime/cpu/emitter.py`, `_first_touch`);
-- `cpu, fresh, touched first` (one thread) or `cpu, fresh, faulted by the loop` (several):
-  `cpu, fresh` with the other first-touch setting (`emitter.TOUCH_MIN_THREADS`, the thread
-  count from which the calling thread touches each huge page of a fresh output before the
-  kernel): at one thread what calls did before issue 25's fresh-output work, at several
-  what leaving the faults to the chunks would give;
+  a new mapping, 32 huge pages faulted and zeroed by the kernel, each as the loop's stores
+  reach it (as in the C loop), on the thread that runs that chunk;
+- `cpu, fresh, touched first`: `cpu, fresh` with the calling thread touching each huge page
+  of the output before the kernel (`emitter.TOUCH_MIN_THREADS = 1`: what every call did
+  before issue 25's fresh-output work; where the default is changed to touch, this column is
+  `cpu, fresh, faulted by the loop`, the default's opposite);
 - `cpu, 64-byte aligned`: the same program with the huge-page path off (`arena.HUGE_PAGE`
   raised past the output's size) and /proc/meminfo read before each call, as calls did before
   issue 25;
@@ -195,11 +193,10 @@ def main(argv=None) -> int:
     prog = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
     before = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
     # the same with the other first-touch setting at this thread count (a compile-time one)
-    touch_now = args.threads >= emitter.TOUCH_MIN_THREADS
-    other_name = ("cpu, fresh, faulted by the loop" if touch_now else
-                  "cpu, fresh, touched first")
     saved = emitter.TOUCH_MIN_THREADS
-    emitter.TOUCH_MIN_THREADS = 1 << 62 if touch_now else 1
+    touch_now = saved is not None and args.threads >= saved
+    other_name = "cpu, fresh, faulted by the loop" if touch_now else "cpu, fresh, touched first"
+    emitter.TOUCH_MIN_THREADS = None if touch_now else 1
     try:
         other = cc.compile(lambda t: F.relu(t), backend="cpu", threads=args.threads).lower(x)
     finally:

@@ -397,10 +397,9 @@ def test_fresh_buffers_work_in_a_child_forked_while_another_thread_held_the_idle
 @pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's first touch")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_fresh_output_faults_once_per_huge_page(threads):
-    """Each huge page of a fresh output faults once, straight to a huge page: at 2 threads
-    the calling thread's first touch (before a parallel kernel writes it) is one write per
-    huge page (a load then a store faulted twice: the zero page, then the page written); at
-    one thread the loop's first store into each page faults it."""
+    """Each huge page of a fresh output faults once, straight to a huge page, when the
+    loop's first store reaches it (on the thread running that chunk): a load first would
+    fault twice (the zero page, then the page written)."""
     n = 2048  # float32 [2048, 2048]: 16 MiB, 8 huge pages
     x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     fn = cc.compile(F.relu, backend="cpu", threads=threads)
@@ -419,15 +418,16 @@ def test_a_fresh_output_faults_once_per_huge_page(threads):
 # -- the order a call faults its fresh output in (issue 25: fresh outputs at the floor) ---------
 class _FaultRecorder:
     """A 2 MiB-aligned anonymous mapping of `span` bytes whose page faults are reported through
-    userfaultfd (Linux): `faults` lists (offset of the 4 KiB page, written) in the order they
-    happened, each served with the zero page by a Python thread (so the faulting code must run
-    without the GIL, as compiled entries do). `region` is an `arena._Region` over it, for the
-    idle list. Raises OSError where userfaultfd is missing or not allowed."""
+    userfaultfd (Linux): `faults` lists (offset of the 4 KiB page, written, the faulting
+    thread's native id or None) in the order they happened, each served with the zero page by
+    a Python thread (so the faulting code must run without the GIL, as compiled entries do).
+    `region` is an `arena._Region` over it, for the idle list. Raises OSError where
+    userfaultfd (or, with `thread_ids`, its thread ids) is missing or not allowed."""
 
     API, REGISTER, ZEROPAGE = 0xc018aa3f, 0xc020aa00, 0xc020aa04  # _IOWR(0xAA, ...)
-    PAGEFAULT, USER_MODE_ONLY = 0x12, 1
+    PAGEFAULT, USER_MODE_ONLY, FEATURE_THREAD_ID = 0x12, 1, 1 << 8
 
-    def __init__(self, span: int):
+    def __init__(self, span: int, thread_ids: bool = False):
         import ctypes
         import mmap
         libc = ctypes.CDLL(None, use_errno=True)
@@ -443,7 +443,8 @@ class _FaultRecorder:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "userfaultfd")
         self.fd = fd
-        api = (ctypes.c_uint64 * 3)(0xAA, 0, 0)
+        self.thread_ids = thread_ids
+        api = (ctypes.c_uint64 * 3)(0xAA, self.FEATURE_THREAD_ID if thread_ids else 0, 0)
         self._ioctl(self.API, api)
         mm = mmap.mmap(-1, span + arena.HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         raw = np.frombuffer(mm, np.uint8)
@@ -474,9 +475,10 @@ class _FaultRecorder:
                 continue
             if msg[0] != self.PAGEFAULT:
                 continue
-            flags, address = struct.unpack_from("QQ", msg, 8)
+            flags, address, tid = struct.unpack_from("QQI", msg, 8)
             page = address & ~4095
-            self.faults.append((page - self.address, bool(flags & 1)))
+            self.faults.append((page - self.address, bool(flags & 1),
+                                tid if self.thread_ids else None))
             self.libc.ioctl(self.fd, self.ZEROPAGE, (self.ctypes.c_uint64 * 4)(page, 4096, 0, 0))
 
     def close(self):
@@ -513,4 +515,39 @@ def test_a_one_thread_call_writes_its_fresh_output_in_one_pass(idle_list):
         faulthandler.cancel_dump_traceback_later()
     assert y.ctypes.data == rec.address
     assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
-    assert rec.faults == [(k, True) for k in range(0, n, 4096)], rec.faults[:4]
+    assert rec.faults == [(k, True, None) for k in range(0, n, 4096)], rec.faults[:4]
+
+
+@needs_thp
+@pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's kernels")
+def test_at_two_threads_each_thread_faults_the_fresh_pages_it_writes(idle_list):
+    """At 2 threads no pass faults the fresh output first either: the calling thread, which
+    claims chunks from the front, faults the pages of its chunks in order as it writes them,
+    and the worker those of its own (from the back); every page faults, for writing. A first
+    touch by the caller put all the huge pages' faults (and their zeroing) before the loop:
+    relu of 64 MiB took 2.8 ms more CPU (benchmarks/fresh_outputs.py --threads 2)."""
+    import faulthandler
+    n = 4 * MiB
+    x = np.random.default_rng(1).standard_normal(n // 4).astype(np.float32)
+    fn = cc.compile(F.relu, backend="cpu", threads=2)
+    fn(x), fn(x)
+    arena.trim()
+    try:
+        rec = _FaultRecorder(n, thread_ids=True)
+    except OSError as e:
+        pytest.skip(f"userfaultfd: {e}")
+    with arena._lock:
+        arena._idle.append(rec.region)
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        y = fn(x)
+    finally:
+        rec.close()
+        faulthandler.cancel_dump_traceback_later()
+    assert y.ctypes.data == rec.address
+    assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+    assert {k for k, _, _ in rec.faults} == set(range(0, n, 4096))
+    assert all(written for _, written, _ in rec.faults)
+    me = threading.get_native_id()
+    mine = [k for k, _, tid in rec.faults if tid == me]
+    assert mine[0] == 0 and mine == sorted(mine), mine[:4]
