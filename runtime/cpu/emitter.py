@@ -58,9 +58,9 @@ gradients (output channels), and BLAS matmul and gemm (batches, or row or column
 one GEMM). Which thread runs a chunk never changes what it computes: results are
 bit-identical for any `threads`. A fresh output's huge pages fault when a chunk first
 stores into them, on the thread running it (`_first_touch`, off by default, would touch
-them all on the calling thread first). Not
-parallel yet: copies (concat, slice_scatter, constants), checked index kernels (gathers,
-scatters: their status return), min/prod/arg*, generated matmul loops.
+them all on the calling thread first). Not parallel yet: copies (concat, slice_scatter,
+constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
+generated matmul loops.
 
 Identical kernels once (`_unique`, `DEDUPE`): a kernel (and a parallel kernel's `.chunk` and
 `.after` functions) whose IR is the same as an earlier one's but for names (the function's,
