@@ -56,9 +56,9 @@ partials, then the partials in order; the bias-gradient reduction by column bloc
 and log_softmax rows, cumsum rows, max_pool2d and its gradient (batch rows), conv2d and its
 gradients (output channels), and BLAS matmul and gemm (batches, or row or column blocks of
 one GEMM). Which thread runs a chunk never changes what it computes: results are
-bit-identical for any `threads`. A fresh output of 2 MiB or more is touched once per huge
-page by the calling thread before its first parallel kernel (`_first_touch`: its page faults
-stay on that thread, as in a serial call). Not parallel yet: copies (concat, slice_scatter,
+bit-identical for any `threads`. A fresh output's huge pages fault when a chunk first
+stores into them, on the thread running it (`_first_touch`, off by default, would touch
+them all on the calling thread first). Not parallel yet: copies (concat, slice_scatter,
 constants), checked index kernels (gathers, scatters: their status return), min/prod/arg*,
 generated matmul loops.
 
@@ -132,8 +132,10 @@ CTX_SLOTS = 16      # pointers a parallel kernel may take (its distinct buffers,
 SCRATCH_SLOTS = MAX_CHUNKS
 # Fresh outputs of TOUCH_BYTES or more (those on 2 MiB pages: runtime.arena.HUGE_PAGE) are
 # touched once per TOUCH_STRIDE by the calling thread before a parallel kernel writes them
-# (`_first_touch`).
+# in calls on TOUCH_MIN_THREADS threads or more (`_first_touch`); None: never (the default,
+# measured: see there). `benchmarks/fresh_outputs.py` compares it with 1 in one column.
 TOUCH_BYTES = TOUCH_STRIDE = 2 << 20
+TOUCH_MIN_THREADS = None
 # Kernels whose IR is identical but for their names (every layer of a stack: same shapes,
 # strides, dtypes and attributes) are emitted once per module and called from every node
 # that needs one, so LLVM optimises and compiles each distinct body once (`_unique`).
@@ -558,7 +560,8 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
         for s in slots:
             if s[0] == "output" and s not in self._touched:
                 self._touched.add(s)
-                self._first_touch(e, self.slot_ptr(s), self.output_buffers[s[1]].size)
+                self._first_touch(e, self.slot_ptr(s), self.output_buffers[s[1]].size,
+                                  self.threads_arg)
         pf = self.module.globals.get("inplace_parallel_for") or ir.Function(
             self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]),
             "inplace_parallel_for")
@@ -571,21 +574,31 @@ class ModuleEmitter(IndexKernels, GemmKernels, WindowKernels, SortKernels):
             e.call(fin, vals)
 
     @staticmethod
-    def _first_touch(e, ptr, size):
-        """Write one byte (its own value) per huge page of a fresh output of TOUCH_BYTES or
-        more, on the calling thread, before its first parallel kernel: its page faults then
-        happen here, as in a serial call, not in a worker. Measured (add100: a 4 MB output,
-        2 threads, a 2-vCPU VM): left to the chunks, the worker spent 1-3 ms per call in the
-        kernel on them (two threads zeroing the same 2 MiB page, and huge pages faulted on
-        the worker's CPU costing it more than the caller's); touched here, ~0."""
-        if size < TOUCH_BYTES:
+    def _first_touch(e, ptr, size, threads):
+        """Write one byte (its own value) per huge page of a fresh output of TOUCH_BYTES or more, on
+        the calling thread, before its first parallel kernel, in calls on TOUCH_MIN_THREADS threads
+        or more (None: never, the default). It was always done, so that no worker took a fault
+        (measured then: add100's worker spent 1-3 ms per call on its 4 MB output's faults: two
+        threads zeroing the same 2 MiB page, and faults on the worker's CPU thought to cost more).
+        Since the caller claims chunks from the front and workers from the back (pool.py), each
+        thread faults its own pages, and the touch only cost: the kernel zeroed the whole output
+        before the loop, whose stores then missed the cache, and the faults were serial. Measured
+        (2-vCPU VM, load ~3, benchmarks/fresh_outputs.py and add100 fresh): relu of 64 MiB at 1
+        thread 12.5 against 14.4 ms CPU (the same 32 faults), at 2 threads 12.4 against 15.2 ms CPU
+        and 19.8 against 23.6 ms; add100 at 2 threads the same CPU, its fastest tenth of calls 1.97
+        against 2.2 ms. A 2 MiB fault took ~230 us on either vCPU (~245 on the one that did not free
+        the pages)."""
+        if size < TOUCH_BYTES or TOUCH_MIN_THREADS is None:
             return
-        with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
-            p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
-            # (a compare-and-swap of 0 with 0: it keeps the byte, and x86's locked
-            # instruction is a write whatever the byte holds, so the page faults once, for
-            # writing: a load then a store faulted twice, the zero page then the huge page)
-            e.cmpxchg(p, ir.Constant(I8, 0), ir.Constant(I8, 0), "monotonic", "monotonic")
+        with e.if_then(e.icmp_signed(">=", threads, i64(TOUCH_MIN_THREADS))):
+            with for_range(e, -(-size // TOUCH_STRIDE), "touch") as i:
+                p = e.gep(ptr, [e.mul(i, i64(TOUCH_STRIDE))], inbounds=True, source_etype=I8)
+                # (a compare-and-swap of 0 with 0: it keeps the byte, and x86's locked
+                # instruction is a write whatever the byte holds, so the page faults once,
+                # for writing: a load then a store faulted twice, the zero page then the
+                # huge page)
+                e.cmpxchg(p, ir.Constant(I8, 0), ir.Constant(I8, 0), "monotonic",
+                          "monotonic")
 
     def _unique(self, fn: ir.Function) -> ir.Function:
         """`fn`, or the function emitted earlier whose IR is the same as fn's but for the
