@@ -172,6 +172,109 @@ def _box(members: list[np.ndarray], names: list[str]):
     return box, base[tuple(slice(a, b) for a, b in box)], shifted
 
 
+def _span(e) -> tuple[int, int, int]:
+    """(start, count, step) of a ("s", start, stop, step) index entry."""
+    _, start, stop, step = e
+    return start, len(range(start, -1 if stop is None else stop, step)), step
+
+
+def _entry(start: int, count: int, step: int) -> tuple:
+    stop = start + step * (count - 1) + (1 if step > 0 else -1)
+    return ("s", start, None if stop < 0 else stop, step)
+
+
+def _axis_order(nd: int, views) -> list[int] | None:
+    """The region axes in the order the members run over them (a member's axis j before its
+    axis j + 1), the axes no member spans in their places; None when two members disagree
+    (`fn(x, x.T)`)."""
+    after: dict[int, set[int]] = {i: set() for i in range(nd)}  # axis -> axes that follow it
+    for index, perm in views:
+        spanned = [i for i in range(nd) if isinstance(index[i], tuple)]
+        # (the t-th spanned axis of `base[index]` is axis argsort(perm)[t] of the member)
+        of_member = dict(zip(np.argsort(perm).tolist(), spanned))
+        chain = [of_member[j] for j in sorted(of_member)]
+        for x, y in zip(chain, chain[1:]):
+            after[x].add(y)
+    slots = sorted(i for i in range(nd) if after[i] or any(i in s for s in after.values()))
+    ordered, left = [], set(slots)
+    while left:  # a topological order, ties by the axis (the memory's order)
+        ready = [i for i in sorted(left) if not any(i in after[x] for x in left)]
+        if not ready:
+            return None
+        ordered.append(ready[0])
+        left.remove(ready[0])
+    q = list(range(nd))
+    for slot, axis in zip(slots, ordered):
+        q[slot] = axis
+    return q
+
+
+def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
+    """The group's storage as the members run over it, and the members as views of it.
+
+    The trace takes the storage as a row-major buffer (a strided one is copied in and out, as
+    any argument), so binding it in the members' own order (every other column of a bigger
+    array taken as one column each, an axis all members run backwards turned round, axes all
+    members transpose swapped) makes their views of it, and so the traced program, the same
+    for every layout of the caller's memory: a reshape of a member is then a view (a write
+    through it reaches the caller) and a sum over it adds in its own order. Where members
+    disagree (`fn(x, x.T)`, `fn(x[:, ::-1], x)`) that axis keeps the memory's order, as
+    eager NumPy has it. None should a member not come out as a view of it (the caller keeps
+    the memory's order then).
+    """
+    nd = region.ndim
+    idxs = [list(index) for index, _ in views]
+    # Every other element: each axis on the grid of the members' coordinates.
+    for i in range(nd):
+        g = 0
+        for index in idxs:
+            e = index[i]
+            g = np.gcd.reduce([g, e[1], abs(e[3])]) if isinstance(e, tuple) else np.gcd(g, e)
+        g = int(g)
+        if g > 1:
+            region = region[(slice(None),) * i + (slice(None, None, g),)]
+            for index in idxs:
+                e = index[i]
+                if isinstance(e, tuple):
+                    start, count, step = _span(e)
+                    index[i] = _entry(start // g, count, step // g)
+                else:
+                    index[i] = e // g
+    # Backwards: an axis every member that spans it runs with a negative step.
+    for i in range(nd):
+        steps = [index[i][3] for index in idxs if isinstance(index[i], tuple)]
+        if steps and all(s < 0 for s in steps):
+            n = region.shape[i]
+            region = region[(slice(None),) * i + (slice(None, None, -1),)]
+            for index in idxs:
+                e = index[i]
+                if isinstance(e, tuple):
+                    start, count, step = _span(e)
+                    index[i] = _entry(n - 1 - start, count, -step)
+                else:
+                    index[i] = n - 1 - e
+    # Transposed: the axes in the order every member runs over them.
+    out = []
+    q = _axis_order(nd, [(index, perm) for index, (_, perm) in zip(idxs, views)])
+    if q is None:
+        q = list(range(nd))
+    region = region.transpose(q)
+    for index, (_, perm) in zip(idxs, views):
+        spanned = [i for i in range(nd) if isinstance(index[i], tuple)]
+        member_axis = dict(zip(spanned, np.argsort(perm).tolist()))
+        tail = np.argsort(perm).tolist()[len(spanned):]  # (the size-1 axes, placed last)
+        new = tuple(index[q[k]] for k in range(nd)) + tuple(index[nd:])
+        order = [member_axis[q[k]] for k in range(nd) if q[k] in member_axis] + tail
+        out.append((new, tuple(int(p) for p in np.argsort(order))))
+    for a, (index, perm) in zip(members, out):
+        view = region[as_index(index)].transpose(perm)
+        if not (view.shape == a.shape
+                and all(d == 1 or s == t for d, s, t in zip(a.shape, a.strides, view.strides))
+                and view.__array_interface__["data"][0] == a.__array_interface__["data"][0]):
+            return None
+    return region, out
+
+
 def _covers_exactly(a: np.ndarray, region: np.ndarray) -> bool:
     return (a.shape == region.shape
             and a.__array_interface__["data"][0] == region.__array_interface__["data"][0]
@@ -210,7 +313,11 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
         units[i] = sorted(units[i] + units.pop(j))
     views, regions = {}, {}
     for g, group in enumerate(u for u in units if len(u) > 1):
-        box, regions[g], shifted = _box([arrays[p] for p in group], [names[p] for p in group])
+        members = [arrays[p] for p in group]
+        box, regions[g], shifted = _box(members, [names[p] for p in group])
+        ordered = _in_members_order(regions[g], shifted, members)
+        if ordered is not None:
+            regions[g], shifted = ordered
         for p, (index, perm) in zip(group, shifted):
             if _covers_exactly(arrays[p], regions[g]):
                 index, perm = (), ()  # the storage itself: one Tensor, as `fn(x, x)` in eager
