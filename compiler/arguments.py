@@ -14,6 +14,14 @@ Overlaps that are not such views of one owner (another dtype, a stride-0 broadca
 owned by something other than an ndarray) are
 refused before anything runs.
 
+The storage is then bound in the order its members run over it (`_in_members_order`): on the
+grid of their coordinates, an axis they all run backwards turned round, axes they all transpose
+swapped. The trace takes every graph input as a row-major buffer, so the program traced for
+members that are strided, reversed or Fortran-ordered in the caller's memory is the one traced
+for the C layout (a write through `a.reshape(...)` reaches the caller, a sum adds in the same
+order), as for an argument that shares nothing. Members that disagree (`fn(x, x.T)`) leave
+that axis in the memory's order, where eager NumPy's views make the same choice.
+
 An instance of an ndarray subclass (`np.matrix`, `np.memmap`, a user's subclass) is bound as
 the plain ndarray over its memory (`np.asarray`): the program writes into that memory, and no
 subclass method (`matrix.sum` without `keepdims`, an `__array_ufunc__` override) runs inside

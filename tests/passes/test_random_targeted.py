@@ -529,6 +529,80 @@ def test_a_write_through_a_reshape_of_an_aliased_strided_argument_reaches_the_ca
     np.testing.assert_array_equal(out, want[1:4])
 
 
+# Writes through chains of views of arguments that share memory, or of one strided argument:
+# (name, the traced write, its eager NumPy twin). The twin run on a C-ordered storage is the
+# oracle for every layout: a reshape that can't be a view of a C-ordered member copies (the
+# write is lost in every layout), every other one writes through.
+VIEW_CHAINS = [
+    ("reshape", "a.reshape([12]).add_(100.0)", "w = a.reshape(12); w += 100.0"),
+    ("flatten, slice", "a.flatten()[2:9].scale_(3.0)", "a.reshape(-1)[2:9] *= 3.0"),
+    ("slice, reshape", "a[1:].reshape([2, 2, 2]).subtract_(1.5)",
+     "w = a[1:].reshape(2, 2, 2); w -= 1.5"),
+    ("reshape, transpose, stepped slice", "a.reshape([4, 3]).t()[1:, ::2].multiply_(-2.0)",
+     "a.reshape(4, 3).T[1:, ::2] *= -2.0"),
+    ("set-item through a reshape", "a.reshape([6, 2])[::2] = 7.0",
+     "w = a.reshape(6, 2); w[::2] = 7.0"),
+    ("transpose, reshape (a copy)", "a.transpose([1, 0]).reshape([2, 6]).add_(9.0)",
+     "w = a.T.reshape(2, 6); w += 9.0"),
+    ("columns, reshape (a copy)", "a[:, 1:3].reshape([6]).add_(5.0)",
+     "w = a[:, 1:3].reshape(6); w += 5.0"),
+]
+# How the caller passes the storage `s` (4 x 4): as two overlapping arguments, or alone; and
+# the storage's transposition that the twin runs on (C-ordered), where the members run over
+# `s` transposed (each argument is traced as a row-major array, as an argument alone is).
+VIEW_ALIASES = {
+    "overlapping rows": (lambda s: (s[0:3], s[1:4]), False),
+    "overlapping columns, transposed": (lambda s: (s[:, 0:3].T, s[:, 1:4].T), True),
+    "unaliased": (lambda s: (s[0:3],), False),
+}
+
+
+def _chain_program(write: str, n_args: int):
+    params = "a, e" if n_args == 2 else "a"
+    last = params[-1]
+    src = f"def program({params}):\n    {write}\n    return {last} * 1.0, {last}.sum()\n"
+    scope: dict = {}
+    exec(compile(src, "chain_program.py", "exec"), scope)
+    return scope["program"]
+
+
+def _chain_twin(x: np.ndarray, twin: str, alias: str):
+    """(the storage after the write, the outputs) of the NumPy twin on a C-ordered storage."""
+    args_of, transposed = VIEW_ALIASES[alias]
+    t = np.array(x.T if transposed else x, order="C")  # (a copy: x stays as it was)
+    args = (t[0:3], t[1:4]) if transposed else args_of(t)
+    exec(twin, {"a": args[0]})
+    return (t.T if transposed else t), (args[-1] * 1.0, args[-1].sum())
+
+
+@pytest.mark.usefixtures("each_backend")
+@pytest.mark.parametrize("alias", sorted(VIEW_ALIASES))
+@pytest.mark.parametrize("name,write,twin", VIEW_CHAINS, ids=[c[0] for c in VIEW_CHAINS])
+def test_writes_through_view_chains_of_aliased_or_strided_arguments_act_as_in_the_c_layout(
+        name, write, twin, alias):
+    x = np.random.default_rng(7).standard_normal((4, 4))
+    want_s, want = _chain_twin(x, twin, alias)
+    args_of = VIEW_ALIASES[alias][0]
+    fn = cc.compile(_chain_program(write, len(args_of(x))))
+    first_total = None
+    for kind in ("C", "strided", "F", "reversed", "offset"):
+        laid = Laid(x, kind)
+        for call in range(2):
+            s = laid.view
+            s[...] = x
+            out, total = fn(*args_of(s))
+            what = f"{kind} layout, call {call}"
+            assert np.ascontiguousarray(s).tobytes() == \
+                np.ascontiguousarray(want_s).tobytes(), f"{what}: the caller's storage"
+            assert out.tobytes() == np.ascontiguousarray(want[0]).tobytes(), f"{what}: output"
+            # (a backend's sum may add in another order than NumPy's: the bits of the first
+            # layout's, and close to NumPy's)
+            first_total = total.tobytes() if first_total is None else first_total
+            assert total.tobytes() == first_total, f"{what}: the sum's bits"
+            np.testing.assert_allclose(total, want[1], rtol=1e-14, err_msg=f"{what}: sum")
+            assert laid.untouched_around(), f"{what}: wrote outside the argument"
+
+
 @pytest.mark.usefixtures("each_backend")
 def test_a_column_of_a_zero_row_intermediate_is_returned_empty():
     # Found by test_programs_on_cpu_give_the_same_bits_in_every_layout (shapes="empty"): on
