@@ -39,6 +39,7 @@ from tests.passes.test_random_programs import (
     _flat,
     _settings,
     _split_everything,
+    check_gradients,
     check_program,
 )
 
@@ -127,10 +128,12 @@ class Laid:
 
 
 LAYOUTS = ["C", "strided", "C", "reversed", "F", "offset", "strided", "C"]
-# Alias layouts whose members run over their storage in different axis orders (`s` and `s.T`):
-# the storage is bound in the memory's order there (compiler/arguments.py), so a Fortran-ordered
-# storage is another program (`s.T` is the row-major member) and is compared with itself only.
-MIXED_ORDER_ALIASES = {"transposed"}
+# Alias layouts whose members run over their storage in different axis orders (`s` and `s.T`)
+# or directions (`s[0:3]` and `s[3:0:-1]`): the storage is bound in the memory's order there
+# (compiler/arguments.py), so a Fortran-ordered (or reversed) storage is another program (`s.T`
+# is the row-major member) and is compared with itself only.
+LAYOUTS_OF_THEIR_OWN = {"transposed": {"F"}, "crossed": {"F"}, "reversed": {"reversed"},
+                        "reversed columns": {"reversed"}, "three": {"reversed"}}
 
 
 def _called(cf, prog: RandomProgram, storages, kind):
@@ -168,7 +171,7 @@ def check_layouts(prog: RandomProgram, backend: str):
                 first = got
             mine = of_layout.setdefault(kind, got)
             assert got == mine, f"layout {kind!r}, call {call}: differs from its first call"
-            if prog.alias in MIXED_ORDER_ALIASES and kind == "F":
+            if kind in LAYOUTS_OF_THEIR_OWN.get(prog.alias, ()):
                 continue
             assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
     # Another dtype in between (a signature of its own), keyword arguments (the general path),
@@ -361,6 +364,88 @@ def test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits
     prog = data.draw(programs(STEPS + 6, shapes=shapes, **BUDGET_PROGRAMS), "program")
     with _split_everything(threads):
         check_budget(prog, pick, "cpu")
+
+
+# -- hard aliasing: writes through view chains of arguments that share memory ------------------
+# (`programs(hard_aliasing=True)`: every program's arguments share memory, overlapping columns,
+# reversed members, three members, a stride-0 broadcast; in-place ops through chains of views
+# of one member reading the other), checked as above on numpy, on cpu at 1 and 2 threads, in
+# every layout, and with backward (finite differences of the gradients); the gpu harness runs
+# a sample in tests/passes/test_random_gpu_harness.py.
+HARD = {"hard_aliasing": True, "targeted": True}
+
+
+@_settings(5)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_match_reference_and_numpy(prog):
+    check_program(prog)
+
+
+@CPU_THREADS
+@_settings(2)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_on_cpu_match_reference(prog, threads):
+    with _split_everything(threads):
+        check_program(prog, backend="cpu")
+
+
+@_settings(3)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout(prog):
+    check_layouts(prog, "numpy")
+
+
+@CPU_THREADS
+@_settings(2)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout(prog, threads):
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@_settings(3)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
+def test_hard_aliasing_training_program_gradients_match_finite_differences(prog):
+    check_gradients(prog)
+
+
+@pytest.mark.slow
+@_settings(100)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_match_reference_and_numpy_sweep(prog):
+    check_program(prog)
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(40)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_on_cpu_match_reference_sweep(prog, threads):
+    with _split_everything(threads):
+        check_program(prog, backend="cpu")
+
+
+@pytest.mark.slow
+@_settings(60)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout_sweep(prog):
+    check_layouts(prog, "numpy")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(30)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout_sweep(prog, threads):
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@_settings(40)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
+def test_hard_aliasing_training_program_gradients_match_finite_differences_sweep(prog):
+    check_gradients(prog)
 
 
 # -- regressions: minimal programs found by the properties above ----------------------------------
