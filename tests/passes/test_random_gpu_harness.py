@@ -121,6 +121,44 @@ def test_exactly_rounded_random_programs_on_the_gpu_harness_give_the_numpy_bits(
         "\n\n".join(failures)
 
 
+# Hard aliasing (`programs(hard_aliasing=True)`): writes through view chains of arguments that
+# share memory, on the gpu code, against the numpy backend (fresh arguments for each run: a
+# copy would not share), under both schedules; RANDOM_GPU_ALIAS_PROGRAMS=N of them.
+ALIAS_PROGRAMS = int(os.environ.get("RANDOM_GPU_ALIAS_PROGRAMS", "4"))
+
+
+@pytest.fixture(scope="module")
+def built_aliasing():
+    out = []
+
+    @settings(max_examples=ALIAS_PROGRAMS, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(programs(errors=False, hard_aliasing=True, targeted=True))
+    def collect(rp):
+        out.append(rp)
+    collect()
+    progs = []
+    for rp in out[:ALIAS_PROGRAMS]:
+        fn = rp.build()
+        progs.append((rp, fn, cc.compile(fn, backend="gpu").lower(*rp.arrays())))
+    harness.prebuild([p._exec.module for *_, p in progs])
+    return progs
+
+
+def test_hard_aliasing_random_programs_on_the_gpu_harness_match_the_numpy_backend(
+        built_aliasing):
+    failures = []
+    for rp, fn, prog in built_aliasing:
+        try:
+            with np.errstate(all="ignore"):
+                check(prog, cc.compile(fn, backend="numpy"), rp.arrays,
+                      f"random program ({rp.alias})", rtol=1e-9)
+        except (AssertionError, harness.HarnessError) as e:
+            failures.append(f"{rp.alias}:\n{rp}\n{str(e)[:800]}")
+    assert not failures, f"{len(failures)} of {len(built_aliasing)} differ:\n" + \
+        "\n\n".join(failures)
+
+
 # -- regressions the random programs found on the host backends, on the gpu code ------------------
 def _zero_row_column(a, c):
     return (a / 1.5)[:, -3], c * 2.0

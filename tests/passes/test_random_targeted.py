@@ -9,14 +9,19 @@ and four properties of their own:
   - layouts: one compiled function called on the same values laid out C-contiguous, strided
     inside a bigger buffer, with a negative stride, Fortran-ordered and at an odd offset, in
     turns and twice each (the second call of a layout takes `compiler.api._FastCall`): every
-    output and every caller's array after the call are bit-identical to the first call's,
-    and the memory around a strided argument is never written; a read-only argument that the
-    program writes is refused with every caller's array untouched;
+    output and every caller's array after the call are bit-identical to the first call's
+    (arguments that share memory too, but for LAYOUTS_OF_THEIR_OWN), and the memory around a
+    strided argument is never written; a read-only argument that the program writes is
+    refused with every caller's array untouched;
   - thread counts on float32, float16 and bfloat16 arguments: bit-identical with 1, 2 and 3
     threads (every loop cut into chunks);
   - two threads calling one function at once, each with its own layout;
   - memory budgets on the cpu backend: a random budget between the least reachable peak and
     the plan without recomputation gives the unbudgeted values bit for bit.
+
+The generator's hard aliasing (`programs(hard_aliasing=True)`: every program's arguments
+share memory, in-place ops through chains of views of them) runs through the same checks, and
+through finite differences of its gradients.
 
 Each runs a few derandomized examples by default; its `_sweep` sibling (marked slow) runs more.
 RANDOM_PROGRAMS_EXAMPLES=N runs N random examples of each.
