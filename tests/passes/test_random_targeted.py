@@ -371,88 +371,6 @@ def test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits
         check_budget(prog, pick, "cpu")
 
 
-# -- hard aliasing: writes through view chains of arguments that share memory ------------------
-# (`programs(hard_aliasing=True)`: every program's arguments share memory, overlapping columns,
-# reversed members, three members, a stride-0 broadcast; in-place ops through chains of views
-# of one member reading the other), checked as above on numpy, on cpu at 1 and 2 threads, in
-# every layout, and with backward (finite differences of the gradients); the gpu harness runs
-# a sample in tests/passes/test_random_gpu_harness.py.
-HARD = {"hard_aliasing": True, "targeted": True}
-
-
-@_settings(5)
-@given(prog=programs(STEPS, **HARD))
-def test_hard_aliasing_programs_match_reference_and_numpy(prog):
-    check_program(prog)
-
-
-@CPU_THREADS
-@_settings(2)
-@given(prog=programs(STEPS, **HARD))
-def test_hard_aliasing_programs_on_cpu_match_reference(prog, threads):
-    with _split_everything(threads):
-        check_program(prog, backend="cpu")
-
-
-@_settings(3)
-@given(prog=programs(STEPS, errors=False, **HARD))
-def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout(prog):
-    check_layouts(prog, "numpy")
-
-
-@CPU_THREADS
-@_settings(2)
-@given(prog=programs(STEPS, errors=False, **HARD))
-def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout(prog, threads):
-    with _split_everything(threads):
-        check_layouts(prog, "cpu")
-
-
-@_settings(3)
-@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
-def test_hard_aliasing_training_program_gradients_match_finite_differences(prog):
-    check_gradients(prog)
-
-
-@pytest.mark.slow
-@_settings(100)
-@given(prog=programs(STEPS, **HARD))
-def test_hard_aliasing_programs_match_reference_and_numpy_sweep(prog):
-    check_program(prog)
-
-
-@pytest.mark.slow
-@CPU_THREADS
-@_settings(40)
-@given(prog=programs(STEPS, **HARD))
-def test_hard_aliasing_programs_on_cpu_match_reference_sweep(prog, threads):
-    with _split_everything(threads):
-        check_program(prog, backend="cpu")
-
-
-@pytest.mark.slow
-@_settings(60)
-@given(prog=programs(STEPS, errors=False, **HARD))
-def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout_sweep(prog):
-    check_layouts(prog, "numpy")
-
-
-@pytest.mark.slow
-@CPU_THREADS
-@_settings(30)
-@given(prog=programs(STEPS, errors=False, **HARD))
-def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout_sweep(prog, threads):
-    with _split_everything(threads):
-        check_layouts(prog, "cpu")
-
-
-@pytest.mark.slow
-@_settings(40)
-@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
-def test_hard_aliasing_training_program_gradients_match_finite_differences_sweep(prog):
-    check_gradients(prog)
-
-
 # -- regressions: minimal programs found by the properties above ----------------------------------
 def _overlapping_rows(s):
     def program(a, e):
@@ -709,3 +627,127 @@ def test_a_column_of_a_zero_row_intermediate_is_returned_empty():
             empty, doubled = cf(a, c)
             assert empty.shape == (0,) and empty.dtype == np.float64
             np.testing.assert_array_equal(doubled, c * 2.0)
+
+
+# -- hard aliasing: writes through view chains of arguments that share memory ------------------
+# (`programs(hard_aliasing=True)`: every program's arguments share memory, overlapping columns,
+# reversed members, three members, a stride-0 broadcast; in-place ops through chains of views
+# of one member reading the other), checked as above on numpy, on cpu at 1 and 2 threads, in
+# every layout, and with backward (finite differences of the gradients); the gpu harness runs
+# a sample in tests/passes/test_random_gpu_harness.py.
+HARD = {"hard_aliasing": True, "targeted": True}
+
+
+@_settings(5)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_match_reference_and_numpy(prog):
+    check_program(prog)
+
+
+@CPU_THREADS
+@_settings(2)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_on_cpu_match_reference(prog, threads):
+    with _split_everything(threads):
+        check_program(prog, backend="cpu")
+
+
+@_settings(3)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout(prog):
+    check_layouts(prog, "numpy")
+
+
+@CPU_THREADS
+@_settings(2)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout(prog, threads):
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@_settings(3)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
+def test_hard_aliasing_training_program_gradients_match_finite_differences(prog):
+    check_gradients(prog)
+
+
+@_settings(2)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_called_from_two_threads_in_two_layouts(prog):
+    check_concurrent_layouts(prog, "cpu")
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+@_settings(1)
+@given(prog=programs(STEPS, exact=True, **HARD))
+def test_hard_aliasing_exactly_rounded_programs_on_cpu_give_the_numpy_backends_bits(
+        prog, dtype, threads):
+    check_exact(prog, EXACT_DTYPES[dtype], threads)
+
+
+@pytest.mark.slow
+@_settings(100)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_match_reference_and_numpy_sweep(prog):
+    check_program(prog)
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(40)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_on_cpu_match_reference_sweep(prog, threads):
+    with _split_everything(threads):
+        check_program(prog, backend="cpu")
+
+
+@pytest.mark.slow
+@_settings(60)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout_sweep(prog):
+    check_layouts(prog, "numpy")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(30)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout_sweep(prog, threads):
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@_settings(40)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
+def test_hard_aliasing_training_program_gradients_match_finite_differences_sweep(prog):
+    check_gradients(prog)
+
+
+@pytest.mark.slow
+@_settings(30)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_called_from_two_threads_in_two_layouts_sweep(prog):
+    check_concurrent_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", sorted(EXACT_DTYPES))
+@_settings(15)
+@given(prog=programs(STEPS, exact=True, **HARD))
+def test_hard_aliasing_exactly_rounded_programs_on_cpu_give_the_numpy_bits_sweep(
+        prog, dtype, threads):
+    check_exact(prog, EXACT_DTYPES[dtype], threads)
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(15)
+@given(prog=programs(STEPS + 6, **BUDGET_PROGRAMS, hard_aliasing=True), pick=st.floats(0.0, 1.0))
+def test_hard_aliasing_training_programs_on_cpu_under_a_random_budget_sweep(
+        prog, pick, threads):
+    with _split_everything(threads):
+        check_budget(prog, pick, "cpu")
