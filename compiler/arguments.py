@@ -30,6 +30,8 @@ a backend, so every backend computes the same values. Masked arrays are refused 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .errors import InplaceError
@@ -107,10 +109,11 @@ def view_of_owner(a: np.ndarray, base: np.ndarray):
     bstrides = [s // item for s in base.strides]
     start = [(offset // s) % n if n > 1 else 0 for s, n in zip(bstrides, base.shape)]
     used: dict[int, tuple[int, int]] = {}  # base axis -> (axis of a, step)
+    widest = sorted(range(base.ndim), key=lambda i: -bstrides[i])
     for j, (d, s) in enumerate(zip(a.shape, (s // item for s in a.strides))):
         if d == 1:
             continue
-        for i in sorted(range(base.ndim), key=lambda i: -bstrides[i]):
+        for i in widest:
             if i in used or base.shape[i] == 1 or s % bstrides[i]:
                 continue
             step = s // bstrides[i]
@@ -132,7 +135,7 @@ def view_of_owner(a: np.ndarray, base: np.ndarray):
     ones = [j for j, d in enumerate(a.shape) if d == 1]
     index += [None] * len(ones)
     order += ones
-    perm = tuple(int(p) for p in np.argsort(order))
+    perm = tuple(_inverse(order))  # (order is a permutation of a's axes)
     view = base[as_index(tuple(index))].transpose(perm)
     same = (view.shape == a.shape  # a size-1 axis may have any stride
             and all(d == 1 or s == t for d, s, t in zip(a.shape, a.strides, view.strides))
@@ -191,6 +194,14 @@ def _entry(start: int, count: int, step: int) -> tuple:
     return ("s", start, None if stop < 0 else stop, step)
 
 
+def _inverse(perm) -> list[int]:
+    """The inverse permutation (numpy's argsort of a permutation, without an array)."""
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return out
+
+
 def _axis_order(nd: int, views) -> list[int] | None:
     """The region axes in the order the members run over them (a member's axis j before its
     axis j + 1), the axes no member spans in their places; None when two members disagree
@@ -199,7 +210,7 @@ def _axis_order(nd: int, views) -> list[int] | None:
     for index, perm in views:
         spanned = [i for i in range(nd) if isinstance(index[i], tuple)]
         # (the t-th spanned axis of `base[index]` is axis argsort(perm)[t] of the member)
-        of_member = dict(zip(np.argsort(perm).tolist(), spanned))
+        of_member = dict(zip(_inverse(perm), spanned))
         chain = [of_member[j] for j in sorted(of_member)]
         for x, y in zip(chain, chain[1:]):
             after[x].add(y)
@@ -237,8 +248,7 @@ def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
         g = 0
         for index in idxs:
             e = index[i]
-            g = np.gcd.reduce([g, e[1], abs(e[3])]) if isinstance(e, tuple) else np.gcd(g, e)
-        g = int(g)
+            g = math.gcd(g, e[1], abs(e[3])) if isinstance(e, tuple) else math.gcd(g, e)
         if g > 1:
             region = region[(slice(None),) * i + (slice(None, None, g),)]
             for index in idxs:
@@ -269,11 +279,11 @@ def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
     region = region.transpose(q)
     for index, (_, perm) in zip(idxs, views):
         spanned = [i for i in range(nd) if isinstance(index[i], tuple)]
-        member_axis = dict(zip(spanned, np.argsort(perm).tolist()))
-        tail = np.argsort(perm).tolist()[len(spanned):]  # (the size-1 axes, placed last)
+        member_axis = dict(zip(spanned, _inverse(perm)))
+        tail = _inverse(perm)[len(spanned):]  # (the size-1 axes, placed last)
         new = tuple(index[q[k]] for k in range(nd)) + tuple(index[nd:])
         order = [member_axis[q[k]] for k in range(nd) if q[k] in member_axis] + tail
-        out.append((new, tuple(int(p) for p in np.argsort(order))))
+        out.append((new, tuple(_inverse(order))))
     for a, (index, perm) in zip(members, out):
         view = region[as_index(index)].transpose(perm)
         if not (view.shape == a.shape
@@ -304,9 +314,15 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
         return tuple(("array", a.shape, a.dtype.str) if isinstance(a, np.ndarray)
                      else ("scalar", type(a).__name__, a) for a in args), list(arrays.values())
     units = [[p] for p in sorted(arrays)]
+    boxes = {}  # (the boxes of merged units, found once)
+
+    def box_of(u):
+        key = tuple(u)
+        if key not in boxes:
+            boxes[key] = _box([arrays[p] for p in u], [names[p] for p in u])
+        return boxes[key]
     while True:  # merge arguments (and boxes of merged ones) that share memory, to a fixpoint
-        regions = [arrays[u[0]] if len(u) == 1 else
-                   _box([arrays[p] for p in u], [names[p] for p in u])[1] for u in units]
+        regions = [arrays[u[0]] if len(u) == 1 else box_of(u)[1] for u in units]
         merged = None
         for i in range(len(units)):
             for j in range(i + 1, len(units)):
@@ -322,7 +338,7 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
     views, regions = {}, {}
     for g, group in enumerate(u for u in units if len(u) > 1):
         members = [arrays[p] for p in group]
-        box, regions[g], shifted = _box(members, [names[p] for p in group])
+        box, regions[g], shifted = box_of(group)
         ordered = _in_members_order(regions[g], shifted, members)
         if ordered is not None:
             regions[g], shifted = ordered
