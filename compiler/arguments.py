@@ -19,8 +19,9 @@ grid of their coordinates, an axis they all run backwards turned round, axes the
 swapped. The trace takes every graph input as a row-major buffer, so the program traced for
 members that are strided, reversed or Fortran-ordered in the caller's memory is the one traced
 for the C layout (a write through `a.reshape(...)` reaches the caller, a sum adds in the same
-order), as for an argument that shares nothing. Members that disagree (`fn(x, x.T)`) leave
-that axis in the memory's order, where eager NumPy's views make the same choice.
+order), as for an argument that shares nothing. Members that disagree on an axis's direction
+or order (`fn(x, x.T)`, `fn(x[0:3], x[3:0:-1])`) leave the storage in the memory's order, as
+eager NumPy sees it.
 
 An instance of an ndarray subclass (`np.matrix`, `np.memmap`, a user's subclass) is bound as
 the plain ndarray over its memory (`np.asarray`): the program writes into that memory, and no
@@ -237,9 +238,10 @@ def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
     members transpose swapped) makes their views of it, and so the traced program, the same
     for every layout of the caller's memory: a reshape of a member is then a view (a write
     through it reaches the caller) and a sum over it adds in its own order. Where members
-    disagree (`fn(x, x.T)`, `fn(x[:, ::-1], x)`) that axis keeps the memory's order, as
-    eager NumPy has it. None should a member not come out as a view of it (the caller keeps
-    the memory's order then).
+    disagree on any axis's direction or order (`fn(x, x.T)`, `fn(x[:, ::-1], x)`), no order
+    suits all of them: the storage keeps the memory's directions and order, as eager NumPy
+    sees them (the grid still applies). None should a member not come out as a view of it
+    (the caller keeps the memory's order then).
     """
     nd = region.ndim
     idxs = [list(index) for index, _ in views]
@@ -258,10 +260,17 @@ def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
                     index[i] = _entry(start // g, count, step // g)
                 else:
                     index[i] = e // g
-    # Backwards: an axis every member that spans it runs with a negative step.
-    for i in range(nd):
-        steps = [index[i][3] for index in idxs if isinstance(index[i], tuple)]
-        if steps and all(s < 0 for s in steps):
+    # Backwards and transposed: only where the members agree on every axis's direction and
+    # order (else the memory's order stays, as eager NumPy sees it: no mixture of the two).
+    q = _axis_order(nd, [(index, perm) for index, (_, perm) in zip(idxs, views)])
+    signs = [{index[i][3] > 0 for index in idxs if isinstance(index[i], tuple)}
+             for i in range(nd)]
+    if q is None or any(len(s) > 1 for s in signs):
+        q = list(range(nd))
+    else:
+        for i in range(nd):
+            if signs[i] != {False}:
+                continue
             n = region.shape[i]
             region = region[(slice(None),) * i + (slice(None, None, -1),)]
             for index in idxs:
@@ -271,11 +280,7 @@ def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
                     index[i] = _entry(n - 1 - start, count, -step)
                 else:
                     index[i] = n - 1 - e
-    # Transposed: the axes in the order every member runs over them.
     out = []
-    q = _axis_order(nd, [(index, perm) for index, (_, perm) in zip(idxs, views)])
-    if q is None:
-        q = list(range(nd))
     region = region.transpose(q)
     for index, (_, perm) in zip(idxs, views):
         spanned = [i for i in range(nd) if isinstance(index[i], tuple)]

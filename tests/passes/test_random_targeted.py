@@ -41,6 +41,7 @@ import compiler as cc
 import passes.budget as budget_pass
 from tests.passes.test_random_programs import (
     STEPS,
+    _assert_close,
     _flat,
     _settings,
     _split_everything,
@@ -134,11 +135,31 @@ class Laid:
 
 LAYOUTS = ["C", "strided", "C", "reversed", "F", "offset", "strided", "C"]
 # Alias layouts whose members run over their storage in different axis orders (`s` and `s.T`)
-# or directions (`s[0:3]` and `s[3:0:-1]`): the storage is bound in the memory's order there
-# (compiler/arguments.py), so a Fortran-ordered (or reversed) storage is another program (`s.T`
-# is the row-major member) and is compared with itself only.
-LAYOUTS_OF_THEIR_OWN = {"transposed": {"F"}, "crossed": {"F"}, "reversed": {"reversed"},
-                        "reversed columns": {"reversed"}, "three": {"reversed"}}
+# or directions (`s[0:3]` and `s[3:0:-1]`): no order suits them all, so the storage is bound as
+# the caller's memory lies (compiler/arguments.py), and a Fortran-ordered or reversed storage
+# is another program, as in eager NumPy: compared with the NumPy twin run on the same memory.
+LAYOUTS_OF_THEIR_OWN = {alias: {"F", "reversed"} for alias in
+                        ("transposed", "crossed", "reversed", "reversed columns", "three")}
+
+
+def _twin_in_layout(prog: RandomProgram, storages, kind, got):
+    """The NumPy twin (eager views on the caller's memory) on `storages` laid out as `kind`,
+    against `got` (`_called`'s outcome there): the same outputs and arguments after the call,
+    to the twin tolerance of test_random_programs."""
+    twin = prog.build_numpy()
+    if twin is None or got[0] != "ok":
+        return
+    args = prog.arguments([Laid(s, kind).view for s in storages])
+    with np.errstate(all="ignore"):
+        want = [None if t is None else np.asarray(t) for t in twin(*args)]
+    assert len(want) == len(got[1]), f"{kind} layout: the twin's outputs"
+    for i, (g, w) in enumerate(zip(got[1], want)):
+        if g[0] == "array" and w is not None:
+            _assert_close(np.frombuffer(g[3], np.dtype(g[1])).reshape(g[2]), w,
+                          f"{kind} layout against the NumPy twin: output {i}")
+    for k, (g, a) in enumerate(zip(got[2], args)):
+        _assert_close(np.frombuffer(g, a.dtype).reshape(a.shape), a,
+                      f"{kind} layout against the NumPy twin: argument {k} after the call")
 
 
 def _called(cf, prog: RandomProgram, storages, kind):
@@ -177,6 +198,8 @@ def check_layouts(prog: RandomProgram, backend: str):
             mine = of_layout.setdefault(kind, got)
             assert got == mine, f"layout {kind!r}, call {call}: differs from its first call"
             if kind in LAYOUTS_OF_THEIR_OWN.get(prog.alias, ()):
+                if call == 0:
+                    _twin_in_layout(prog, storages, kind, got)
                 continue
             assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
     # Another dtype in between (a signature of its own), keyword arguments (the general path),
