@@ -634,6 +634,31 @@ def test_writes_through_view_chains_of_aliased_or_strided_arguments_act_as_in_th
             assert laid.untouched_around(), f"{what}: wrote outside the argument"
 
 
+def _two_groups(a, e, b, d):
+    a.reshape([12]).add_(1.0)
+    d.t().reshape([12]).scale_(2.0)
+    return e * 2.0 + b.sum(), b.sum(axis=0) * 1.0
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_two_alias_groups_in_two_layouts_act_as_in_the_c_layout():
+    # Two storages, each shared by two arguments (rows; transposed columns), one strided and
+    # the other Fortran-ordered, and the other way round: each group is bound in its own
+    # members' order, so every layout gives the C layout's bits.
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    fn = cc.compile(_two_groups)
+
+    def run(s1, s2):
+        out = fn(s1[0:3], s1[1:4], s2[:, 0:3].T, s2[:, 1:4].T)
+        return [o.tobytes() for o in out], [np.ascontiguousarray(s).tobytes() for s in (s1, s2)]
+    want = run(x.copy(), y.copy())
+    for kinds in (("strided", "F"), ("F", "strided"), ("reversed", "offset")):
+        laid = [Laid(x, kinds[0]), Laid(y, kinds[1])]
+        assert run(laid[0].view, laid[1].view) == want, kinds
+        assert all(lay.untouched_around() for lay in laid), kinds
+
+
 @pytest.mark.usefixtures("each_backend")
 def test_a_column_of_a_zero_row_intermediate_is_returned_empty():
     # Found by test_programs_on_cpu_give_the_same_bits_in_every_layout (shapes="empty"): on
