@@ -14,6 +14,15 @@ Overlaps that are not such views of one owner (another dtype, a stride-0 broadca
 owned by something other than an ndarray) are
 refused before anything runs.
 
+The storage is then bound in the order its members run over it (`_in_members_order`): on the
+grid of their coordinates, an axis they all run backwards turned round, axes they all transpose
+swapped. The trace takes every graph input as a row-major buffer, so the program traced for
+members that are strided, reversed or Fortran-ordered in the caller's memory is the one traced
+for the C layout (a write through `a.reshape(...)` reaches the caller, a sum adds in the same
+order), as for an argument that shares nothing. Members that disagree on an axis's direction
+or order (`fn(x, x.T)`, `fn(x[0:3], x[3:0:-1])`) leave the storage in the memory's order, as
+eager NumPy sees it.
+
 An instance of an ndarray subclass (`np.matrix`, `np.memmap`, a user's subclass) is bound as
 the plain ndarray over its memory (`np.asarray`): the program writes into that memory, and no
 subclass method (`matrix.sum` without `keepdims`, an `__array_ufunc__` override) runs inside
@@ -21,6 +30,8 @@ a backend, so every backend computes the same values. Masked arrays are refused 
 (`compiler.api._check_arg`): their mask would be ignored.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -99,10 +110,11 @@ def view_of_owner(a: np.ndarray, base: np.ndarray):
     bstrides = [s // item for s in base.strides]
     start = [(offset // s) % n if n > 1 else 0 for s, n in zip(bstrides, base.shape)]
     used: dict[int, tuple[int, int]] = {}  # base axis -> (axis of a, step)
+    widest = sorted(range(base.ndim), key=lambda i: -bstrides[i])
     for j, (d, s) in enumerate(zip(a.shape, (s // item for s in a.strides))):
         if d == 1:
             continue
-        for i in sorted(range(base.ndim), key=lambda i: -bstrides[i]):
+        for i in widest:
             if i in used or base.shape[i] == 1 or s % bstrides[i]:
                 continue
             step = s // bstrides[i]
@@ -124,7 +136,7 @@ def view_of_owner(a: np.ndarray, base: np.ndarray):
     ones = [j for j, d in enumerate(a.shape) if d == 1]
     index += [None] * len(ones)
     order += ones
-    perm = tuple(int(p) for p in np.argsort(order))
+    perm = tuple(_inverse(order))  # (order is a permutation of a's axes)
     view = base[as_index(tuple(index))].transpose(perm)
     same = (view.shape == a.shape  # a size-1 axis may have any stride
             and all(d == 1 or s == t for d, s, t in zip(a.shape, a.strides, view.strides))
@@ -172,6 +184,120 @@ def _box(members: list[np.ndarray], names: list[str]):
     return box, base[tuple(slice(a, b) for a, b in box)], shifted
 
 
+def _span(e) -> tuple[int, int, int]:
+    """(start, count, step) of a ("s", start, stop, step) index entry."""
+    _, start, stop, step = e
+    return start, len(range(start, -1 if stop is None else stop, step)), step
+
+
+def _entry(start: int, count: int, step: int) -> tuple:
+    stop = start + step * (count - 1) + (1 if step > 0 else -1)
+    return ("s", start, None if stop < 0 else stop, step)
+
+
+def _inverse(perm) -> list[int]:
+    """The inverse permutation (numpy's argsort of a permutation, without an array)."""
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return out
+
+
+def _axis_order(nd: int, views) -> list[int] | None:
+    """The region axes in the order the members run over them (a member's axis j before its
+    axis j + 1), the axes no member spans in their places; None when two members disagree
+    (`fn(x, x.T)`)."""
+    after: dict[int, set[int]] = {i: set() for i in range(nd)}  # axis -> axes that follow it
+    for index, perm in views:
+        spanned = [i for i in range(nd) if isinstance(index[i], tuple)]
+        # (the t-th spanned axis of `base[index]` is axis argsort(perm)[t] of the member)
+        of_member = dict(zip(_inverse(perm), spanned))
+        chain = [of_member[j] for j in sorted(of_member)]
+        for x, y in zip(chain, chain[1:]):
+            after[x].add(y)
+    slots = sorted(i for i in range(nd) if after[i] or any(i in s for s in after.values()))
+    ordered, left = [], set(slots)
+    while left:  # a topological order, ties by the axis (the memory's order)
+        ready = [i for i in sorted(left) if not any(i in after[x] for x in left)]
+        if not ready:
+            return None
+        ordered.append(ready[0])
+        left.remove(ready[0])
+    q = list(range(nd))
+    for slot, axis in zip(slots, ordered):
+        q[slot] = axis
+    return q
+
+
+def _in_members_order(region: np.ndarray, views, members: list[np.ndarray]):
+    """The group's storage as the members run over it, and the members as views of it.
+
+    The trace takes the storage as a row-major buffer (a strided one is copied in and out, as
+    any argument), so binding it in the members' own order (every other column of a bigger
+    array taken as one column each, an axis all members run backwards turned round, axes all
+    members transpose swapped) makes their views of it, and so the traced program, the same
+    for every layout of the caller's memory: a reshape of a member is then a view (a write
+    through it reaches the caller) and a sum over it adds in its own order. Where members
+    disagree on any axis's direction or order (`fn(x, x.T)`, `fn(x[:, ::-1], x)`), no order
+    suits all of them: the storage keeps the memory's directions and order, as eager NumPy
+    sees them (the grid still applies). None should a member not come out as a view of it
+    (the caller keeps the memory's order then).
+    """
+    nd = region.ndim
+    idxs = [list(index) for index, _ in views]
+    # Every other element: each axis on the grid of the members' coordinates.
+    for i in range(nd):
+        g = 0
+        for index in idxs:
+            e = index[i]
+            g = math.gcd(g, e[1], abs(e[3])) if isinstance(e, tuple) else math.gcd(g, e)
+        if g > 1:
+            region = region[(slice(None),) * i + (slice(None, None, g),)]
+            for index in idxs:
+                e = index[i]
+                if isinstance(e, tuple):
+                    start, count, step = _span(e)
+                    index[i] = _entry(start // g, count, step // g)
+                else:
+                    index[i] = e // g
+    # Backwards and transposed: only where the members agree on every axis's direction and
+    # order (else the memory's order stays, as eager NumPy sees it: no mixture of the two).
+    q = _axis_order(nd, [(index, perm) for index, (_, perm) in zip(idxs, views)])
+    signs = [{index[i][3] > 0 for index in idxs if isinstance(index[i], tuple)}
+             for i in range(nd)]
+    if q is None or any(len(s) > 1 for s in signs):
+        q = list(range(nd))
+    else:
+        for i in range(nd):
+            if signs[i] != {False}:
+                continue
+            n = region.shape[i]
+            region = region[(slice(None),) * i + (slice(None, None, -1),)]
+            for index in idxs:
+                e = index[i]
+                if isinstance(e, tuple):
+                    start, count, step = _span(e)
+                    index[i] = _entry(n - 1 - start, count, -step)
+                else:
+                    index[i] = n - 1 - e
+    out = []
+    region = region.transpose(q)
+    for index, (_, perm) in zip(idxs, views):
+        spanned = [i for i in range(nd) if isinstance(index[i], tuple)]
+        member_axis = dict(zip(spanned, _inverse(perm)))
+        tail = _inverse(perm)[len(spanned):]  # (the size-1 axes, placed last)
+        new = tuple(index[q[k]] for k in range(nd)) + tuple(index[nd:])
+        order = [member_axis[q[k]] for k in range(nd) if q[k] in member_axis] + tail
+        out.append((new, tuple(_inverse(order))))
+    for a, (index, perm) in zip(members, out):
+        view = region[as_index(index)].transpose(perm)
+        if not (view.shape == a.shape
+                and all(d == 1 or s == t for d, s, t in zip(a.shape, a.strides, view.strides))
+                and view.__array_interface__["data"][0] == a.__array_interface__["data"][0]):
+            return None
+    return region, out
+
+
 def _covers_exactly(a: np.ndarray, region: np.ndarray) -> bool:
     return (a.shape == region.shape
             and a.__array_interface__["data"][0] == region.__array_interface__["data"][0]
@@ -193,9 +319,15 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
         return tuple(("array", a.shape, a.dtype.str) if isinstance(a, np.ndarray)
                      else ("scalar", type(a).__name__, a) for a in args), list(arrays.values())
     units = [[p] for p in sorted(arrays)]
+    boxes = {}  # (the boxes of merged units, found once)
+
+    def box_of(u):
+        key = tuple(u)
+        if key not in boxes:
+            boxes[key] = _box([arrays[p] for p in u], [names[p] for p in u])
+        return boxes[key]
     while True:  # merge arguments (and boxes of merged ones) that share memory, to a fixpoint
-        regions = [arrays[u[0]] if len(u) == 1 else
-                   _box([arrays[p] for p in u], [names[p] for p in u])[1] for u in units]
+        regions = [arrays[u[0]] if len(u) == 1 else box_of(u)[1] for u in units]
         merged = None
         for i in range(len(units)):
             for j in range(i + 1, len(units)):
@@ -210,7 +342,11 @@ def bind(args, names) -> tuple[tuple, list[np.ndarray]]:
         units[i] = sorted(units[i] + units.pop(j))
     views, regions = {}, {}
     for g, group in enumerate(u for u in units if len(u) > 1):
-        box, regions[g], shifted = _box([arrays[p] for p in group], [names[p] for p in group])
+        members = [arrays[p] for p in group]
+        box, regions[g], shifted = box_of(group)
+        ordered = _in_members_order(regions[g], shifted, members)
+        if ordered is not None:
+            regions[g], shifted = ordered
         for p, (index, perm) in zip(group, shifted):
             if _covers_exactly(arrays[p], regions[g]):
                 index, perm = (), ()  # the storage itself: one Tensor, as `fn(x, x)` in eager

@@ -518,7 +518,11 @@ class GpuExecutable:
     @staticmethod
     def _device_view(cupy, storage, place):
         item = place.dtype.itemsize
-        return cupy.ndarray(place.shape, place.dtype, storage.data + place.offset * item,
+        # A zero-size view reads nothing: its planned offset may lie past its zero-byte
+        # buffer (`x[:, -3]` of a [0, 4] value), so it is built at the buffer's start (as
+        # the cpu executable's `_view`).
+        offset = 0 if 0 in place.shape else place.offset * item
+        return cupy.ndarray(place.shape, place.dtype, storage.data + offset,
                             strides=tuple(s * item for s in place.strides))
 
     def _copy_back(self, cupy, storage, inputs):

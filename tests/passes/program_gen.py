@@ -22,7 +22,8 @@ leaves; reads of views (and of views of written bases) inside `cc.no_grad()` blo
 are only returned (so they never change what the gradient is). Some programs take arguments that
 share memory (`ALIASES`: the same array twice, overlapping row slices, an array and a row of it, an
 array and its transpose), so writes through one argument are seen through another, as in eager
-NumPy. Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace op
+NumPy; `hard_aliasing=True` makes every program share memory, in HARD_ALIASES' layouts too, and
+writes through chains of views of one member (`_Gen.step_alias_chain`). Sometimes the last step is one the compiler must refuse with `cc.InplaceError`: an inplace op
 on a leaf that needs a gradient, a write through an expanded view, or an inplace op whose result
 would be bigger than its target.
 
@@ -54,6 +55,27 @@ ALIASES = {
     "row": ((3, 4), {"a": "s", "b": "s[1]"}),
     "transposed": ((4, 3), {"d": "s", "e": "s.T"}),
 }
+
+# -- hard aliasing (`programs(hard_aliasing=True)`, tests/passes/test_random_targeted.py): where
+# the bugs of arguments that share memory were (a write through a reshape of a strided member,
+# a sum in another order). Every program's arguments share memory, in these layouts as well
+# as ALIASES': overlapping column slices (members not contiguous), a member running backwards
+# over another, a member and its reversed columns, rows beside transposed rows, three members
+# of mixed directions, and a stride-0 broadcast argument (read-only: never written). Its step
+# (`_Gen.step_alias_chain`) writes through a chain of views of one member, often reading
+# the other member in the same op.
+HARD_ALIASES = {
+    "columns": ((3, 5), {"a": "s[:, 0:4]", "e": "s[:, 1:5]"}),
+    "reversed": ((4, 4), {"a": "s[0:3]", "e": "s[3:0:-1]"}),
+    "reversed columns": ((3, 4), {"a": "s", "e": "s[:, ::-1]"}),
+    "crossed": ((4, 4), {"a": "s[0:3]", "e": "s.T[1:4]"}),
+    "three": ((4, 4), {"a": "s[0:3]", "d": "s[:, 1:4]", "e": "s[1:4, ::-1]"}),
+    "broadcast": ((4,), {"e": "np.broadcast_to(s, (3, 4))"}),
+    "broadcast column": ((3, 1), {"e": "np.broadcast_to(s, (3, 4))"}),
+}
+ALIAS_STEPS = ["alias_chain"] * 8  # (about a quarter of the steps)
+ALL_ALIASES = {**ALIASES, **HARD_ALIASES}
+# -- end of hard aliasing's module-level data --------------------------------------------------
 
 # -- targeted runs (tests/passes/test_random_targeted.py): other argument shapes, more steps ---
 # Shape sets `programs(shapes=...)` draws from instead of INPUTS (the default draws INPUTS as
@@ -150,7 +172,7 @@ class RandomProgram:
     expect_error: str | None = None   # "leaf" | "expand" | "broadcast" | "numpy" | "label"
     error_step: int | None = None     # index into lines of the refused step
     inplace_steps: set = field(default_factory=set)  # indices of lines with inplace writes
-    alias: str | None = None          # a key of ALIASES: some arguments share memory
+    alias: str | None = None          # a key of ALL_ALIASES: some arguments share memory
     nograd_reads: list = field(default_factory=list)  # values read under no_grad (returned)
     twin: bool = True                 # False: a step the numpy twin can't follow (dropout)
 
@@ -184,8 +206,8 @@ class RandomProgram:
         """The memory the arguments live in: the shared storage of an alias layout first, then
         one array per other argument (`default_rng(seed).standard_normal`, in that order)."""
         rng = np.random.default_rng(self.seed)
-        out = [rng.standard_normal(ALIASES[self.alias][0])] if self.alias else []
-        shared = ALIASES[self.alias][1] if self.alias else {}
+        out = [rng.standard_normal(ALL_ALIASES[self.alias][0])] if self.alias else []
+        shared = ALL_ALIASES[self.alias][1] if self.alias else {}
         return out + [rng.standard_normal(shape) for name, shape in self.inputs.items()
                       if name not in shared]
 
@@ -195,12 +217,13 @@ class RandomProgram:
         views = {}
         if self.alias:
             s = next(rest)
-            views = {n: eval(expr, {"s": s}) for n, expr in ALIASES[self.alias][1].items()}
+            views = {n: eval(expr, {"s": s, "np": np})
+                     for n, expr in ALL_ALIASES[self.alias][1].items()}
         return [views[n] if n in views else next(rest) for n in self.inputs]
 
     def storage_index(self, name) -> int:
         """Which of `storages()` argument `name` lives in."""
-        shared = ALIASES[self.alias][1] if self.alias else {}
+        shared = ALL_ALIASES[self.alias][1] if self.alias else {}
         if name in shared:
             return 0
         own = [n for n in self.inputs if n not in shared]
@@ -309,6 +332,7 @@ class _Gen:
         self.targeted = targeted  # draws TARGETED_STEPS too
         self.exact = False  # only exactly rounded ops (`programs(exact=True)`)
         self.dropouts = False  # a dropout in about a quarter of the steps
+        self.hard_aliasing = False  # draws ALIAS_STEPS too (`programs(hard_aliasing=True)`)
         arrays = prog.arrays()
         self.ns = {"np": np}
         exec(compile(NUMPY_PRELUDE, "<prelude>", "exec"), self.ns)  # noqa: S102
@@ -477,7 +501,8 @@ class _Gen:
                             "inplace", "view", "view", "view_inplace", "view_inplace",
                             "setitem", "setitem", "reduce", "matmul", "concat", "nograd_read",
                             "xent", "paddle_fn", "sort"] + ISSUE24_STEPS  # issue 24's steps
-                           + (TARGETED_STEPS if self.targeted else []))
+                           + (TARGETED_STEPS if self.targeted else [])
+                           + (ALIAS_STEPS if self.hard_aliasing else []))
         getattr(self, "step_" + kind)(grad_enabled)
 
     # -- issue 24: Paddle's Tensor methods and integer-tensor indexing ---------------------------
@@ -962,6 +987,81 @@ class _Gen:
             pd, npx = f"{x}.clip(-0.5, 0.5).min(axis={ax})", \
                 f"np.min(np.clip({x}, -0.5, 0.5), axis={ax})"
         self.emit(f"{out} = {pd}", f"{out} = arr({npx})", define=out)
+
+    # -- hard aliasing: writes through chains of views of arguments that share memory ----------
+    def _view_chain(self, x, length):
+        """(compiler expr, numpy expr, numpy array) of up to `length` views of `x` in a row,
+        each still a writable view of x's memory (a chain stops before a view that copies)."""
+        t, n = x, x
+        for _ in range(length):
+            self.ns["Q__"] = eval(n, self.ns)
+            pd_v, np_v = self.draw_view("Q__")
+            del self.ns["Q__"]
+            with np.errstate(all="ignore"):
+                v = eval(np_v.replace("Q__", f"({n})"), self.ns)
+            if not v.flags.writeable or v.size == 0 or not np.shares_memory(v, self.arr(x)):
+                break
+            t, n = pd_v.replace("Q__", f"({t})"), np_v.replace("Q__", f"({n})")
+        return t, n, eval(n, self.ns)
+
+    def step_alias_chain(self, grad_enabled):
+        """An inplace op through a chain of one to three views of an argument that shares
+        memory with another (`a.t()[::-1].reshape([12]).add_(...)`), its operand often the
+        other argument's elements, which the write overlaps (`e.flatten()[:12].reshape([4,
+        3])`), or a leaf (a gradient through the shared memory); then sometimes a read of the
+        other argument, which must see the write."""
+        args = [v for v in self.prog.inputs if v in self.vars]
+        members = [v for v in args if self.writable(v, grad_enabled) and any(
+            np.shares_memory(self.arr(v), self.arr(w)) for w in args if w != v)]
+        targets = members or [v for v in self.vars if self.writable(v, grad_enabled)]
+        if not targets:
+            return self.step_view(grad_enabled)
+        x = self.pick(targets)
+        t, n, v = self._view_chain(x, self.draw(st.integers(1, 3)))
+        if v.size == 0 or not v.flags.writeable:
+            return self.step_view(grad_enabled)
+        shape = v.shape
+        others = [w for w in args if w != x and np.shares_memory(self.arr(w), self.arr(x))
+                  and self.arr(w).size >= v.size]
+        kind = self.choice(["other", "other", "leaf", "any"] if others else ["leaf", "any"])
+        leaves = [w for w in self.prog.leaves if w in self.vars
+                  and _broadcast(self.arr(w).shape, shape) == tuple(shape)]
+        if kind == "other":
+            w = self.pick(others)
+            size = int(np.prod(shape))
+            y = f"{w}.flatten()[:{size}].reshape({_fmt_shape(shape)})"
+            ny = f"{w}.reshape(-1)[:{size}].reshape({_np_shape(shape)})"
+            if _mag(self.arr(w)) > 10:
+                y, ny = f"{y}.tanh()", f"np.tanh({ny})"
+        elif kind == "leaf" and leaves and grad_enabled:
+            y = ny = self.pick(leaves)
+            if _mag(self.arr(y)) > 10:
+                y, ny = f"{y}.tanh()", f"np.tanh({ny})"
+        else:
+            y, ny = self.operand_for(shape, max_mag=10, alias=(t, n))
+        op = self.choice(["add_", "subtract_", "multiply_", "setitem", "setitem_add"])
+        if op == "multiply_" and _mag(v) > 10:
+            op = "add_"
+        if op == "setitem":
+            self.emit(f"({t})[...] = {y}", f"({n})[...] = {ny}", inplace=True)
+        elif op == "setitem_add":  # `x[...] += y`: the tail assigns the region to itself
+            self.emit(f"({t})[...] += {y}", f"({n})[...] += {ny}", inplace=True)
+        else:
+            sign = {"add_": "+", "subtract_": "-", "multiply_": "*"}[op]
+            self.emit(f"({t}).{op}({y})", f"inplace({n}, ({n}) {sign} {ny})", inplace=True)
+        readers = [w for w in args if w != x and np.shares_memory(self.arr(w), self.arr(x))]
+        if readers and self.draw(st.booleans()):
+            w = self.pick(readers)
+            out = self.fresh()
+            read, np_read = self.choice([("{w} * 1.0", "{w} * 1.0"),
+                                         ("{w}.sum(axis=0)", "np.sum({w}, axis=0)"),
+                                         ("{w}.t() * 0.5", "{w}.T * 0.5")]
+                                        if self.arr(w).ndim == 2 else
+                                        [("{w} * 1.0", "{w} * 1.0")])
+            self.emit(f"{out} = " + read.format(w=w), f"{out} = arr(" + np_read.format(w=w)
+                      + ")", define=out)
+    # -- end of hard aliasing's steps ------------------------------------------------------------
+
     def step_dropout(self, grad_enabled, out=None):
         """Philox numbers from a constant seed (`F.dropout`): regenerate_random's case, which
         the numpy twin can't follow (its value `x / 0.8` only bounds the magnitude)."""
@@ -1144,30 +1244,35 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
              errors: bool = True, detach: bool = True, whole_loss: bool = False,
              aliasing: bool = True, shapes: str = "default",
              targeted: bool = False, exact: bool = False,
-             dropouts: bool = False) -> RandomProgram:
+             dropouts: bool = False, hard_aliasing: bool = False) -> RandomProgram:
     """`detach=False` leaves out `detach()` views: a write through one changes data without
     history (PyTorch's semantics), which finite differences of the program can't follow.
     `whole_loss=True` puts every value the program made into the loss (by default, up to 3
     of them), so that every step is on the gradient's path. `aliasing=False` gives every
     argument its own memory. `shapes` names one of SHAPE_SETS (other than "default", the
-    arguments never share memory); `targeted=True` adds TARGETED_STEPS to the menu."""
+    arguments never share memory); `targeted=True` adds TARGETED_STEPS to the menu;
+    `hard_aliasing=True` makes every program's arguments share memory (HARD_ALIASES or
+    ALIASES) and adds ALIAS_STEPS to the menu."""
     table = SHAPE_SETS[shapes]
     names = list(table)
     alias = draw(st.sampled_from([None] * 4 + sorted(ALIASES))) \
-        if aliasing and shapes == "default" else None
+        if aliasing and shapes == "default" and not hard_aliasing else None
+    if hard_aliasing:  # (hard aliasing: every program shares memory, mostly in the new ways)
+        alias = draw(st.sampled_from(sorted(HARD_ALIASES) * 2 + sorted(ALIASES)))
     if alias is None:
         k = draw(st.integers(2, len(names)))
         inputs = {n: table[n] for n in names[:k]}
     else:
-        shape, views = ALIASES[alias]
+        shape, views = ALL_ALIASES[alias]
         s = np.empty(shape)
-        inputs = {n: eval(expr, {"s": s}).shape for n, expr in views.items()}
+        inputs = {n: eval(expr, {"s": s, "np": np}).shape for n, expr in views.items()}
         others = [n for n in names if n not in inputs]
         inputs.update({n: INPUTS[n] for n in others[:draw(st.integers(1, len(others)))]})
     names = list(inputs)
     prog = RandomProgram(inputs, draw(st.integers(0, 2**16)), alias=alias)
     g = _Gen(draw, prog, detach, targeted)
     g.dropouts = dropouts
+    g.hard_aliasing = hard_aliasing
     if exact:  # (forward only, no refused step: the backends' bits are what is compared)
         g.exact, prog.twin, backward, errors = True, False, False, False
     if backward is None:
@@ -1176,7 +1281,7 @@ def programs(draw, max_steps: int = 10, backward: bool | None = None,
     if mark:
         # An argument that shares memory with another is a leaf only when both are one array
         # (one tensor: `fn(w, w)`); which of two overlapping views would own the gradient?
-        shared = set(ALIASES[alias][1]) - ({"a"} if alias == "same" else set()) \
+        shared = set(ALL_ALIASES[alias][1]) - ({"a"} if alias == "same" else set()) \
             if alias else set()
         candidates = [n for n in names if n not in shared]
         prog.leaves = draw(st.lists(st.sampled_from(candidates), min_size=1,

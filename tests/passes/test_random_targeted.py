@@ -9,14 +9,19 @@ and four properties of their own:
   - layouts: one compiled function called on the same values laid out C-contiguous, strided
     inside a bigger buffer, with a negative stride, Fortran-ordered and at an odd offset, in
     turns and twice each (the second call of a layout takes `compiler.api._FastCall`): every
-    output and every caller's array after the call are bit-identical to the first call's,
-    and the memory around a strided argument is never written; a read-only argument that the
-    program writes is refused with every caller's array untouched;
+    output and every caller's array after the call are bit-identical to the first call's
+    (arguments that share memory too, but for LAYOUTS_OF_THEIR_OWN), and the memory around a
+    strided argument is never written; a read-only argument that the program writes is
+    refused with every caller's array untouched;
   - thread counts on float32, float16 and bfloat16 arguments: bit-identical with 1, 2 and 3
     threads (every loop cut into chunks);
   - two threads calling one function at once, each with its own layout;
   - memory budgets on the cpu backend: a random budget between the least reachable peak and
     the plan without recomputation gives the unbudgeted values bit for bit.
+
+The generator's hard aliasing (`programs(hard_aliasing=True)`: every program's arguments
+share memory, in-place ops through chains of views of them) runs through the same checks, and
+through finite differences of its gradients.
 
 Each runs a few derandomized examples by default; its `_sweep` sibling (marked slow) runs more.
 RANDOM_PROGRAMS_EXAMPLES=N runs N random examples of each.
@@ -36,9 +41,11 @@ import compiler as cc
 import passes.budget as budget_pass
 from tests.passes.test_random_programs import (
     STEPS,
+    _assert_close,
     _flat,
     _settings,
     _split_everything,
+    check_gradients,
     check_program,
 )
 
@@ -127,7 +134,32 @@ class Laid:
 
 
 LAYOUTS = ["C", "strided", "C", "reversed", "F", "offset", "strided", "C"]
-ALIAS_C_ORDERED = {"C", "reversed", "offset"}  # members of an alias group C-ordered in storage
+# Alias layouts whose members run over their storage in different axis orders (`s` and `s.T`)
+# or directions (`s[0:3]` and `s[3:0:-1]`): no order suits them all, so the storage is bound as
+# the caller's memory lies (compiler/arguments.py), and a Fortran-ordered or reversed storage
+# is another program, as in eager NumPy: compared with the NumPy twin run on the same memory.
+LAYOUTS_OF_THEIR_OWN = {alias: {"F", "reversed"} for alias in
+                        ("transposed", "crossed", "reversed", "reversed columns", "three")}
+
+
+def _twin_in_layout(prog: RandomProgram, storages, kind, got):
+    """The NumPy twin (eager views on the caller's memory) on `storages` laid out as `kind`,
+    against `got` (`_called`'s outcome there): the same outputs and arguments after the call,
+    to the twin tolerance of test_random_programs."""
+    twin = prog.build_numpy()
+    if twin is None or got[0] != "ok":
+        return
+    args = prog.arguments([Laid(s, kind).view for s in storages])
+    with np.errstate(all="ignore"):
+        want = [None if t is None else np.asarray(t) for t in twin(*args)]
+    assert len(want) == len(got[1]), f"{kind} layout: the twin's outputs"
+    for i, (g, w) in enumerate(zip(got[1], want)):
+        if g[0] == "array" and w is not None:
+            _assert_close(np.frombuffer(g[3], np.dtype(g[1])).reshape(g[2]), w,
+                          f"{kind} layout against the NumPy twin: output {i}")
+    for k, (g, a) in enumerate(zip(got[2], args)):
+        _assert_close(np.frombuffer(g, a.dtype).reshape(a.shape), a,
+                      f"{kind} layout against the NumPy twin: argument {k} after the call")
 
 
 def _called(cf, prog: RandomProgram, storages, kind):
@@ -141,23 +173,6 @@ def _called(cf, prog: RandomProgram, storages, kind):
     outs = [("array", o.dtype.str, o.shape, o.tobytes()) if isinstance(o, np.ndarray)
             else ("value", repr(o)) for o in _flat(result)]
     return ("ok", outs, [a.tobytes() for a in args])
-
-
-def _assert_outcomes_close(got, want, what):
-    assert got[0] == want[0] and len(got[1]) == len(want[1]), what
-    if got[0] != "ok":
-        assert got == want, what
-        return
-    for i, (g, w) in enumerate(zip(got[1], want[1])):
-        if g[0] != "array" or g[1] != w[1] or np.dtype(g[1]).kind != "f":
-            assert g == w, f"{what}: output {i}"
-            continue
-        assert g[2] == w[2], f"{what}: output {i} shape"
-        a, b = (np.frombuffer(x[3], np.dtype(x[1])) for x in (g, w))
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, err_msg=f"{what}: output {i}")
-    for k, (g, w) in enumerate(zip(got[2], want[2])):
-        np.testing.assert_allclose(np.frombuffer(g), np.frombuffer(w), rtol=1e-12, atol=1e-12,
-                                   err_msg=f"{what}: argument {k} after the call")
 
 
 def _apart(cf, args):
@@ -182,18 +197,11 @@ def check_layouts(prog: RandomProgram, backend: str):
                 first = got
             mine = of_layout.setdefault(kind, got)
             assert got == mine, f"layout {kind!r}, call {call}: differs from its first call"
-            if prog.alias:
-                # Arguments sharing memory are traced as views of their storage, laid out as
-                # the caller's: a reduction over a transposed view adds in another order
-                # (test_a_sum_over_aliased_fortran_arguments_has_the_bits_of_the_c_layout),
-                # and where the members are not C-ordered in it (strided, Fortran) a write
-                # through a reshape of one is lost (test_a_write_through_a_reshape_of_an_
-                # aliased_strided_argument_reaches_the_caller): those layouts are compared
-                # with themselves only (the general path against the fast path)
-                if kind in ALIAS_C_ORDERED:
-                    _assert_outcomes_close(got, first, f"layout {kind!r}, call {call}")
-            else:
-                assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
+            if kind in LAYOUTS_OF_THEIR_OWN.get(prog.alias, ()):
+                if call == 0:
+                    _twin_in_layout(prog, storages, kind, got)
+                continue
+            assert got == first, f"layout {kind!r}, call {call}: differs from the first call"
     # Another dtype in between (a signature of its own), keyword arguments (the general path),
     # and the first layout again.
     narrow = [s.astype(np.float32) for s in storages]
@@ -423,11 +431,6 @@ def test_overlapping_rows_of_an_array_at_an_odd_offset_of_its_buffer_are_views_o
     assert raw[0] == before[0] and (raw[17:] == before[17:]).all()  # nothing around s written
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "arguments that share memory are traced as views of their storage in the caller's layout: "
-    "a sum over the Fortran-ordered storage's transposed view adds in memory order on the "
-    "numpy backend (1 ulp from the C layout's); the fix belongs to the backends' reductions "
-    "over views (or to binding the storage in C order), outside the random tests' files"))
 def test_a_sum_over_aliased_fortran_arguments_has_the_bits_of_the_c_layout():
     # Found by test_programs_on_cpu_give_the_same_bits_in_every_layout (on cpu the program
     # with gelu, `a[...] = a` and a write through `b.flatten()` of the "row" alias layout, with
@@ -538,12 +541,6 @@ def test_exactly_rounded_programs_on_cpu_give_the_numpy_backends_bits_sweep(
     check_exact(prog, EXACT_DTYPES[dtype], threads)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a reshape that the strides of its input don't allow copies (Tensor.reshape_to): for an "
-    "argument that shares memory with another, those strides are the caller's (a strided or "
-    "Fortran-ordered storage), so a write through `a.reshape(...)` is lost there while it "
-    "reaches the caller in the C layout and for every argument that shares nothing; the fix "
-    "belongs to the tracer's views (compiler/tensor.py) or to binding (compiler/arguments.py)"))
 @pytest.mark.usefixtures("each_backend")
 def test_a_write_through_a_reshape_of_an_aliased_strided_argument_reaches_the_caller():
     # Found by test_exactly_rounded_programs_on_cpu_give_the_numpy_backends_bits (the "overlap"
@@ -563,6 +560,105 @@ def test_a_write_through_a_reshape_of_an_aliased_strided_argument_reaches_the_ca
     np.testing.assert_array_equal(out, want[1:4])
 
 
+# Writes through chains of views of arguments that share memory, or of one strided argument:
+# (name, the traced write, its eager NumPy twin). The twin run on a C-ordered storage is the
+# oracle for every layout: a reshape that can't be a view of a C-ordered member copies (the
+# write is lost in every layout), every other one writes through.
+VIEW_CHAINS = [
+    ("reshape", "a.reshape([12]).add_(100.0)", "w = a.reshape(12); w += 100.0"),
+    ("flatten, slice", "a.flatten()[2:9].scale_(3.0)", "a.reshape(-1)[2:9] *= 3.0"),
+    ("slice, reshape", "a[1:].reshape([2, 2, 2]).subtract_(1.5)",
+     "w = a[1:].reshape(2, 2, 2); w -= 1.5"),
+    ("reshape, transpose, stepped slice", "a.reshape([4, 3]).t()[1:, ::2].multiply_(-2.0)",
+     "a.reshape(4, 3).T[1:, ::2] *= -2.0"),
+    ("set-item through a reshape", "a.reshape([6, 2])[::2] = 7.0",
+     "w = a.reshape(6, 2); w[::2] = 7.0"),
+    ("transpose, reshape (a copy)", "a.transpose([1, 0]).reshape([2, 6]).add_(9.0)",
+     "w = a.T.reshape(2, 6); w += 9.0"),
+    ("columns, reshape (a copy)", "a[:, 1:3].reshape([6]).add_(5.0)",
+     "w = a[:, 1:3].reshape(6); w += 5.0"),
+]
+# How the caller passes the storage `s` (4 x 4): as two overlapping arguments, or alone; and
+# the storage's transposition that the twin runs on (C-ordered), where the members run over
+# `s` transposed (each argument is traced as a row-major array, as an argument alone is).
+VIEW_ALIASES = {
+    "overlapping rows": (lambda s: (s[0:3], s[1:4]), False),
+    "overlapping columns, transposed": (lambda s: (s[:, 0:3].T, s[:, 1:4].T), True),
+    "unaliased": (lambda s: (s[0:3],), False),
+}
+
+
+def _chain_program(write: str, n_args: int):
+    params = "a, e" if n_args == 2 else "a"
+    last = params[-1]
+    src = f"def program({params}):\n    {write}\n    return {last} * 1.0, {last}.sum()\n"
+    scope: dict = {}
+    exec(compile(src, "chain_program.py", "exec"), scope)
+    return scope["program"]
+
+
+def _chain_twin(x: np.ndarray, twin: str, alias: str):
+    """(the storage after the write, the outputs) of the NumPy twin on a C-ordered storage."""
+    args_of, transposed = VIEW_ALIASES[alias]
+    t = np.array(x.T if transposed else x, order="C")  # (a copy: x stays as it was)
+    args = (t[0:3], t[1:4]) if transposed else args_of(t)
+    exec(twin, {"a": args[0]})
+    return (t.T if transposed else t), (args[-1] * 1.0, args[-1].sum())
+
+
+@pytest.mark.usefixtures("each_backend")
+@pytest.mark.parametrize("alias", sorted(VIEW_ALIASES))
+@pytest.mark.parametrize("name,write,twin", VIEW_CHAINS, ids=[c[0] for c in VIEW_CHAINS])
+def test_writes_through_view_chains_of_aliased_or_strided_arguments_act_as_in_the_c_layout(
+        name, write, twin, alias):
+    x = np.random.default_rng(7).standard_normal((4, 4))
+    want_s, want = _chain_twin(x, twin, alias)
+    args_of = VIEW_ALIASES[alias][0]
+    fn = cc.compile(_chain_program(write, len(args_of(x))))
+    first_total = None
+    for kind in ("C", "strided", "F", "reversed", "offset"):
+        laid = Laid(x, kind)
+        for call in range(2):
+            s = laid.view
+            s[...] = x
+            out, total = fn(*args_of(s))
+            what = f"{kind} layout, call {call}"
+            assert np.ascontiguousarray(s).tobytes() == \
+                np.ascontiguousarray(want_s).tobytes(), f"{what}: the caller's storage"
+            assert out.tobytes() == np.ascontiguousarray(want[0]).tobytes(), f"{what}: output"
+            # (a backend's sum may add in another order than NumPy's: the bits of the first
+            # layout's, and close to NumPy's)
+            first_total = total.tobytes() if first_total is None else first_total
+            assert total.tobytes() == first_total, f"{what}: the sum's bits"
+            np.testing.assert_allclose(total, want[1], rtol=1e-14, err_msg=f"{what}: sum")
+            assert laid.untouched_around(), f"{what}: wrote outside the argument"
+
+
+def _two_groups(a, e, b, d):
+    a.reshape([12]).add_(1.0)
+    d.t().reshape([12]).scale_(2.0)
+    return e * 2.0 + b.sum(), b.sum(axis=0) * 1.0
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_two_alias_groups_in_two_layouts_act_as_in_the_c_layout():
+    # Two storages, each shared by two arguments (rows; transposed columns), one strided and
+    # the other Fortran-ordered, and the other way round: each group is bound in its own
+    # members' order, so every layout gives the C layout's bits.
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    fn = cc.compile(_two_groups)
+
+    def run(s1, s2):
+        out = fn(s1[0:3], s1[1:4], s2[:, 0:3].T, s2[:, 1:4].T)
+        return [o.tobytes() for o in out], [np.ascontiguousarray(s).tobytes() for s in (s1, s2)]
+    want = run(x.copy(), y.copy())
+    for kinds in (("strided", "F"), ("F", "strided"), ("reversed", "offset")):
+        laid = [Laid(x, kinds[0]), Laid(y, kinds[1])]
+        assert run(laid[0].view, laid[1].view) == want, kinds
+        assert all(lay.untouched_around() for lay in laid), kinds
+
+
 @pytest.mark.usefixtures("each_backend")
 def test_a_column_of_a_zero_row_intermediate_is_returned_empty():
     # Found by test_programs_on_cpu_give_the_same_bits_in_every_layout (shapes="empty"): on
@@ -579,3 +675,127 @@ def test_a_column_of_a_zero_row_intermediate_is_returned_empty():
             empty, doubled = cf(a, c)
             assert empty.shape == (0,) and empty.dtype == np.float64
             np.testing.assert_array_equal(doubled, c * 2.0)
+
+
+# -- hard aliasing: writes through view chains of arguments that share memory ------------------
+# (`programs(hard_aliasing=True)`: every program's arguments share memory, overlapping columns,
+# reversed members, three members, a stride-0 broadcast; in-place ops through chains of views
+# of one member reading the other), checked as above on numpy, on cpu at 1 and 2 threads, in
+# every layout, and with backward (finite differences of the gradients); the gpu harness runs
+# a sample in tests/passes/test_random_gpu_harness.py.
+HARD = {"hard_aliasing": True, "targeted": True}
+
+
+@_settings(5)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_match_reference_and_numpy(prog):
+    check_program(prog)
+
+
+@CPU_THREADS
+@_settings(2)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_on_cpu_match_reference(prog, threads):
+    with _split_everything(threads):
+        check_program(prog, backend="cpu")
+
+
+@_settings(3)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout(prog):
+    check_layouts(prog, "numpy")
+
+
+@CPU_THREADS
+@_settings(2)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout(prog, threads):
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@_settings(3)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
+def test_hard_aliasing_training_program_gradients_match_finite_differences(prog):
+    check_gradients(prog)
+
+
+@_settings(2)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_called_from_two_threads_in_two_layouts(prog):
+    check_concurrent_layouts(prog, "cpu")
+
+
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+@_settings(1)
+@given(prog=programs(STEPS, exact=True, **HARD))
+def test_hard_aliasing_exactly_rounded_programs_on_cpu_give_the_numpy_backends_bits(
+        prog, dtype, threads):
+    check_exact(prog, EXACT_DTYPES[dtype], threads)
+
+
+@pytest.mark.slow
+@_settings(100)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_match_reference_and_numpy_sweep(prog):
+    check_program(prog)
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(40)
+@given(prog=programs(STEPS, **HARD))
+def test_hard_aliasing_programs_on_cpu_match_reference_sweep(prog, threads):
+    with _split_everything(threads):
+        check_program(prog, backend="cpu")
+
+
+@pytest.mark.slow
+@_settings(60)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_numpy_give_the_same_bits_in_every_layout_sweep(prog):
+    check_layouts(prog, "numpy")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(30)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_give_the_same_bits_in_every_layout_sweep(prog, threads):
+    with _split_everything(threads):
+        check_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@_settings(40)
+@given(prog=programs(8, backward=True, errors=False, detach=False, whole_loss=True, **HARD))
+def test_hard_aliasing_training_program_gradients_match_finite_differences_sweep(prog):
+    check_gradients(prog)
+
+
+@pytest.mark.slow
+@_settings(30)
+@given(prog=programs(STEPS, errors=False, **HARD))
+def test_hard_aliasing_programs_on_cpu_called_from_two_threads_in_two_layouts_sweep(prog):
+    check_concurrent_layouts(prog, "cpu")
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@pytest.mark.parametrize("dtype", sorted(EXACT_DTYPES))
+@_settings(15)
+@given(prog=programs(STEPS, exact=True, **HARD))
+def test_hard_aliasing_exactly_rounded_programs_on_cpu_give_the_numpy_bits_sweep(
+        prog, dtype, threads):
+    check_exact(prog, EXACT_DTYPES[dtype], threads)
+
+
+@pytest.mark.slow
+@CPU_THREADS
+@_settings(15)
+@given(prog=programs(STEPS + 6, **BUDGET_PROGRAMS, hard_aliasing=True), pick=st.floats(0.0, 1.0))
+def test_hard_aliasing_training_programs_on_cpu_under_a_random_budget_sweep(
+        prog, pick, threads):
+    with _split_everything(threads):
+        check_budget(prog, pick, "cpu")

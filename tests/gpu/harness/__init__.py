@@ -683,8 +683,11 @@ class HostExecutable:
             else:
                 storage = result.arena[self.plan.buffers[k].offset:]
             item = place.dtype.itemsize
+            # A zero-size view reads nothing: its planned offset may lie past its zero-byte
+            # buffer (`x[:, -3]` of a [0, 4] value), which np.ndarray refuses (as the cpu
+            # executable's `_view`).
             return np.ndarray(place.shape, place.dtype, buffer=storage,
-                              offset=place.offset * item,
+                              offset=0 if 0 in place.shape else place.offset * item,
                               strides=tuple(s * item for s in place.strides)).copy()
         outs = [host(v) for v in self.graph.outputs]
         muts = {k: host(v) for k, v in self.graph.mutations.items()}
