@@ -729,6 +729,8 @@ class FastRunner:
     def __call__(self, args):
         """The graph outputs at `wanted`, or REFUSED (nothing ran)."""
         exe = self.exe
+        if exe._wake is not None:  # (first: the workers' wake-up overlaps what follows)
+            exe._wake(exe.threads)
         try:
             outs = tuple(_aligned(n) if huge else _with_room(n) for n, huge in self._out_sizes)
         except MemoryError:
@@ -753,6 +755,8 @@ class FastRunner:
     def one(self, args):
         """`self(args)[0]` where the program returns one array, in one small fresh buffer
         (`self.single`): the common small call, in fewer steps."""
+        if self.exe._wake is not None:
+            self.exe._wake(self.exe.threads)
         try:
             out = _with_room(self._one)
         except MemoryError:
@@ -845,6 +849,9 @@ class CpuExecutable(ArenaPool):
         self._entry_address = self._compiled.address("run")
         self._entry = _ENTRY(self._entry_address)
         self._threads_cell = ctypes.c_int64(1)  # (the trampoline reads `threads` here)
+        # A parallel program called with threads > 1 wakes the pool's workers first thing in
+        # a call (`pool.waker`); None: it never needs them.
+        self._wake = None
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
@@ -860,6 +867,7 @@ class CpuExecutable(ArenaPool):
         self.threads = self._threads_cell.value = int(threads)
         if self.parallel and self.threads > 1:
             pool.ensure(self.threads)
+        self._wake = pool.waker() if self.parallel and self.threads > 1 else None
 
     @property
     def optimized_ir(self) -> str:
@@ -990,6 +998,8 @@ class CpuExecutable(ArenaPool):
         """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
         which no other call uses until `put_back(held)` (the driver copies it out first)."""
         graph = self.graph
+        if self._wake is not None:
+            self._wake(self.threads)
         flat = []
         for v, a in zip(graph.inputs, inputs):
             assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape

@@ -633,6 +633,8 @@ def _init_state(addr: int):
                          (_CALLER_POLL, CALLER_POLL_SECONDS)):
         ctypes.c_int64.from_address(addr + off).value = int(rounds * seconds)
     ctypes.c_int64.from_address(addr + _AWAY).value = -1
+    # (after a fork the parent's thread ids are stale: never touch those threads' masks)
+    ctypes.memset(_pool["tids"], 0, ctypes.sizeof(_pool["tids"]))
     ctypes.c_void_p.from_address(addr + _TIDS).value = ctypes.addressof(_pool["tids"])
     ctypes.c_int64.from_address(addr + _TIDS_N).value = _TIDS_CAP
 
