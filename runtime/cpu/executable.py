@@ -407,7 +407,8 @@ def _fast_one_ir(item: int, data: int, api: dict) -> str:
     block, fields as `fast_call`'s and 10 the executable, 11 the fresh buffer's bytes with room
     to align, 12 the output's dtype, 13 its ndim, 14 its dims, 15 its byte strides, 16 its byte
     offset, 17 the executable's `_errors`, 18 its `_new_state`, 19 and 20 `pool.blas_enter`
-    and `blas_exit` for a program that calls BLAS, else 0): `FastRunner.one` without a
+    and `blas_exit` for a program that calls BLAS, else 0, 21 the executable's
+    `_wake_cell`: the pool's pre-wake, else 0): `FastRunner.one` without a
     Python frame. It takes an arena from the executable's pool (`_free`, a new one where none
     is idle: as `ArenaPool._take`), allocates the fresh
     buffer, fills the tables and refuses as `fast_call` does (the GIL held while the
@@ -450,6 +451,20 @@ entry:
 have.rb:
   %rb = call ptr %AsVoidPtr(ptr %ao)
   call void %DecRef(ptr %ao)
+  %f21 = getelementptr i64, ptr %rb, i64 21
+  %wcell = load ptr, ptr %f21
+  %wake = load ptr, ptr %wcell
+  %wakes = icmp ne ptr %wake, null
+  br i1 %wakes, label %wake.pool, label %woken
+
+wake.pool:
+  %f2 = getelementptr i64, ptr %rb, i64 2
+  %thp = load ptr, ptr %f2
+  %th = load i64, ptr %thp
+  call void %wake(i64 %th)
+  br label %woken
+
+woken:
   %f10 = getelementptr i64, ptr %rb, i64 10
   %exe = load ptr, ptr %f10
   %free = call ptr %GetAttr(ptr %exe, ptr %S_free)
@@ -687,10 +702,11 @@ class FastRunner:
             (ctypes.c_int64 * max(len(sizes), 1))(*(int(k in written)
                                                    for k in range(len(sizes)))),
             states]  # (the state arrays stay alive while their addresses are used)
-        self._block = (ctypes.c_int64 * 21)(
+        self._block = (ctypes.c_int64 * 22)(
             exe._entry_address, exe._cb_address, ctypes.addressof(exe._threads_cell), n_dyn,
             ctypes.addressof(keep[0]), len(states), ctypes.addressof(keep[1]),
             ctypes.addressof(keep[2]), ctypes.addressof(keep[3]), len(exe._out_sizes))
+        self._block[21] = ctypes.addressof(exe._wake_cell)
         self._addr = ctypes.addressof(self._block)
         # Fresh outputs: plain np.empty with room to align (the trampoline aligns), or from
         # 2 MiB on the aligned, huge-page-advised memory of the general path.
@@ -852,6 +868,7 @@ class CpuExecutable(ArenaPool):
         # A parallel program called with threads > 1 wakes the pool's workers first thing in
         # a call (`pool.waker`); None: it never needs them.
         self._wake = None
+        self._wake_cell = ctypes.c_void_p(0)  # (its address, for fast_one)
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
@@ -868,6 +885,7 @@ class CpuExecutable(ArenaPool):
         if self.parallel and self.threads > 1:
             pool.ensure(self.threads)
         self._wake = pool.waker() if self.parallel and self.threads > 1 else None
+        self._wake_cell.value = pool.wake_address() if self._wake is not None else 0
 
     @property
     def optimized_ir(self) -> str:

@@ -771,6 +771,12 @@ def waker():
     return _pool["wake"]
 
 
+def wake_address() -> int:
+    """The address of `inplace_pool_wake(threads)` (for native callers: fast_one)."""
+    ensure(1)
+    return ctypes.cast(_pool["wake"], ctypes.c_void_p).value
+
+
 def kept_off() -> int:
     """The CPU the workers were last kept off (the calling thread's then; -1: none yet)."""
     if "addr" not in _pool:

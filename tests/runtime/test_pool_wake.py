@@ -114,16 +114,21 @@ def test_a_call_pings_sleeping_workers_first_and_they_sleep_again_after_the_poll
     job the workers go back to sleep: over an idle 200 ms after that their CPU time stays
     flat (a bounded poll, no spinning between calls)."""
     x = _x(2)
-    fn = cc.compile(add100, threads=2)
-    expected = cc.compile(add100, threads=1)(x).tobytes()
-    fn(x)
-    for _ in range(2):
-        assert _asleep()
-        out, rows = _traced(fn, x)
-        assert out.tobytes() == expected
-        events = rows["event"].tolist()
-        assert EV["wake"] in events and EV["post"] in events
-        assert events.index(EV["wake"]) < events.index(EV["post"])
+
+    def total(a):  # (one small output: the native short call, `fast_one`)
+        return (a * 2.0 + 1.0).sum()
+    for f in (add100, total):
+        fn = cc.compile(f, threads=2)
+        expected = cc.compile(f, threads=1)(x).tobytes()
+        for _ in range(3):
+            fn(x)
+        for _ in range(2):
+            assert _asleep()
+            out, rows = _traced(fn, x)
+            assert out.tobytes() == expected
+            events = rows["event"].tolist()
+            assert EV["wake"] in events and EV["post"] in events, (f.__name__, events)
+            assert events.index(EV["wake"]) < events.index(EV["post"])
     assert _asleep()
     before = {t: _run_ns(t) for t in pool.worker_tids()}
     time.sleep(0.2)
