@@ -21,14 +21,34 @@ workers from the back: each thread's chunks are contiguous, and the first chunks
 run are far apart (measured: two threads starting on neighbouring chunks of a fresh output
 both fault, and zero, the same 2 MiB page). Jobs of more than 65535 chunks run serially.
 
-Waiting: a worker that ran out of chunks polls for the next job for SPIN_SECONDS before it
-sleeps, and a caller whose chunks are done polls for the workers' last ones as long before
-it sleeps (measured on a 2-vCPU VM: a futex sleep and wake-up costs the pair 25-60 us of CPU
-and the worker joins ~25 us late, more than polling through the short gaps between a
-program's kernels); the poll is bounded, so no thread spins between calls for longer.
-Two calls at once from Python threads
-(tests/runtime/test_threads.py): the first takes the pool, the other runs its chunks on its
-own thread (same chunks, same results).
+Placement: a worker woken onto the CPU its caller runs on preempts the caller, and the call
+gains nothing (measured on this project's 2-vCPU VM with the pool's trace: the worker ran all
+64 chunks of add100 while the caller waited for its CPU; backend_speed.py's 2-thread add100
+and mlp were no faster than at 1 thread). So the workers are kept off the calling thread's
+CPU: when a call posts a job or pings from another CPU than the one they were last kept off,
+each worker gets the caller's own CPU mask less that CPU (`keep_away`: sched_setaffinity, ~a
+few us per worker, only when the caller's CPU changed; nothing where that leaves no CPU).
+
+Waking: a call of a program with parallel kernels and threads > 1 pings the workers first
+thing (`inplace_pool_wake`, from `executable.py`: before its allocations, checks and the
+entry's serial start, which its workers' wake-up then overlaps); a program that stays serial
+never pings. A job posted while the workers poll needs no broadcast (one only when some
+sleep), and the last chunk wakes the caller only when it sleeps.
+
+Polling, bounded: after a job a worker polls (the job generation and the ping) for a window
+that doubles, up to POLL_MAX_SECONDS, when the next call came within it, and halves, down to
+SPIN_SECONDS, when it did not; after a ping it polls POLL_MAX_SECONDS (its job is coming);
+then it sleeps on the condition variable. A caller whose chunks are done polls for the
+workers' last ones up to CALLER_POLL_SECONDS before it sleeps (a futex sleep and wake-up costs
+the pair 25-60 us of CPU on a 2-vCPU VM, and the sleeper's wake-up as much again). So no
+thread spins for longer than POLL_MAX_SECONDS (1 ms of CPU, counted in rounds of the loop)
+after the last call's last job or ping: tests/runtime/test_pool_wake.py checks they sleep.
+Two calls at once from Python threads (tests/runtime/test_threads.py): the first takes the
+pool, the other runs its chunks on its own thread (same chunks, same results).
+
+Measuring: `trace_start()` / `trace_stop()` record the pool's events (CLOCK_MONOTONIC time,
+thread, CPU, event, value: pings, posts, chunk claims and ends, sleeps and wake-ups) while
+on; off, each event costs a load and a branch. `benchmarks/parallel_loops.py --trace`.
 
 Workers block every asynchronous signal (they are delivered to Python's threads, as the
 signal tests need); faults (SIGSEGV, SIGBUS, ...) still reach Python's `faulthandler` from a
