@@ -39,8 +39,11 @@ Polling, bounded: after a job a worker polls (the job generation and the ping) f
 that doubles, up to POLL_MAX_SECONDS, when the next call came within it, and halves, down to
 SPIN_SECONDS, when it did not; after a ping it polls POLL_MAX_SECONDS (its job is coming);
 then it sleeps on the condition variable. A caller whose chunks are done polls for the
-workers' last ones up to CALLER_POLL_SECONDS before it sleeps (a futex sleep and wake-up costs
-the pair 25-60 us of CPU on a 2-vCPU VM, and the sleeper's wake-up as much again). So no
+workers' last ones (each already running: about a chunk's time left) as long as two of its
+own chunks took, between SPIN_SECONDS and CALLER_POLL_SECONDS, before it sleeps (a futex
+sleep and wake-up costs the pair 25-60 us of CPU on a 2-vCPU VM, and the sleeper's wake-up
+as much again; a worker descheduled by other load would otherwise cost its caller a long
+poll). So no
 thread spins for longer than POLL_MAX_SECONDS (1 ms of CPU, counted in rounds of the loop)
 after the last call's last job or ping: tests/runtime/test_pool_wake.py checks they sleep.
 Two calls at once from Python threads (tests/runtime/test_threads.py): the first takes the
@@ -76,14 +79,16 @@ _CLAIM, _DONE_COUNT, _BUSY, _WORKERS = 256, 320, 384, 448
 _PING, _SLEEPERS, _CALLER_SLEEPS = 512, 520, 528
 # the CPU the workers are kept off (-1: none yet), the workers' thread ids (a table of
 # _TIDS_CAP), the longest poll and the caller's, in rounds
-_AWAY, _TIDS, _TIDS_N, _POLL_MAX, _CALLER_POLL = 584, 592, 600, 608, 616
+_AWAY, _TIDS, _TIDS_N, _POLL_MAX = 584, 592, 600, 608
+# the caller's poll, in ns: at most, and at least
+_CALLER_POLL, _CALLER_POLL_MIN = 616, 624
 _STATE_BYTES = 640
 _TIDS_CAP = 256
 # How long a thread polls before it sleeps (module docstring), converted at start-up to rounds
 # of the polling loop (timed then: portable, where a cycle counter may not be readable): a
 # worker after a job between SPIN_SECONDS and POLL_MAX_SECONDS (adapting to the gaps between
-# calls), after a call's ping POLL_MAX_SECONDS; a caller waiting for the last chunks
-# CALLER_POLL_SECONDS.
+# calls), after a call's ping POLL_MAX_SECONDS; a caller waiting for the workers' last
+# chunks about as long as two of its own took, between SPIN_SECONDS and CALLER_POLL_SECONDS.
 SPIN_SECONDS = 30e-6
 POLL_MAX_SECONDS = 1e-3
 CALLER_POLL_SECONDS = 1e-3
@@ -142,6 +147,18 @@ put:
   br label %out
 out:
   ret void
+}
+
+define internal i64 @now_ns() alwaysinline {
+entry:
+  %ts = alloca [2 x i64], align 8
+  %r0 = call i32 @clock_gettime(i32 1, ptr %ts)
+  %sec = load i64, ptr %ts, align 8
+  %nsp = getelementptr i64, ptr %ts, i64 1
+  %nsec = load i64, ptr %nsp, align 8
+  %sns = mul i64 %sec, 1000000000
+  %ns = add i64 %sns, %nsec
+  ret i64 %ns
 }
 
 ; `k` rounds of the polls' loop on a word that never changes (to time them: `_poll_rate`).
@@ -250,15 +267,16 @@ out:
 ; Claim and run chunks of job %g until none is left (or a newer job was posted). The claim
 ; word is (generation:32, front:16, back:16): chunks [front, back) are unclaimed; the caller
 ; takes them from the front, workers from the back (%back), so each thread's chunks are
-; contiguous and two threads don't start on the same memory.
-define internal void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 %back,
-                             i64 %who) noinline {
+; contiguous and two threads don't start on the same memory. Returns how many it ran.
+define internal i64 @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 %back,
+                            i64 %who) noinline {
 entry:
   %claimp = getelementptr i8, ptr %s, i64 256
   %donep = getelementptr i8, ptr %s, i64 320
   %g32 = and i64 %g, 4294967295
   br label %loop
 loop:
+  %ran = phi i64 [ 0, %entry ], [ %ran, %claim ], [ %ran1, %work ]
   %w = load atomic i64, ptr %claimp acquire, align 8
   %wg = lshr i64 %w, 32
   %same = icmp eq i64 %wg, %g32
@@ -282,6 +300,7 @@ work:
   call void @mark(ptr %s, i64 %who, i64 3, i64 %i)
   call void %f(ptr %c, i64 %i)
   call void @mark(ptr %s, i64 %who, i64 4, i64 %i)
+  %ran1 = add i64 %ran, 1
   %d = atomicrmw add ptr %donep, i64 1 seq_cst
   %d1 = add i64 %d, 1
   %last = icmp eq i64 %d1, %n
@@ -299,7 +318,8 @@ wake2:
   %u1 = call i32 @pthread_mutex_unlock(ptr %s)
   br label %out
 out:
-  ret void
+  %res = phi i64 [ %ran, %loop ], [ %ran, %check ], [ %ran1, %wake ], [ %ran1, %wake2 ]
+  ret i64 %res
 }
 
 ; A worker: run the chunks of each job posted whose limit admits this worker's id. Between
@@ -421,7 +441,7 @@ take:
   call void @mark(ptr %s, i64 %id, i64 12, i64 %mine64)
   br i1 %mine, label %run, label %notmine
 run:
-  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 1, i64 %id)
+  %wran = call i64 @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 1, i64 %id)
   call void @mark(ptr %s, i64 %id, i64 14, i64 %g)
   br label %poll0
 notmine:  ; (not admitted to this job: back to sleep without polling)
@@ -545,23 +565,38 @@ bcast:
 posted:
   %u1 = call i32 @pthread_mutex_unlock(ptr %s)
   call void @mark(ptr %s, i64 -1, i64 2, i64 %g)
-  call void @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 0, i64 -1)
+  %t0 = call i64 @now_ns()
+  %mine = call i64 @chunks(ptr %s, i64 %g, ptr %f, ptr %c, i64 %n, i1 0, i64 -1)
   %d0 = load atomic i64, ptr %donep acquire, align 8
   call void @mark(ptr %s, i64 -1, i64 5, i64 %d0)
   %fin0 = icmp eq i64 %d0, %n
   br i1 %fin0, label %release, label %cspin0
 cspin0:
-  %spinp = getelementptr i8, ptr %s, i64 616
-  %climit = load atomic i64, ptr %spinp monotonic, align 8
+  ; Poll for the workers' last chunks about as long as two of this thread's took, at least
+  ; the shortest poll, at most the caller's longest; then sleep.
+  %t1 = call i64 @now_ns()
+  %minp = getelementptr i8, ptr %s, i64 624
+  %cmin = load atomic i64, ptr %minp monotonic, align 8
+  %maxp = getelementptr i8, ptr %s, i64 616
+  %cmax = load atomic i64, ptr %maxp monotonic, align 8
+  %took = sub i64 %t1, %t0
+  %noown = icmp eq i64 %mine, 0
+  %div = select i1 %noown, i64 1, i64 %mine
+  %avg = udiv i64 %took, %div
+  %two = shl i64 %avg, 1
+  %two0 = select i1 %noown, i64 0, i64 %two
+  %win0 = add i64 %two0, %cmin
+  %big = icmp ugt i64 %win0, %cmax
+  %win = select i1 %big, i64 %cmax, i64 %win0
+  %until = add i64 %t1, %win
   br label %cspin
 cspin:
-  %ci = phi i64 [ 0, %cspin0 ], [ %ci1, %cspin2 ]
   %dd = load atomic i64, ptr %donep acquire, align 8
   %fin1 = icmp eq i64 %dd, %n
   br i1 %fin1, label %release, label %cspin2
 cspin2:
-  %ci1 = add i64 %ci, 1
-  %cmore = icmp ult i64 %ci1, %climit
+  %tn = call i64 @now_ns()
+  %cmore = icmp ult i64 %tn, %until
   br i1 %cmore, label %cspin, label %block
 block:
   %l2 = call i32 @pthread_mutex_lock(ptr %s)
@@ -649,9 +684,10 @@ def _init_state(addr: int):
         if fn(ctypes.c_void_p(addr + off), None) != 0:
             raise OSError("pthread_*_init failed")
     rounds = _pool.get("poll_rate", 0.0)
-    for off, seconds in ((_SPIN, SPIN_SECONDS), (_POLL_MAX, POLL_MAX_SECONDS),
-                         (_CALLER_POLL, CALLER_POLL_SECONDS)):
+    for off, seconds in ((_SPIN, SPIN_SECONDS), (_POLL_MAX, POLL_MAX_SECONDS)):
         ctypes.c_int64.from_address(addr + off).value = int(rounds * seconds)
+    ctypes.c_int64.from_address(addr + _CALLER_POLL).value = int(CALLER_POLL_SECONDS * 1e9)
+    ctypes.c_int64.from_address(addr + _CALLER_POLL_MIN).value = int(SPIN_SECONDS * 1e9)
     ctypes.c_int64.from_address(addr + _AWAY).value = -1
     # (after a fork the parent's thread ids are stale: never touch those threads' masks)
     ctypes.memset(_pool["tids"], 0, ctypes.sizeof(_pool["tids"]))
