@@ -82,7 +82,9 @@ _PING, _SLEEPERS, _CALLER_SLEEPS = 512, 520, 528
 _AWAY, _TIDS, _TIDS_N, _POLL_MAX = 584, 592, 600, 608
 # the caller's poll, in ns: at most, and at least
 _CALLER_POLL, _CALLER_POLL_MIN = 616, 624
-_STATE_BYTES = 640
+# the CPUs the workers were started on (a cpu_set_t of 1024 bits)
+_ALLOWED = 640
+_STATE_BYTES = 768
 _TIDS_CAP = 256
 # How long a thread polls before it sleeps (module docstring), converted at start-up to rounds
 # of the polling loop (timed then: portable, where a cycle counter may not be readable): a
@@ -183,9 +185,11 @@ define void @inplace_pool_init(ptr %s) {
   ret void
 }
 
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+
 ; Keep the workers off the calling thread's CPU (module docstring, "Placement"): when that
-; CPU is not the one they were last kept off, give every worker the caller's own CPU mask
-; less that CPU (nothing where that leaves none: a caller allowed one CPU).
+; CPU is not the one they were last kept off, give every worker the mask they were started
+; with less that CPU (nothing where that leaves none: the workers keep theirs).
 define internal void @keep_away(ptr %s) noinline {
 entry:
   %mask = alloca [16 x i64], align 8
@@ -198,9 +202,9 @@ entry:
   %skip = or i1 %same, %bad
   br i1 %skip, label %out, label %get, !prof !1
 get:
-  %r = call i32 @sched_getaffinity(i32 0, i64 128, ptr %mask)
-  %rok = icmp eq i32 %r, 0
-  br i1 %rok, label %clear, label %done
+  %allp = getelementptr i8, ptr %s, i64 640
+  call void @llvm.memcpy.p0.p0.i64(ptr %mask, ptr %allp, i64 128, i1 0)
+  br label %clear
 clear:
   %wi = lshr i64 %cpu, 6
   %bi = and i64 %cpu, 63
@@ -222,9 +226,9 @@ any:
 anynext:
   %jm = icmp ult i64 %j1, 16
   br i1 %jm, label %any, label %anyout
-anyout:
+anyout:  ; (none left: the workers keep their masks, and the next call looks again)
   %left = icmp ne i64 %acc1, 0
-  br i1 %left, label %set0, label %done
+  br i1 %left, label %set0, label %forget
 set0:
   %tidsp = getelementptr i8, ptr %s, i64 592
   %tids = load ptr, ptr %tidsp, align 8
@@ -256,6 +260,9 @@ setnext:
 setout:  ; (a worker just started, its id not recorded yet: again at the next call)
   %again = select i1 %all, i64 %cpu, i64 -1
   store atomic i64 %again, ptr %awayp monotonic, align 8
+  br label %out
+forget:
+  store atomic i64 -1, ptr %awayp monotonic, align 8
   br label %out
 done:
   store atomic i64 %cpu, ptr %awayp monotonic, align 8
@@ -689,6 +696,14 @@ def _init_state(addr: int):
     ctypes.c_int64.from_address(addr + _CALLER_POLL).value = int(CALLER_POLL_SECONDS * 1e9)
     ctypes.c_int64.from_address(addr + _CALLER_POLL_MIN).value = int(SPIN_SECONDS * 1e9)
     ctypes.c_int64.from_address(addr + _AWAY).value = -1
+    words = (ctypes.c_uint64 * 16).from_address(addr + _ALLOWED)
+    try:
+        allowed = os.sched_getaffinity(0)  # (the spawning thread's: the workers inherit it)
+    except (AttributeError, OSError):
+        allowed = set()
+    for cpu in allowed:
+        if cpu < 1024:
+            words[cpu >> 6] |= 1 << (cpu & 63)
     # (after a fork the parent's thread ids are stale: never touch those threads' masks)
     ctypes.memset(_pool["tids"], 0, ctypes.sizeof(_pool["tids"]))
     ctypes.c_void_p.from_address(addr + _TIDS).value = ctypes.addressof(_pool["tids"])

@@ -207,3 +207,34 @@ def test_overlapping_calls_from_two_python_threads_finish_with_the_serial_result
         t.join(120)
     assert not any(t.is_alive() for t in ts), "a call never returned"
     assert not bad
+
+
+@pytest.mark.skipif(not PROC or pool.available_cores() < 2, reason="needs 2 cores and /proc")
+def test_a_caller_allowed_one_cpu_keeps_the_workers_off_it_within_their_own_mask():
+    """A Python thread pinned to one CPU calls a parallel program: the workers keep the CPUs
+    they were started on but that one (not the caller's one-CPU mask less its CPU: none),
+    and the results are the serial ones; a call from this thread then keeps them off its
+    CPU, within the same mask."""
+    x = _x(6)
+    fn = cc.compile(add100, threads=2)
+    expected = cc.compile(add100, threads=1)(x).tobytes()
+    fn(x)
+    started = os.sched_getaffinity(0)  # (this process's threads all start with it here)
+    cpu = sorted(started)[-1]
+    got = []
+
+    def pinned():
+        os.sched_setaffinity(0, {cpu})
+        for _ in range(3):
+            got.append(fn(x).tobytes())
+    t = threading.Thread(target=pinned)
+    t.start()
+    t.join(60)
+    assert got == [expected] * 3
+    assert pool.kept_off() == cpu
+    for tid in pool.worker_tids():
+        assert os.sched_getaffinity(tid) == started - {cpu}
+    assert fn(x).tobytes() == expected
+    away = pool.kept_off()
+    for tid in pool.worker_tids():
+        assert os.sched_getaffinity(tid) == started - {away}
