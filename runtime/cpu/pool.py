@@ -26,8 +26,8 @@ gains nothing (measured on this project's 2-vCPU VM with the pool's trace: the w
 64 chunks of add100 while the caller waited for its CPU; backend_speed.py's 2-thread add100
 and mlp were no faster than at 1 thread). So the workers are kept off the calling thread's
 CPU: when a call posts a job or pings from another CPU than the one they were last kept off,
-each worker gets the caller's own CPU mask less that CPU (`keep_away`: sched_setaffinity, ~a
-few us per worker, only when the caller's CPU changed; nothing where that leaves no CPU).
+each worker gets the mask it was started with less that CPU (`keep_away`: sched_setaffinity,
+a few us per worker, only when the caller's CPU changed; nothing where that leaves no CPU).
 
 Waking: a call of a program with parallel kernels and threads > 1 pings the workers first
 thing (`inplace_pool_wake`, from `executable.py`: before its allocations, checks and the
