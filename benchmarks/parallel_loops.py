@@ -39,6 +39,11 @@ chunks the workers ran and the jobs where a worker ran a chunk on the caller's C
 caller's wait for the workers' last chunks (summed over the call's jobs, and the jobs where it
 slept); and after the last job to the return. Then the futex wake-up of a sleeping worker
 (the ping to its first event) after 0, 1, 10 and 100 ms of idleness.
+
+`--ab`: the pool's wake-up and placement on against off (`pool.configure(keep_away=False,
+ping=False)`: the workers may run on the caller's CPU and are woken by the job's post only),
+2 threads, interleaved, back to back and each call after a 30 ms pause (the workers asleep).
+`--without keep_away,ping` runs any mode with those off.
 """
 from __future__ import annotations
 
@@ -275,6 +280,34 @@ def wake_latency(repeat):
               f"{np.percentile(lat, 90):.1f} | {same}/{len(lat)} |", flush=True)
 
 
+def ab(name, fn, args, repeat):
+    prog = cc.compile(fn, threads=2).lower(*_copy(args))
+    argv = _copy(args)
+    prog(*argv)
+    t0 = time.perf_counter()
+    prog(*argv)
+    calls = max(1, int(0.2 / max(time.perf_counter() - t0, 1e-6)))
+    for pause in (0.0, 0.03):
+        times = {True: [], False: []}
+        for r in range(repeat):
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
+                pool.configure(keep_away=on, ping=on)
+                prog(*argv)
+                if pause:
+                    for _ in range(max(1, min(calls, 5))):
+                        time.sleep(pause)
+                        start = time.perf_counter()
+                        prog(*argv)
+                        times[on].append(time.perf_counter() - start)
+                else:
+                    times[on].append(_time(prog, argv, calls))
+        m = {k: float(np.median(v)) for k, v in times.items()}
+        print(f"| {name} | {'back to back' if not pause else f'after {pause * 1e3:.0f} ms'} | "
+              f"{m[False] * 1e3:.3f} | {m[True] * 1e3:.3f} | {m[False] / m[True]:.2f}x |",
+              flush=True)
+    pool.configure()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=15)
@@ -282,18 +315,33 @@ def main():
     ap.add_argument("--grain", action="store_true", help="the serial threshold's measurement")
     ap.add_argument("--trace", action="store_true",
                     help="where a 2-thread call's time goes (the pool's event trace)")
+    ap.add_argument("--ab", action="store_true",
+                    help="2 threads: the pool's ping and placement on against off")
+    ap.add_argument("--without", default="",
+                    help="comma-separated pool features off: keep_away, ping")
     ap.add_argument("--fresh", action="store_true",
                     help="no reuse of fresh buffers (runtime.arena.IDLE_ENTRIES = 0): every "
                          "output of 2 MiB and more a new mapping, as before issue 25's cache")
     a = ap.parse_args()
     if a.fresh:
         arena.IDLE_ENTRIES = 0
+    off = set(filter(None, a.without.split(",")))
+    if off - {"keep_away", "ping"}:
+        ap.error(f"--without: unknown {sorted(off - {'keep_away', 'ping'})}")
+    pool.configure(keep_away="keep_away" not in off, ping="ping" not in off)
     print(f"load average before: {os.getloadavg()}; cores this process may use: "
           f"{pool.available_cores()}; fresh buffers "
           f"{'never reused (--fresh)' if a.fresh else 'reused (runtime.arena)'}")
     print(blas_description())
     if a.grain:
         grain(a.repeat)
+    elif a.ab:
+        print("\nMedian ms per 2-thread call, the pool's ping and placement off / on "
+              f"({a.repeat} interleaved repeats)\n")
+        print("| workload | calls | off | on | off / on |")
+        print("|---|---|---|---|---|")
+        for name, (fn, args) in workloads(a.quick).items():
+            ab(name, fn, args, a.repeat)
     elif a.trace:
         print("\nMedians of 2-thread calls (us; from the pool's trace), "
               f"{a.repeat * 2} calls per row\n")

@@ -28,6 +28,10 @@ and mlp were no faster than at 1 thread). So the workers are kept off the callin
 CPU: when a call posts a job or pings from another CPU than the one they were last kept off,
 each worker gets the mask it was started with less that CPU (`keep_away`: sched_setaffinity,
 a few us per worker, only when the caller's CPU changed; nothing where that leaves no CPU).
+A caller that goes to sleep waiting for the workers' last chunks first gives them back their
+whole mask (`let_near`: its CPU is idle now; under other load a worker descheduled in the
+middle of a chunk was otherwise left waiting for its own CPU: add100 3.2 -> 8.8 ms a call
+at load ~9), and its next job keeps them off again.
 
 Waking: a call of a program with parallel kernels and threads > 1 pings the workers first
 thing (`inplace_pool_wake`, from `executable.py`: before its allocations, checks and the
@@ -82,6 +86,8 @@ _PING, _SLEEPERS, _CALLER_SLEEPS = 512, 520, 528
 _AWAY, _TIDS, _TIDS_N, _POLL_MAX = 584, 592, 600, 608
 # the caller's poll, in ns: at most, and at least
 _CALLER_POLL, _CALLER_POLL_MIN = 616, 624
+# what is on (`configure`): 1 keeping workers off the caller's CPU, 2 the call's ping
+_OPTIONS = 632
 # the CPUs the workers were started on (a cpu_set_t of 1024 bits)
 _ALLOWED = 640
 _STATE_BYTES = 768
@@ -199,7 +205,12 @@ entry:
   %away = load atomic i64, ptr %awayp monotonic, align 8
   %same = icmp eq i64 %cpu, %away
   %bad = icmp uge i64 %cpu, 1024
-  %skip = or i1 %same, %bad
+  %optp = getelementptr i8, ptr %s, i64 632
+  %opt = load atomic i64, ptr %optp monotonic, align 8
+  %kon = and i64 %opt, 1
+  %koff = icmp eq i64 %kon, 0
+  %skip0 = or i1 %same, %bad
+  %skip = or i1 %skip0, %koff
   br i1 %skip, label %out, label %get, !prof !1
 get:
   %allp = getelementptr i8, ptr %s, i64 640
@@ -267,6 +278,49 @@ forget:
 done:
   store atomic i64 %cpu, ptr %awayp monotonic, align 8
   br label %out
+out:
+  ret void
+}
+
+; The caller is about to sleep until the workers' last chunks are done: its CPU is free, so
+; let them run there again (a worker descheduled on another CPU in the middle of a chunk,
+; by other load, is then moved to the idle one instead of waiting its turn there); the next
+; post keeps them off the caller's CPU again.
+define internal void @let_near(ptr %s) noinline {
+entry:
+  %awayp = getelementptr i8, ptr %s, i64 584
+  %away = load atomic i64, ptr %awayp monotonic, align 8
+  %none = icmp slt i64 %away, 0
+  br i1 %none, label %out, label %set0
+set0:
+  store atomic i64 -1, ptr %awayp monotonic, align 8
+  call void @mark(ptr %s, i64 -1, i64 18, i64 %away)
+  %allp = getelementptr i8, ptr %s, i64 640
+  %tidsp = getelementptr i8, ptr %s, i64 592
+  %tids = load ptr, ptr %tidsp, align 8
+  %capp = getelementptr i8, ptr %s, i64 600
+  %cap = load i64, ptr %capp, align 8
+  %nwp = getelementptr i8, ptr %s, i64 448
+  %nw = load atomic i64, ptr %nwp monotonic, align 8
+  %lt = icmp ult i64 %nw, %cap
+  %lim = select i1 %lt, i64 %nw, i64 %cap
+  br label %set
+set:
+  %q = phi i64 [ 0, %set0 ], [ %q1, %setnext ]
+  %more = icmp ult i64 %q, %lim
+  br i1 %more, label %setone, label %out
+setone:
+  %tp = getelementptr i64, ptr %tids, i64 %q
+  %tid = load atomic i64, ptr %tp monotonic, align 8
+  %has = icmp sgt i64 %tid, 0
+  br i1 %has, label %setcall, label %setnext
+setcall:
+  %tid32 = trunc i64 %tid to i32
+  %sr = call i32 @sched_setaffinity(i32 %tid32, i64 128, ptr %allp)
+  br label %setnext
+setnext:
+  %q1 = add i64 %q, 1
+  br label %set
 out:
   ret void
 }
@@ -470,9 +524,14 @@ check:
   %nw = load atomic i64, ptr %workersp monotonic, align 8
   %busyp = getelementptr i8, ptr %s, i64 384
   %busy = load atomic i64, ptr %busyp monotonic, align 8
+  %optp = getelementptr i8, ptr %s, i64 632
+  %opt = load atomic i64, ptr %optp monotonic, align 8
+  %pon = and i64 %opt, 2
+  %poff = icmp eq i64 %pon, 0
   %none = icmp eq i64 %nw, 0
   %taken = icmp ne i64 %busy, 0
-  %y = or i1 %none, %taken
+  %y0 = or i1 %none, %taken
+  %y = or i1 %y0, %poff
   br i1 %y, label %out, label %ping
 ping:
   call void @keep_away(ptr %s)
@@ -606,6 +665,7 @@ cspin2:
   %cmore = icmp ult i64 %tn, %until
   br i1 %cmore, label %cspin, label %block
 block:
+  call void @let_near(ptr %s)
   %l2 = call i32 @pthread_mutex_lock(ptr %s)
   %cs1 = atomicrmw add ptr %csleepp, i64 1 seq_cst
   br label %wtest
@@ -696,6 +756,7 @@ def _init_state(addr: int):
     ctypes.c_int64.from_address(addr + _CALLER_POLL).value = int(CALLER_POLL_SECONDS * 1e9)
     ctypes.c_int64.from_address(addr + _CALLER_POLL_MIN).value = int(SPIN_SECONDS * 1e9)
     ctypes.c_int64.from_address(addr + _AWAY).value = -1
+    ctypes.c_int64.from_address(addr + _OPTIONS).value = _pool.get("options", 3)
     words = (ctypes.c_uint64 * 16).from_address(addr + _ALLOWED)
     try:
         allowed = os.sched_getaffinity(0)  # (the spawning thread's: the workers inherit it)
@@ -801,7 +862,7 @@ def parallel_for_address() -> int:
 EVENTS = {1: "post", 2: "posted", 3: "claim", 4: "chunk_end", 5: "own_done",
           6: "caller_sleep", 7: "caller_woke", 8: "finish", 9: "worker_spin_hit",
           10: "worker_sleep", 11: "worker_woke", 12: "worker_take", 13: "last_chunk",
-          14: "worker_out", 15: "serial", 16: "worker_pinged", 17: "wake"}
+          14: "worker_out", 15: "serial", 16: "worker_pinged", 17: "wake", 18: "let_near"}
 
 
 def trace_start(rows: int = 1 << 16) -> None:
@@ -840,6 +901,24 @@ def waker():
     or while another call has the pool). A ctypes function: ~0.2 us a call."""
     ensure(1)
     return _pool["wake"]
+
+
+def configure(keep_away: bool = True, ping: bool = True) -> None:
+    """Switch keeping the workers off the caller's CPU and the call's ping on or off (both on
+    by default; off: the workers get back the mask they were started with). For measuring
+    what each does (`benchmarks/parallel_loops.py --without`)."""
+    ensure(1)
+    _pool["options"] = int(keep_away) | 2 * int(ping)
+    ctypes.c_int64.from_address(_pool["addr"] + _OPTIONS).value = _pool["options"]
+    ctypes.c_int64.from_address(_pool["addr"] + _AWAY).value = -1
+    if not keep_away:
+        words = (ctypes.c_uint64 * 16).from_address(_pool["addr"] + _ALLOWED)
+        started = {64 * w + b for w in range(16) for b in range(64) if words[w] >> b & 1}
+        for tid in worker_tids():
+            try:
+                os.sched_setaffinity(tid, started)
+            except OSError:
+                pass
 
 
 def wake_address() -> int:

@@ -60,12 +60,36 @@ def _asleep(timeout=5.0):
     return False
 
 
+def _check_masks(rows, started):
+    """After a traced call of one job: the workers were kept off the CPU its caller posted
+    from, unless the caller then slept waiting for their last chunks (its CPU idle: they got
+    back the whole mask they were started with, `let_near`)."""
+    tids = pool.worker_tids()
+    assert len(tids) == pool.workers() >= 1
+    post = rows[rows["event"] == EV["post"]]
+    assert len(post) == 1
+    near = np.flatnonzero(rows["event"] == EV["let_near"])
+    if len(near):
+        assert pool.kept_off() == -1
+        for tid in tids:
+            assert os.sched_getaffinity(tid) == started, tid
+    else:
+        away = pool.kept_off()
+        assert away == post["cpu"][0] and away in started
+        for tid in tids:
+            assert os.sched_getaffinity(tid) == started - {away}, (tid, away)
+    before = rows[:near[0]] if len(near) else rows
+    worker_chunks = before[(before["event"] == EV["claim"]) & (before["who"] >= 0)]
+    assert (worker_chunks["cpu"] != post["cpu"][0]).all(), rows
+
+
 @pytest.mark.skipif(not PROC or pool.available_cores() < 2, reason="needs 2 cores and /proc")
 def test_workers_are_kept_off_the_calling_threads_cpu():
     """A worker woken onto the CPU its caller runs on preempts the caller and the call gains
     nothing (measured on a 2-vCPU VM: the worker ran all 64 chunks of add100 while the caller
     waited): after a parallel call every worker may run anywhere the caller may but on the
-    CPU the caller was on, and every chunk a worker ran was on another CPU than the caller's."""
+    CPU the caller was on, and every chunk a worker ran was on another CPU than the caller's
+    (once the caller sleeps waiting for their last chunks, its CPU is theirs again)."""
     x = _x()
     fn = cc.compile(add100, threads=2)
     expected = cc.compile(add100, threads=1)(x)
@@ -73,17 +97,7 @@ def test_workers_are_kept_off_the_calling_threads_cpu():
     for _ in range(3):
         out, rows = _traced(fn, x)
         assert out.tobytes() == expected.tobytes()
-        away = pool.kept_off()
-        mine = os.sched_getaffinity(0)
-        assert away in mine
-        tids = pool.worker_tids()
-        assert len(tids) == pool.workers() >= 1
-        for tid in tids:
-            assert os.sched_getaffinity(tid) == mine - {away}, (tid, away)
-        post = rows[rows["event"] == EV["post"]]
-        assert len(post) == 1 and post["cpu"][0] == away
-        worker_chunks = rows[(rows["event"] == EV["claim"]) & (rows["who"] >= 0)]
-        assert (worker_chunks["cpu"] != away).all(), rows
+        _check_masks(rows, os.sched_getaffinity(0))
 
 
 def test_serial_programs_never_ping_or_wake_the_workers():
@@ -221,20 +235,20 @@ def test_a_caller_allowed_one_cpu_keeps_the_workers_off_it_within_their_own_mask
     fn(x)
     started = os.sched_getaffinity(0)  # (this process's threads all start with it here)
     cpu = sorted(started)[-1]
-    got = []
+    got, traces = [], []
 
     def pinned():
         os.sched_setaffinity(0, {cpu})
         for _ in range(3):
-            got.append(fn(x).tobytes())
+            out, rows = _traced(fn, x)
+            got.append(out.tobytes())
+            traces.append(rows)
     t = threading.Thread(target=pinned)
     t.start()
     t.join(60)
     assert got == [expected] * 3
-    assert pool.kept_off() == cpu
-    for tid in pool.worker_tids():
-        assert os.sched_getaffinity(tid) == started - {cpu}
-    assert fn(x).tobytes() == expected
-    away = pool.kept_off()
-    for tid in pool.worker_tids():
-        assert os.sched_getaffinity(tid) == started - {away}
+    assert (traces[-1][traces[-1]["event"] == EV["post"]]["cpu"] == cpu).all()
+    _check_masks(traces[-1], started)
+    out, rows = _traced(fn, x)
+    assert out.tobytes() == expected
+    _check_masks(rows, started)
