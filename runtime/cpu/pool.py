@@ -30,8 +30,8 @@ each worker gets the mask it was started with less that CPU (`keep_away`: sched_
 a few us per worker, only when the caller's CPU changed; nothing where that leaves no CPU).
 A caller that goes to sleep waiting for the workers' last chunks first gives them back their
 whole mask (`let_near`: its CPU is idle now; under other load a worker descheduled in the
-middle of a chunk was otherwise left waiting for its own CPU: add100 3.2 -> 8.8 ms a call
-at load ~9), and its next job keeps them off again.
+middle of a chunk would otherwise wait for its own CPU while the caller's idles), and its
+next job keeps them off again.
 
 Waking: a call of a program with parallel kernels and threads > 1 pings the workers first
 thing (`inplace_pool_wake`, from `executable.py`: before its allocations, checks and the
