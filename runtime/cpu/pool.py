@@ -870,7 +870,13 @@ def trace_start(rows: int = 1 << 16) -> None:
     rows from now on (benchmarks: where a parallel call's time goes)."""
     import numpy as np
     ensure(1)
-    buf = np.zeros(1 + 4 * rows, np.int64)
+    # A thread may have read the buffer's address just before a `trace_stop` and write its
+    # row any time later: buffers are never freed (one per size asked, reused).
+    bufs = _pool.setdefault("trace_buffers", {})
+    buf = bufs.get(rows)
+    if buf is None:
+        buf = bufs[rows] = np.zeros(1 + 4 * rows, np.int64)
+    buf[0] = 0
     _pool["trace"] = buf
     ctypes.c_int64.from_address(_pool["addr"] + _TRACE_ROWS).value = rows
     ctypes.c_void_p.from_address(_pool["addr"] + _TRACE).value = buf.ctypes.data
@@ -879,20 +885,19 @@ def trace_start(rows: int = 1 << 16) -> None:
 def trace_stop():
     """Stop recording; the events as a structured array (t_ns on CLOCK_MONOTONIC, the clock
     of `time.perf_counter_ns` and `time.monotonic_ns` on Linux; who; cpu; event; value) in
-    the order their rows were taken."""
+    the order their rows were taken, those written by now (None: no trace was on)."""
     import numpy as np
     if "addr" not in _pool or "trace" not in _pool:
         return None
     ctypes.c_void_p.from_address(_pool["addr"] + _TRACE).value = None
-    time.sleep(0.001)  # (a worker may be writing its last row)
     buf = _pool.pop("trace")
     n = min(int(buf[0]), (len(buf) - 1) // 4)
-    rows = buf[1:1 + 4 * n].reshape(n, 4)
+    rows = buf[1:1 + 4 * n].reshape(n, 4).copy()
     out = np.zeros(n, [("t_ns", np.int64), ("who", np.int64), ("cpu", np.int64),
                        ("event", np.int64), ("value", np.int64)])
     out["t_ns"], out["who"], out["cpu"] = rows[:, 0], rows[:, 1] >> 16, rows[:, 1] & 65535
     out["event"], out["value"] = rows[:, 2], rows[:, 3]
-    return out
+    return out[out["event"] != 0]  # (a row taken but not written yet)
 
 
 def waker():
