@@ -25,7 +25,8 @@ Placement: a worker woken onto the CPU its caller runs on preempts the caller, a
 gains nothing (measured on this project's 2-vCPU VM with the pool's trace: the worker ran all
 64 chunks of add100 while the caller waited for its CPU; backend_speed.py's 2-thread add100
 and mlp were no faster than at 1 thread). So the workers are kept off the calling thread's
-CPU: when a call posts a job or pings from another CPU than the one they were last kept off,
+CPU: when a call posts a job or pings while some worker sleeps (its wake-up is what gets
+placed), from another CPU than the one they were last kept off,
 each worker gets the mask it was started with less that CPU (`keep_away`: sched_setaffinity,
 a few us per worker, only when the caller's CPU changed; nothing where that leaves no CPU).
 A caller that goes to sleep waiting for the workers' last chunks first gives them back their
@@ -209,8 +210,13 @@ entry:
   %opt = load atomic i64, ptr %optp monotonic, align 8
   %kon = and i64 %opt, 1
   %koff = icmp eq i64 %kon, 0
+  ; (only a sleeping worker's wake-up is placed: one that polls stays where it runs)
+  %sleepp = getelementptr i8, ptr %s, i64 520
+  %asleep = load atomic i64, ptr %sleepp monotonic, align 8
+  %awake = icmp eq i64 %asleep, 0
   %skip0 = or i1 %same, %bad
-  %skip = or i1 %skip0, %koff
+  %skip1 = or i1 %skip0, %koff
+  %skip = or i1 %skip1, %awake
   br i1 %skip, label %out, label %get, !prof !1
 get:
   %allp = getelementptr i8, ptr %s, i64 640

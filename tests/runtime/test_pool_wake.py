@@ -95,6 +95,7 @@ def test_workers_are_kept_off_the_calling_threads_cpu():
     expected = cc.compile(add100, threads=1)(x)
     fn(x)
     for _ in range(3):
+        assert _asleep()  # (a sleeping worker's wake-up is what gets placed)
         out, rows = _traced(fn, x)
         assert out.tobytes() == expected.tobytes()
         _check_masks(rows, os.sched_getaffinity(0))
@@ -240,6 +241,7 @@ def test_a_caller_allowed_one_cpu_keeps_the_workers_off_it_within_their_own_mask
     def pinned():
         os.sched_setaffinity(0, {cpu})
         for _ in range(3):
+            assert _asleep()
             out, rows = _traced(fn, x)
             got.append(out.tobytes())
             traces.append(rows)
@@ -249,6 +251,7 @@ def test_a_caller_allowed_one_cpu_keeps_the_workers_off_it_within_their_own_mask
     assert got == [expected] * 3
     assert (traces[-1][traces[-1]["event"] == EV["post"]]["cpu"] == cpu).all()
     _check_masks(traces[-1], started)
+    assert _asleep()
     out, rows = _traced(fn, x)
     assert out.tobytes() == expected
     _check_masks(rows, started)
