@@ -28,6 +28,22 @@ and its thread count outside our calls (inside them it is 1: the pool runs the G
 
 `--grain`: the measurement behind `emitter.PARALLEL_MIN_WORK`: one addition `x + 1.0` over n
 float32 elements, forced parallel (the threshold set to 0), 1 thread against 2.
+
+`--trace`: where a 2-thread call's time goes, from the pool's event trace (`pool.trace_start`:
+per-thread timestamps of pings, jobs, chunk claims and the caller's wait), for calls back to
+back and for calls after an idle pause (the workers asleep: backend_speed.py's protocol). Per
+workload, medians over the calls: the call's wall time; before the pool (from the call to its
+ping: the driver) and from the ping to the first job (allocations, argument checks, the
+entry's serial start); how late the first worker event comes after the ping; the share of
+chunks the workers ran and the jobs where a worker ran a chunk on the caller's CPU; the
+caller's wait for the workers' last chunks (summed over the call's jobs, and the jobs where it
+slept); and after the last job to the return. Then the futex wake-up of a sleeping worker
+(the ping to its first event) after 0, 1, 10 and 100 ms of idleness.
+
+`--ab`: the pool's wake-up and placement on against off (`pool.configure(keep_away=False,
+ping=False)`: the workers may run on the caller's CPU and are woken by the job's post only),
+2 threads, interleaved, back to back and each call after a 30 ms pause (the workers asleep).
+`--without keep_away,ping` runs any mode with those off.
 """
 from __future__ import annotations
 
@@ -183,23 +199,160 @@ def grain(repeat):
         emitter.PARALLEL_MIN_WORK = saved
 
 
+def _med(v):
+    return float(np.median(v)) if len(v) else float("nan")
+
+
+def _call_trace(prog, args):
+    """(wall ns, the pool's events) of one call, the trace on."""
+    pool.trace_start()
+    t0 = time.perf_counter_ns()
+    prog(*args)
+    t1 = time.perf_counter_ns()
+    return t0, t1, pool.trace_stop()
+
+
+def trace_calls(name, fn, args, calls):
+    ev = {v: k for k, v in pool.EVENTS.items()}
+    prog = cc.compile(fn, threads=2).lower(*_copy(args))
+    argv = _copy(args)
+    for _ in range(3):
+        prog(*argv)
+    for pause in (0.0, 0.05):
+        rows = []
+        for _ in range(calls):
+            if pause:
+                time.sleep(pause)
+            t0, t1, tr = _call_trace(prog, argv)
+            e, who, cpu = tr["event"], tr["who"], tr["cpu"]
+            t = (tr["t_ns"] - t0) / 1e3
+            ping = t[e == ev["wake"]]
+            posts = np.flatnonzero(e == ev["post"])
+            if not len(ping) or not len(posts):
+                continue
+            workers = t[who >= 0]
+            claims = e == ev["claim"]
+            wclaims = claims & (who >= 0)
+            # per job: the caller's CPU at its post; a worker chunk on it is a collision
+            bounds = list(posts) + [len(e)]
+            collide = sum(bool(((cpu[a:b] == cpu[a]) & wclaims[a:b]).any())
+                          for a, b in zip(bounds, bounds[1:]))
+            own_done, finish = t[e == ev["own_done"]], t[e == ev["finish"]]
+            wait = float((finish - own_done).sum()) if len(own_done) == len(finish) else np.nan
+            rows.append(((t1 - t0) / 1e3, ping[0], t[posts[0]] - ping[0],
+                         (workers[0] - ping[0]) if len(workers) else np.nan,
+                         wclaims.sum() / max(claims.sum(), 1), collide / len(posts),
+                         wait, int((e == ev["caller_sleep"]).sum() > 0) / 1,
+                         (t1 - t0) / 1e3 - t[-1], len(posts)))
+        r = np.array(rows, float)
+        print(f"| {name} | {'back to back' if not pause else f'after {pause * 1e3:.0f} ms'} | "
+              f"{_med(r[:, 0]):.0f} | {_med(r[:, 1]):.0f} | {_med(r[:, 2]):.0f} | "
+              f"{np.nanmedian(r[:, 3]):.0f} | {_med(r[:, 4]):.2f} | {np.mean(r[:, 5]):.2f} | "
+              f"{_med(r[:, 6]):.0f} | {np.mean(r[:, 7]):.2f} | {_med(r[:, 8]):.0f} | "
+              f"{_med(r[:, 9]):.0f} |", flush=True)
+
+
+def wake_latency(repeat):
+    """The ping (`pool.waker`) to the sleeping worker's first event, after idle pauses."""
+    pool.ensure(2)
+    wake = pool.waker()
+    ev = {v: k for k, v in pool.EVENTS.items()}
+    print("| idle before the ping (ms) | worker's first event after the ping (us, median) | "
+          "p10..p90 | its CPU = the caller's |")
+    print("|---|---|---|---|")
+    for idle in (0.0, 0.001, 0.01, 0.1):
+        lat, same = [], 0
+        for _ in range(repeat):
+            time.sleep(0.005)  # (the poll ends: the worker sleeps)
+            if idle:
+                time.sleep(idle)
+            pool.trace_start()
+            wake(2)
+            time.sleep(0.002)
+            tr = pool.trace_stop()
+            t, e = tr["t_ns"], tr["event"]
+            ping = t[e == ev["wake"]]
+            w = tr[tr["who"] >= 0]
+            if len(ping) and len(w):
+                lat.append((w["t_ns"][0] - ping[0]) / 1e3)
+                same += int(w["cpu"][0] == tr[e == ev["wake"]]["cpu"][0])
+        print(f"| {idle * 1e3:g} | {_med(lat):.1f} | {np.percentile(lat, 10):.1f}.."
+              f"{np.percentile(lat, 90):.1f} | {same}/{len(lat)} |", flush=True)
+
+
+def ab(name, fn, args, repeat):
+    prog = cc.compile(fn, threads=2).lower(*_copy(args))
+    argv = _copy(args)
+    prog(*argv)
+    t0 = time.perf_counter()
+    prog(*argv)
+    calls = max(1, int(0.2 / max(time.perf_counter() - t0, 1e-6)))
+    for pause in (0.0, 0.03):
+        times = {True: [], False: []}
+        for r in range(repeat):
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
+                pool.configure(keep_away=on, ping=on)
+                prog(*argv)
+                if pause:
+                    for _ in range(max(1, min(calls, 5))):
+                        time.sleep(pause)
+                        start = time.perf_counter()
+                        prog(*argv)
+                        times[on].append(time.perf_counter() - start)
+                else:
+                    times[on].append(_time(prog, argv, calls))
+        m = {k: float(np.median(v)) for k, v in times.items()}
+        print(f"| {name} | {'back to back' if not pause else f'after {pause * 1e3:.0f} ms'} | "
+              f"{m[False] * 1e3:.3f} | {m[True] * 1e3:.3f} | {m[False] / m[True]:.2f}x |",
+              flush=True)
+    pool.configure()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--grain", action="store_true", help="the serial threshold's measurement")
+    ap.add_argument("--trace", action="store_true",
+                    help="where a 2-thread call's time goes (the pool's event trace)")
+    ap.add_argument("--ab", action="store_true",
+                    help="2 threads: the pool's ping and placement on against off")
+    ap.add_argument("--without", default="",
+                    help="comma-separated pool features off: keep_away, ping")
     ap.add_argument("--fresh", action="store_true",
                     help="no reuse of fresh buffers (runtime.arena.IDLE_ENTRIES = 0): every "
                          "output of 2 MiB and more a new mapping, as before issue 25's cache")
     a = ap.parse_args()
     if a.fresh:
         arena.IDLE_ENTRIES = 0
+    off = set(filter(None, a.without.split(",")))
+    if off - {"keep_away", "ping"}:
+        ap.error(f"--without: unknown {sorted(off - {'keep_away', 'ping'})}")
+    pool.configure(keep_away="keep_away" not in off, ping="ping" not in off)
     print(f"load average before: {os.getloadavg()}; cores this process may use: "
           f"{pool.available_cores()}; fresh buffers "
           f"{'never reused (--fresh)' if a.fresh else 'reused (runtime.arena)'}")
     print(blas_description())
     if a.grain:
         grain(a.repeat)
+    elif a.ab:
+        print("\nMedian ms per 2-thread call, the pool's ping and placement off / on "
+              f"({a.repeat} interleaved repeats)\n")
+        print("| workload | calls | off | on | off / on |")
+        print("|---|---|---|---|---|")
+        for name, (fn, args) in workloads(a.quick).items():
+            ab(name, fn, args, a.repeat)
+    elif a.trace:
+        print("\nMedians of 2-thread calls (us; from the pool's trace), "
+              f"{a.repeat * 2} calls per row\n")
+        print("| workload | calls | call | to the ping | ping to 1st job | 1st worker event "
+              "after the ping | worker chunks | jobs with a worker on the caller's CPU | "
+              "caller's wait | calls where it slept | last event to return | jobs |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, (fn, args) in workloads(a.quick).items():
+            trace_calls(name, fn, args, a.repeat * 2)
+        print()
+        wake_latency(a.repeat * 2)
     else:
         print("\nMedian seconds per call (ms, p25..p75) of "
               f"{a.repeat} interleaved repeats; ratio = 1 thread / 2 threads\n")

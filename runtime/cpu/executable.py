@@ -407,7 +407,8 @@ def _fast_one_ir(item: int, data: int, api: dict) -> str:
     block, fields as `fast_call`'s and 10 the executable, 11 the fresh buffer's bytes with room
     to align, 12 the output's dtype, 13 its ndim, 14 its dims, 15 its byte strides, 16 its byte
     offset, 17 the executable's `_errors`, 18 its `_new_state`, 19 and 20 `pool.blas_enter`
-    and `blas_exit` for a program that calls BLAS, else 0): `FastRunner.one` without a
+    and `blas_exit` for a program that calls BLAS, else 0, 21 the executable's
+    `_wake_cell`: the pool's pre-wake, else 0): `FastRunner.one` without a
     Python frame. It takes an arena from the executable's pool (`_free`, a new one where none
     is idle: as `ArenaPool._take`), allocates the fresh
     buffer, fills the tables and refuses as `fast_call` does (the GIL held while the
@@ -450,6 +451,20 @@ entry:
 have.rb:
   %rb = call ptr %AsVoidPtr(ptr %ao)
   call void %DecRef(ptr %ao)
+  %f21 = getelementptr i64, ptr %rb, i64 21
+  %wcell = load ptr, ptr %f21
+  %wake = load ptr, ptr %wcell
+  %wakes = icmp ne ptr %wake, null
+  br i1 %wakes, label %wake.pool, label %woken
+
+wake.pool:
+  %f2 = getelementptr i64, ptr %rb, i64 2
+  %thp = load ptr, ptr %f2
+  %th = load i64, ptr %thp
+  call void %wake(i64 %th)
+  br label %woken
+
+woken:
   %f10 = getelementptr i64, ptr %rb, i64 10
   %exe = load ptr, ptr %f10
   %free = call ptr %GetAttr(ptr %exe, ptr %S_free)
@@ -687,10 +702,11 @@ class FastRunner:
             (ctypes.c_int64 * max(len(sizes), 1))(*(int(k in written)
                                                    for k in range(len(sizes)))),
             states]  # (the state arrays stay alive while their addresses are used)
-        self._block = (ctypes.c_int64 * 21)(
+        self._block = (ctypes.c_int64 * 22)(
             exe._entry_address, exe._cb_address, ctypes.addressof(exe._threads_cell), n_dyn,
             ctypes.addressof(keep[0]), len(states), ctypes.addressof(keep[1]),
             ctypes.addressof(keep[2]), ctypes.addressof(keep[3]), len(exe._out_sizes))
+        self._block[21] = ctypes.addressof(exe._wake_cell)
         self._addr = ctypes.addressof(self._block)
         # Fresh outputs: plain np.empty with room to align (the trampoline aligns), or from
         # 2 MiB on the aligned, huge-page-advised memory of the general path.
@@ -729,6 +745,8 @@ class FastRunner:
     def __call__(self, args):
         """The graph outputs at `wanted`, or REFUSED (nothing ran)."""
         exe = self.exe
+        if exe._wake is not None:  # (first: the workers' wake-up overlaps what follows)
+            exe._wake(exe.threads)
         try:
             outs = tuple(_aligned(n) if huge else _with_room(n) for n, huge in self._out_sizes)
         except MemoryError:
@@ -753,6 +771,8 @@ class FastRunner:
     def one(self, args):
         """`self(args)[0]` where the program returns one array, in one small fresh buffer
         (`self.single`): the common small call, in fewer steps."""
+        if self.exe._wake is not None:
+            self.exe._wake(self.exe.threads)
         try:
             out = _with_room(self._one)
         except MemoryError:
@@ -845,6 +865,10 @@ class CpuExecutable(ArenaPool):
         self._entry_address = self._compiled.address("run")
         self._entry = _ENTRY(self._entry_address)
         self._threads_cell = ctypes.c_int64(1)  # (the trampoline reads `threads` here)
+        # A parallel program called with threads > 1 wakes the pool's workers first thing in
+        # a call (`pool.waker`); None: it never needs them.
+        self._wake = None
+        self._wake_cell = ctypes.c_void_p(0)  # (its address, for fast_one)
         self._cb = _FALLBACK(self._fallback)
         self._cb_address = ctypes.cast(self._cb, ctypes.c_void_p).value
         self._out_sizes = [max(b.size, 1) for b in self._output_buffers]
@@ -860,6 +884,8 @@ class CpuExecutable(ArenaPool):
         self.threads = self._threads_cell.value = int(threads)
         if self.parallel and self.threads > 1:
             pool.ensure(self.threads)
+        self._wake = pool.waker() if self.parallel and self.threads > 1 else None
+        self._wake_cell.value = pool.wake_address() if self._wake is not None else 0
 
     @property
     def optimized_ir(self) -> str:
@@ -990,6 +1016,8 @@ class CpuExecutable(ArenaPool):
         """(outputs, mutations, held): a mutation's final value may lie in the call's arena,
         which no other call uses until `put_back(held)` (the driver copies it out first)."""
         graph = self.graph
+        if self._wake is not None:
+            self._wake(self.threads)
         flat = []
         for v, a in zip(graph.inputs, inputs):
             assert a.flags.c_contiguous and a.dtype == v.dtype and a.shape == v.shape
