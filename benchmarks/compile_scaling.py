@@ -42,6 +42,14 @@ jax): tracing (autodiff included), each pass, LLVM (parse, verify, optimise, obj
 linking, and the rest (the cpu emitter building the module's IR, the Program); medians of
 `--repeat` runs.
 
+`--parts`: LLVM's CPU and wall seconds (`jit.compile_ir` of each `--targets` workload's module,
+in-memory and disk caches off, interleaved, medians of `--repeat`) compiled whole (`jit.SPLIT`
+off: one module at -O3, as before), in parts on one thread, in parts on `jit.COMPILE_THREADS`
+threads, and the same with llvmlite's lock held (`jit.UNLOCKED` off); "CPU/wall in parts" is
+the parts' thread CPU seconds over the wall time from the first part's start to the last
+one's end: above 1 only when the threads ran at once (with the lock held it can't be, nor
+on a machine whose cores are all busy).
+
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
 cross-entropy, SGD), with identical kernels emitted once per module (`emitter.DEDUPE`, the
@@ -400,6 +408,52 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
     return 0
 
 
+def parts_main(repeat: int, names) -> int:
+    import tempfile
+
+    from runtime.cpu import jit, pool
+    os.environ["COMPILER_CACHE_DIR"] = ""
+    with tempfile.TemporaryDirectory():
+        warm, warm_args = chain(3)
+        cc.compile(warm, backend="cpu").lower(*warm_args)
+    pool.ensure(1)
+    threads = max(2, jit.COMPILE_THREADS)
+    configs = {"whole": (False, 1, True), "parts, 1 thread": (True, 1, True),
+               f"parts, {threads} threads": (True, threads, True),
+               f"parts, {threads} threads, lock held": (True, threads, False)}
+    saved = jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED
+    print("| workload | " + " | ".join(f"{c}: CPU s / wall s" for c in configs)
+          + f" | CPU/wall in parts ({threads} threads / lock held) |")
+    print("|---|" + "---|" * (len(configs) + 1))
+    try:
+        for name in names:
+            fn, args = TARGETS[name][0]()
+            text = cc.compile(fn, backend="cpu").lower(*args).source
+            got = {c: ([], [], []) for c in configs}
+            for _ in range(repeat):
+                for c, (split, th, unlocked) in configs.items():
+                    jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = split, th, unlocked
+                    jit._cache.clear()
+                    jit.TIMES.clear()
+                    t0, w0 = time.process_time(), time.perf_counter()
+                    jit.compile_ir(text, ["run"])
+                    got[c][0].append(time.process_time() - t0)
+                    got[c][1].append(time.perf_counter() - w0)
+                    if jit.TIMES:
+                        span = max(t[3] for t in jit.TIMES) - min(t[2] for t in jit.TIMES)
+                        got[c][2].append(sum(t[4] for t in jit.TIMES) / span)
+            overlap = [f"{np.median(got[c][2]):.2f}" if got[c][2] else "—"
+                       for c in list(configs)[2:]]
+            print(f"| {name} | " + " | ".join(
+                f"{np.median(v[0]):.3f} / {np.median(v[1]):.3f}" for v in got.values())
+                + f" | {' / '.join(overlap)} |", flush=True)
+    finally:
+        jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = saved
+    print(f"\n(medians of {repeat}, interleaved; load average {os.getloadavg()[0]:.1f} at the "
+          f"end; {os.cpu_count()} CPUs)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k and 10k nodes only")
@@ -417,6 +471,9 @@ def main(argv=None) -> int:
     parser.add_argument("--phases", nargs="?", const=",".join(TARGETS), default=None,
                         help="per-phase CPU seconds of the --targets workloads (optionally "
                              "a comma-separated subset)")
+    parser.add_argument("--parts", nargs="?", const=",".join(TARGETS), default=None,
+                        help="LLVM's CPU and wall seconds, whole module against parts on 1 "
+                             "and 2 threads (optionally a comma-separated subset)")
     parser.add_argument("--one-target", nargs=2, help=argparse.SUPPRESS)  # (a child process)
     parser.add_argument("--one-phases", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -428,6 +485,8 @@ def main(argv=None) -> int:
         import json
         print(json.dumps(_one_phases(args.one_phases)))
         return 0
+    if args.parts:
+        return parts_main(args.repeat, args.parts.split(","))
     if args.phases:
         return phases_main(args.repeat, args.phases.split(","))
     if args.targets:

@@ -25,6 +25,7 @@ import itertools
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -228,6 +229,7 @@ CACHE_SIZE = 256  # linked libraries kept for reuse; a dropped one lives on in i
 # convention where -O3 would have made it `fastcc` (same instructions, other registers).
 COMPILE_THREADS = max(1, int(os.environ.get("COMPILER_COMPILE_THREADS", "2") or 1))
 SPLIT = True  # False: one module, one thread, as before (the tests compare both)
+UNLOCKED = True  # False: llvmlite's lock held (threads then take turns: the benchmark's check)
 # A group of the full part worth a thread of its own: at least this much IR text (a thread
 # and an LLVM module cost ~2 ms of CPU; a 24-layer MLP's full part is ~30k characters).
 THREAD_MIN_CHARS = 8000
@@ -235,6 +237,9 @@ THREAD_MIN_CHARS = 8000
 _DEFINE = re.compile(r'define (internal )?[^@]*@"([^"]+)"\((.*)\)[^)]*$')
 _GLOBAL_REF = re.compile(r'@"([^"]+)"')
 _PACK_MAGIC = b"INPLACE-PARTS 1\n"
+# The last compile in parts: (part, thread slot, start, end, the thread's CPU seconds) per
+# part (benchmarks/compile_scaling.py --parts reads it: do the threads overlap?).
+TIMES: list = []
 
 
 @dataclass
@@ -386,8 +391,8 @@ def _compile_part(part: Part, opt: int, slot: int) -> bytes:
         try:
             mod.verify()
             if opt and not part.light:
-                optimize(mod, opt, tm, unlocked=True)
-            return _emit(tm, mod, unlocked=True)
+                optimize(mod, opt, tm, unlocked=UNLOCKED)
+            return _emit(tm, mod, unlocked=UNLOCKED)
         finally:
             mod.close()
     finally:
@@ -403,9 +408,12 @@ def _compile_parts(parts: list[Part], opt: int) -> list[bytes]:
     def work(idxs, slot):
         try:
             for i in idxs:
+                t0, c0 = time.perf_counter(), time.thread_time()
                 objs[i] = _compile_part(parts[i], opt, slot)
+                TIMES.append((i, slot, t0, time.perf_counter(), time.thread_time() - c0))
         except BaseException as e:  # (raised again on the calling thread)
             errors.append(e)
+    TIMES.clear()
     for slot in range(len(parts) - 1):  # (created before the threads start)
         _target_machine(3, slot)
     _target_machine(0, 0)

@@ -1,0 +1,162 @@
+"""A long program's module compiled in parts (runtime/cpu/jit.py, `plan_parts`): the entry and
+the kernels compiled for size unoptimised at codegen opt 0, the other kernels at -O3 on up to
+`jit.COMPILE_THREADS` threads. What runs is what the whole module computed (bit for bit, every
+array the step writes), every function of the module is defined in exactly one part (identical
+kernels stay one function), a short program is still compiled whole, the disk cache stores the
+parts' objects as one entry and a later compile links them without LLVM, two programs whose
+kernels have the same names each run their own, and a failure on a compile thread reaches the
+caller."""
+import re
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import compiler as cc
+import compiler.nn.functional as F
+from runtime.cpu import disk_cache, jit
+from tests.backends import AVAILABLE
+from tests.runtime.test_kernel_dedupe import assert_same_bits, defines, mlp_inputs
+
+pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend can't run here")
+
+# Six layers 128 wide: the entry runs more than emitter.ENTRY_OPTNONE_MIN_NODES kernels (it is
+# `optnone`) and the loss and bias kernels are compiled for size (`minsize`).
+SHAPE = dict(layers=6, width=128, batch=32)
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """Every compile reaches LLVM (a private in-memory code cache, no disk cache)."""
+    monkeypatch.setattr(jit, "_cache", OrderedDict())
+    monkeypatch.setenv("COMPILER_CACHE_DIR", "")
+    disk_cache._reset()
+    yield
+    disk_cache._reset()
+
+
+def sgd_step(lr):
+    """`deep_mlp_step` with learning rate `lr` (a constant in the update kernels)."""
+    def step(x, labels, *params):
+        for p in params:
+            p.stop_gradient = False
+        ws, bs = params[0::2], params[1::2]
+        h = x
+        for w, b in zip(ws[:-1], bs[:-1]):
+            h = F.relu_(h @ w + b)
+        loss = F.cross_entropy(h @ ws[-1] + bs[-1], labels)
+        loss.backward()
+        with cc.no_grad():
+            for p in params:
+                p.subtract_(lr * p.grad)
+        return loss
+    return step
+
+
+def _step(monkeypatch, split, threads=2, lr=0.1):
+    """(program, loss, the arrays after the step) of one training step built with `split`."""
+    monkeypatch.setattr(jit, "SPLIT", split)
+    monkeypatch.setattr(jit, "COMPILE_THREADS", threads)
+    args = mlp_inputs(**SHAPE)
+    prog = cc.compile(sgd_step(lr), backend="cpu").lower(*args)
+    return prog, prog(*args), args
+
+
+def _part_defines(part):
+    return defines(part.text)
+
+
+def test_a_long_program_in_parts_computes_the_whole_modules_bits(fresh, monkeypatch):
+    whole, whole_loss, whole_arrays = _step(monkeypatch, split=False)
+    assert whole._exec._compiled.parts is None
+    for threads in (1, 2):
+        jit._cache.clear()
+        prog, loss, arrays = _step(monkeypatch, split=True, threads=threads)
+        parts = prog._exec._compiled.parts
+        assert prog.source == whole.source  # (the module itself is the same)
+        # the light part: the entry and every kernel compiled for size; the rest at -O3
+        light, *full = parts
+        assert light.light and not any(p.light for p in full)
+        assert len(full) == threads
+        sized = {n for n in defines(prog.source)
+                 if re.search(rf'^define [^\n]*@"{re.escape(n)}"[^\n]*minsize', prog.source,
+                              re.M)}
+        assert sized and set(_part_defines(light)) == sized | {"run"}
+        # every function of the module defined once, in one part
+        names = [n for p in parts for n in _part_defines(p)]
+        assert sorted(names) == sorted(defines(prog.source))
+        # what runs: the loss and every array the step updated, bit for bit
+        assert_same_bits(loss, whole_loss)
+        for a, b in zip(arrays, whole_arrays):
+            assert_same_bits(a, b)
+
+
+def test_the_light_part_is_not_optimised_and_the_full_part_is(fresh, monkeypatch):
+    prog, _, _ = _step(monkeypatch, split=True)
+    opt = prog._exec.optimized_ir
+    light, full = opt.split("; part full", 1)
+    assert light.startswith("; part light")
+    # -O3 makes internal callees `fastcc`; nothing ran over the light part
+    assert "fastcc" not in light and "vector.body" in full
+
+
+def test_a_short_program_is_compiled_whole(fresh, monkeypatch):
+    monkeypatch.setattr(jit, "SPLIT", True)
+    x = np.arange(1000, dtype=np.float32)
+    prog = cc.compile(lambda t: t * 2.0 + 1.0, backend="cpu").lower(x)
+    assert prog._exec._compiled.parts is None
+    assert_same_bits(prog(x), x * np.float32(2) + np.float32(1))
+
+
+def test_the_disk_cache_stores_the_parts_as_one_entry_and_links_them_again(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(jit, "_cache", OrderedDict())
+    disk_cache._reset()
+    try:
+        got = []
+        for _ in range(2):
+            jit._cache.clear()
+            llvm, hits, stores = jit.STATS["llvm"], jit.STATS["hit"], jit.STATS["store"]
+            prog, loss, arrays = _step(monkeypatch, split=True)
+            got.append((loss, arrays, jit.STATS["llvm"] - llvm, jit.STATS["hit"] - hits,
+                        jit.STATS["store"] - stores, prog._exec._compiled))
+        (loss1, arrays1, *counts1, c1), (loss2, arrays2, *counts2, c2) = got
+        assert counts1 == [1, 0, 1] and counts2 == [0, 1, 0]
+        assert c1.source == "llvm" and c2.source == "disk"
+        (entry,) = [p for p in (tmp_path / "cache").iterdir() if p.suffix == ".o"]
+        assert c2.object_code == c1.object_code and c2.object_code in entry.read_bytes()
+        assert len(jit._unpack(c2.object_code)) == len(c1.parts) == 3
+        assert_same_bits(loss1, loss2)
+        for a, b in zip(arrays1, arrays2):
+            assert_same_bits(a, b)
+    finally:
+        disk_cache._reset()
+
+
+def test_programs_whose_kernels_share_names_each_run_their_own(fresh, monkeypatch):
+    # The same step with another learning rate: the same kernel names (k<node>_<op>), the
+    # kernels called across parts external in both programs' libraries, other constants.
+    a, loss_a, arrays_a = _step(monkeypatch, split=True, lr=0.1)
+    b, loss_b, arrays_b = _step(monkeypatch, split=True, lr=0.05)
+    assert defines(a.source) == defines(b.source) and a.source != b.source
+    monkeypatch.setattr(jit, "SPLIT", False)
+    for lr, arrays in ((0.1, arrays_a), (0.05, arrays_b)):
+        jit._cache.clear()
+        _, _, want = _step(monkeypatch, split=False, lr=lr)
+        for got, ref in zip(arrays, want):
+            assert_same_bits(got, ref)
+    assert not np.array_equal(arrays_a[2], arrays_b[2])
+
+
+def test_a_failure_on_a_compile_thread_reaches_the_caller(fresh, monkeypatch):
+    real = jit._compile_part
+
+    def failing(part, opt, slot):
+        if slot == 1:
+            raise RuntimeError("LLVM failed on the second thread")
+        return real(part, opt, slot)
+    monkeypatch.setattr(jit, "_compile_part", failing)
+    with pytest.raises(RuntimeError, match="second thread"):
+        _step(monkeypatch, split=True, threads=2)
+    assert not jit._cache  # nothing half-built was kept
