@@ -233,9 +233,15 @@ UNLOCKED = True  # False: llvmlite's lock held (threads then take turns: the ben
 # A group of the full part worth a thread of its own: at least this much IR text (a thread
 # and an LLVM module cost ~2 ms of CPU; a 24-layer MLP's full part is ~30k characters).
 THREAD_MIN_CHARS = 8000
+# The light part's IR costs about a tenth of the full part's per character (1,000-step loop:
+# its 301k-character entry ~0.15 s, the 26k characters of -O3 kernels ~0.13 s).
+LIGHT_COST_SHARE = 10
 
 _DEFINE = re.compile(r'define (internal )?[^@]*@"([^"]+)"\((.*)\)[^)]*$')
 _GLOBAL_REF = re.compile(r'@"([^"]+)"')
+_LABEL = re.compile(r'^[^\s;]+:', re.M)  # a basic block's label
+_FLOAT_OP = re.compile(r"\b(fadd|fsub|fmul|fdiv|frem|fcmp|fneg|fptrunc|fpext|sitofp|uitofp|"
+                       r"fptosi|fptoui)\b|@\"?llvm\.")
 _PACK_MAGIC = b"INPLACE-PARTS 1\n"
 # The last compile in parts: (part, thread slot, start, end, the thread's CPU seconds) per
 # part (benchmarks/compile_scaling.py --parts reads it: do the threads overlap?).
@@ -296,6 +302,19 @@ def _declaration(define_text: str) -> str:
     return f'declare {ret}@"{m.group(2)}"({", ".join(types)})'
 
 
+def _light(define_text: str) -> bool:
+    """Is this function compiled in the light part? A kernel the emitter compiles for size
+    (`minsize`: same bits at any optimisation level), or a straight-line function without a
+    floating-point operation or intrinsic (a `.chunk` computing its range and calling its
+    kernel, a GEMM kernel calling BLAS): integer and pointer arithmetic is exact, and a few
+    instructions run once per call."""
+    head, body = define_text.split("\n", 1)
+    if " minsize " in head + " ":
+        return True
+    return _LABEL.search(body.split("\nentry:\n", 1)[-1]) is None \
+        and _FLOAT_OP.search(body) is None
+
+
 def plan_parts(ir_text: str, threads: int | None = None) -> list[Part] | None:
     """The parts of a module compiled in parts (see above), or None: compile it whole (a
     short program's entry is optimised with its kernels, as its call overhead matters)."""
@@ -309,23 +328,27 @@ def plan_parts(ir_text: str, threads: int | None = None) -> list[Part] | None:
     run = defs.get("run")
     if run is None or "optnone" not in run.split("\n", 1)[0]:
         return None
-    light = {n for n, t in defs.items()
-             if n == "run" or " minsize " in t.split("\n", 1)[0] + " "}
+    light = {n for n, t in defs.items() if n == "run" or _light(t)}
     # The full part's groups: a kernel with its .chunk and .after, largest first onto the
     # group with the least text (the light part counts for a share of its text: unoptimised).
     kernels: dict[str, list[str]] = {}
     for n in defs:
         if n not in light:
             kernels.setdefault(n.split(".", 1)[0], []).append(n)
-    full = sum(len(defs[n]) for ns in kernels.values() for n in ns)
-    k = max(1, min(threads, len(kernels), full // THREAD_MIN_CHARS))
-    groups: list[list[str]] = [[] for _ in range(k)]
-    load = [0] * k
-    load[0] = sum(len(defs[n]) for n in light) // 4
-    for ns in sorted(kernels.values(), key=lambda ns: -sum(len(defs[n]) for n in ns)):
-        g = load.index(min(load))
-        groups[g] += ns
-        load[g] += sum(len(defs[n]) for n in ns)
+    cost = {k: sum(len(defs[n]) for n in ns) for k, ns in kernels.items()}
+    light_cost = sum(len(defs[n]) for n in light) // LIGHT_COST_SHARE
+    k = max(1, min(threads, len(kernels), sum(cost.values()) // THREAD_MIN_CHARS))
+    while True:
+        groups: list[list[str]] = [[] for _ in range(k)]
+        load = [light_cost] + [0] * (k - 1)  # (the light part shares group 0's thread)
+        for key in sorted(kernels, key=lambda key: -cost[key]):
+            g = load.index(min(load))
+            groups[g] += kernels[key]
+            load[g] += cost[key]
+        own = [load[0] - light_cost] + load[1:]
+        if k == 1 or min(own) >= THREAD_MIN_CHARS // 2:
+            break
+        k -= 1  # a group too small for a module and a thread of its own
     homes = [light] + [set(g) for g in groups if g]
     home = {n: h for h, names in enumerate(homes) for n in names}
     refs = {n: set(_GLOBAL_REF.findall(t)) - {n} for n, t in defs.items()}
