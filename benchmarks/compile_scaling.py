@@ -45,10 +45,9 @@ linking, and the rest (the cpu emitter building the module's IR, the Program); m
 `--parts`: LLVM's CPU and wall seconds (`jit.compile_ir` of each `--targets` workload's module,
 in-memory and disk caches off, interleaved, medians of `--repeat`) compiled whole (`jit.SPLIT`
 off: one module at -O3, as before), in parts on one thread, in parts on `jit.COMPILE_THREADS`
-threads, and the same with llvmlite's lock held (`jit.UNLOCKED` off); "CPU/wall in parts" is
-the parts' thread CPU seconds over the wall time from the first part's start to the last
-one's end: above 1 only when the threads ran at once (with the lock held it can't be, nor
-on a machine whose cores are all busy).
+threads, and the same with llvmlite's lock held (`jit.UNLOCKED` off); then, for modules with
+two -O3 groups, how often two compile threads were on a CPU at the same moment, with
+llvmlite's lock bypassed and held (`_both_ran`: per-thread CPU time sampled every ~1 ms).
 
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
@@ -408,6 +407,56 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
     return 0
 
 
+def _both_ran(parts, unlocked: bool) -> tuple[float, float]:
+    """Two threads compiling the two biggest -O3 groups of `parts` (twice each, as
+    `jit._compile_part` does: own context, own target machine), llvmlite's lock bypassed or
+    not; a sampler reads each thread's time on a CPU (`/proc/self/task/<tid>/schedstat`,
+    nanoseconds) every ~1 ms. Returns (the share of the samples in which both threads ran,
+    wall seconds). Held, the lock lets one thread at a time into LLVM: ~0 whatever the
+    load; bypassed, both run whenever the machine has two free cores."""
+    import threading
+
+    from runtime.cpu import jit
+    full = sorted((p for p in parts if not p.light), key=lambda p: -p.size)[:2]
+    saved, jit.UNLOCKED = jit.UNLOCKED, unlocked
+    tids, done = [None, None], [False, False]
+
+    def work(k):
+        tids[k] = threading.get_native_id()
+        for _ in range(2):
+            jit._compile_part(full[k], 3, k)
+        done[k] = True
+
+    def on_cpu(tid):
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    for k in range(2):
+        jit._target_machine(3, k)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    w0 = time.perf_counter()
+    try:
+        for t in threads:
+            t.start()
+        while None in tids:
+            time.sleep(0.0001)
+        prev, both, one = [on_cpu(t) for t in tids], 0, 0
+        while not any(done):
+            time.sleep(0.001)
+            try:
+                now = [on_cpu(t) for t in tids]
+            except FileNotFoundError:  # (a thread just ended)
+                break
+            ran = [a > b for a, b in zip(now, prev)]
+            prev = now
+            both += all(ran)
+            one += any(ran) and not all(ran)
+    finally:
+        for t in threads:
+            t.join()
+        jit.UNLOCKED = saved
+    return both / max(1, both + one), time.perf_counter() - w0
+
+
 def parts_main(repeat: int, names) -> int:
     import tempfile
 
@@ -423,30 +472,34 @@ def parts_main(repeat: int, names) -> int:
                f"parts, {threads} threads, lock held": (True, threads, False)}
     saved = jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED
     print("| workload | " + " | ".join(f"{c}: CPU s / wall s" for c in configs)
-          + f" | CPU/wall in parts ({threads} threads / lock held) |")
+          + " | both threads on a CPU: share of samples (wall) bypassed / lock held |")
     print("|---|" + "---|" * (len(configs) + 1))
     try:
         for name in names:
             fn, args = TARGETS[name][0]()
             text = cc.compile(fn, backend="cpu").lower(*args).source
-            got = {c: ([], [], []) for c in configs}
+            got = {c: ([], []) for c in configs}
             for _ in range(repeat):
                 for c, (split, th, unlocked) in configs.items():
                     jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = split, th, unlocked
                     jit._cache.clear()
-                    jit.TIMES.clear()
                     t0, w0 = time.process_time(), time.perf_counter()
                     jit.compile_ir(text, ["run"])
                     got[c][0].append(time.process_time() - t0)
                     got[c][1].append(time.perf_counter() - w0)
-                    if jit.TIMES:
-                        span = max(t[3] for t in jit.TIMES) - min(t[2] for t in jit.TIMES)
-                        got[c][2].append(sum(t[4] for t in jit.TIMES) / span)
-            overlap = [f"{np.median(got[c][2]):.2f}" if got[c][2] else "—"
-                       for c in list(configs)[2:]]
+            parts = jit.plan_parts(text, threads=2)
+            sampled = {u: [] for u in (True, False)}
+            if parts is not None and sum(not p.light for p in parts) >= 2 \
+                    and os.path.exists("/proc/self/task"):
+                for _ in range(repeat):
+                    for u in (True, False):
+                        sampled[u].append(_both_ran(parts, u))
+            both = " / ".join(f"{np.median([b for b, _ in sampled[u]]):.2f} "
+                              f"({np.median([w for _, w in sampled[u]]):.2f} s)"
+                              if sampled[u] else "—" for u in (True, False))
             print(f"| {name} | " + " | ".join(
                 f"{np.median(v[0]):.3f} / {np.median(v[1]):.3f}" for v in got.values())
-                + f" | {' / '.join(overlap)} |", flush=True)
+                + f" | {both} |", flush=True)
     finally:
         jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = saved
     print(f"\n(medians of {repeat}, interleaved; load average {os.getloadavg()[0]:.1f} at the "

@@ -25,7 +25,6 @@ import itertools
 import os
 import re
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -239,13 +238,10 @@ LIGHT_COST_SHARE = 10
 
 _DEFINE = re.compile(r'define (internal )?[^@]*@"([^"]+)"\((.*)\)[^)]*$')
 _GLOBAL_REF = re.compile(r'@"([^"]+)"')
-_LABEL = re.compile(r'^[^\s;]+:', re.M)  # a basic block's label
+_LABEL = re.compile(r'^[^\s;]+:', re.MULTILINE)  # a basic block's label
 _FLOAT_OP = re.compile(r"\b(fadd|fsub|fmul|fdiv|frem|fcmp|fneg|fptrunc|fpext|sitofp|uitofp|"
                        r"fptosi|fptoui)\b|@\"?llvm\.")
 _PACK_MAGIC = b"INPLACE-PARTS 1\n"
-# The last compile in parts: (part, thread slot, start, end, the thread's CPU seconds) per
-# part (benchmarks/compile_scaling.py --parts reads it: do the threads overlap?).
-TIMES: list = []
 
 
 @dataclass
@@ -361,10 +357,9 @@ def plan_parts(ir_text: str, threads: int | None = None) -> list[Part] | None:
         texts = list(heads)
         texts += [t for kind, n, t in items if kind in ("global", "declare") and n in used]
         texts += [_declaration(defs[m]) for m in defs if m in used and m not in names]
-        for n in defs:
+        for n, t in defs.items():
             if n in names:
-                texts.append(defs[n].replace("define internal ", "define ", 1)
-                             if n in crossed else defs[n])
+                texts.append(t.replace("define internal ", "define ", 1) if n in crossed else t)
         parts.append(Part("\n\n".join(texts + meta) + "\n", h == 0,
                           sum(len(defs[n]) for n in names)))
     return parts
@@ -431,12 +426,9 @@ def _compile_parts(parts: list[Part], opt: int) -> list[bytes]:
     def work(idxs, slot):
         try:
             for i in idxs:
-                t0, c0 = time.perf_counter(), time.thread_time()
                 objs[i] = _compile_part(parts[i], opt, slot)
-                TIMES.append((i, slot, t0, time.perf_counter(), time.thread_time() - c0))
-        except BaseException as e:  # (raised again on the calling thread)
+        except Exception as e:  # noqa: BLE001 - raised again on the calling thread
             errors.append(e)
-    TIMES.clear()
     for slot in range(len(parts) - 1):  # (created before the threads start)
         _target_machine(3, slot)
     _target_machine(0, 0)

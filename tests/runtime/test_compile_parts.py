@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend 
 
 # Six layers 128 wide: the entry runs more than emitter.ENTRY_OPTNONE_MIN_NODES kernels (it is
 # `optnone`) and the loss and bias kernels are compiled for size (`minsize`).
-SHAPE = dict(layers=6, width=128, batch=32)
+SHAPE = {"layers": 6, "width": 128, "batch": 32}
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def _step(monkeypatch, split, threads=2, lr=0.1):
 
 def _body(source, name):
     """The basic blocks of function `name` after its `entry:` label."""
-    start = re.search(rf'^define [^\n]*@"{re.escape(name)}"\(', source, re.M).end()
+    start = re.search(rf'^define [^\n]*@"{re.escape(name)}"\(', source, re.MULTILINE).end()
     start = source.index("\nentry:\n", start) + len("\nentry:\n")
     return source[start:source.index("\n}", start)]
 
@@ -87,14 +87,14 @@ def test_a_long_program_in_parts_computes_the_whole_modules_bits(fresh, monkeypa
         assert len(full) == threads
         sized = {n for n in defines(prog.source)
                  if re.search(rf'^define [^\n]*@"{re.escape(n)}"[^\n]*minsize', prog.source,
-                              re.M)}
+                              re.MULTILINE)}
         lighter = set(_part_defines(light))
         assert sized and sized | {"run"} <= lighter
         # ...and straight-line functions without floating-point arithmetic (the `.chunk`
         # wrappers, the GEMM kernels calling BLAS)
         for n in lighter - sized - {"run"}:
             body = _body(prog.source, n)
-            assert not re.search(r"\b(fadd|fsub|fmul|fdiv|fcmp)\b|^\S+:", body, re.M)
+            assert not re.search(r"\b(fadd|fsub|fmul|fdiv|fcmp)\b|^\S+:", body, re.MULTILINE)
         assert any(n.endswith("_matmul") for n in lighter)
         # every function of the module defined once, in one part
         names = [n for p in parts for n in _part_defines(p)]
@@ -151,8 +151,8 @@ def test_the_disk_cache_stores_the_parts_as_one_entry_and_links_them_again(
 def test_programs_whose_kernels_share_names_each_run_their_own(fresh, monkeypatch):
     # The same step with another learning rate: the same kernel names (k<node>_<op>), the
     # kernels called across parts external in both programs' libraries, other constants.
-    a, loss_a, arrays_a = _step(monkeypatch, split=True, lr=0.1)
-    b, loss_b, arrays_b = _step(monkeypatch, split=True, lr=0.05)
+    a, _, arrays_a = _step(monkeypatch, split=True, lr=0.1)
+    b, _, arrays_b = _step(monkeypatch, split=True, lr=0.05)
     assert defines(a.source) == defines(b.source) and a.source != b.source
     monkeypatch.setattr(jit, "SPLIT", False)
     for lr, arrays in ((0.1, arrays_a), (0.05, arrays_b)):
