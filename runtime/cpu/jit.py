@@ -211,26 +211,34 @@ CACHE_SIZE = 256  # linked libraries kept for reuse; a dropped one lives on in i
 # -- a module in parts: effort by kernel size, LLVM on several threads ------------------------
 # A module whose entry is `optnone` (a long program: emitter.ENTRY_OPTNONE_MIN_NODES) is cut
 # into parts (`plan_parts`), each parsed into an LLVMContext of its own:
-#   - "light": the entry and the kernels the emitter compiles for size (`minsize`: it marks
-#     only kernels whose bits don't depend on the optimisation level, `emitter.TINY_WORK`),
-#     not optimised, and their machine code from a target machine at opt 0 (fast instruction
-#     selection and register allocation). The entry is a list of calls that -O3 skipped
-#     already (`optnone`), but at opt 3 its code generation still went through SelectionDAG
-#     and the greedy allocator (1,000-step loop: 0.56 of the module's 0.72 s);
+#   - "light": the entry, the kernels the emitter compiles for size (`minsize`: it marks only
+#     kernels whose bits don't depend on the optimisation level, `emitter.TINY_WORK`) and
+#     straight-line functions without floating-point operations (`_light`: `.chunk`
+#     wrappers, GEMM kernels calling BLAS), not optimised, their machine code from a target
+#     machine at opt 0 (fast instruction selection and register allocation). The entry is
+#     a list of calls that -O3 skipped already (`optnone`), but at opt 3 its code generation
+#     still went through SelectionDAG and the greedy allocator (1,000-step loop: ~0.5 of the
+#     module's 0.65-0.8 s of LLVM);
 #   - "full": every other function, at -O3 as before, cut into up to COMPILE_THREADS groups
 #     of about equal IR size (a kernel stays with its `.chunk` and `.after`), compiled on as
-#     many threads (the light part runs beside the smallest group). llvmlite serialises all
-#     its calls with one process-wide lock; the two long calls (the pass pipeline, the code
-#     generator) go around it (`_raw`), which LLVM allows for modules of distinct contexts
-#     and distinct target machines (its own ORC compiles on threads that way).
+#     many threads (the light part on the calling thread, with the first group).
+# llvmlite serialises all its calls with one process-wide lock; the two long ones (the pass
+# pipeline, the code generator) go around it here (`_raw`), which LLVM allows for modules of
+# distinct contexts and distinct target machines (its own ORC compiles on threads that way).
 # A function called from another part loses `internal` linkage (the program's JITDylib keeps
-# it apart from other programs' functions of the same name); so it also keeps the C calling
-# convention where -O3 would have made it `fastcc` (same instructions, other registers).
-COMPILE_THREADS = max(1, int(os.environ.get("COMPILER_COMPILE_THREADS", "2") or 1))
+# it apart from other programs' functions of the same name), so it keeps the C calling
+# convention and its unused parameters where -O3 would have made it `fastcc` and dropped
+# them: the 7 workloads' -O3 kernels assemble to the same instructions as in one module but
+# for registers (benchmarks/compile_scaling.py --parts measures the rest).
+# Threads: COMPILER_COMPILE_THREADS, else the CPUs this process may use, at most 4.
+COMPILE_THREADS = max(1, int(os.environ.get("COMPILER_COMPILE_THREADS", "0") or 0)
+                      or min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                             else os.cpu_count() or 1))
 SPLIT = True  # False: one module, one thread, as before (the tests compare both)
 UNLOCKED = True  # False: llvmlite's lock held (threads then take turns: the benchmark's check)
-# A group of the full part worth a thread of its own: at least this much IR text (a thread
-# and an LLVM module cost ~2 ms of CPU; a 24-layer MLP's full part is ~30k characters).
+# A group of the full part worth a module and a thread of its own: at least this much IR
+# text (an extra module costs ~4 ms of CPU, most of it LLVM's per-module set-up; a 24-layer
+# MLP's full part is ~17k characters, the transformer's ~120k).
 THREAD_MIN_CHARS = 8000
 # The light part's IR costs about a tenth of the full part's per character (1,000-step loop:
 # its 301k-character entry ~0.15 s, the 26k characters of -O3 kernels ~0.13 s).
@@ -289,13 +297,10 @@ def _items(ir_text: str):
 
 
 def _declaration(define_text: str) -> str:
-    """`declare` for a function defined in another part: its types, without names and
-    parameter attributes."""
-    m = _DEFINE.match(define_text.split("\n", 1)[0])
-    ret = define_text[len("define "):].split("@", 1)[0].replace("internal ", "", 1)
-    params = m.group(3).strip()
-    types = [p.split()[0] for p in params.split(", ")] if params else []
-    return f'declare {ret}@"{m.group(2)}"({", ".join(types)})'
+    """`declare` for a function defined in another part: its definition's first line (LLVM
+    takes parameter names and attributes in a declaration too)."""
+    head = define_text.split("\n", 1)[0].removeprefix("define ")
+    return "declare " + head.removeprefix("internal ")
 
 
 def _light(define_text: str) -> bool:
