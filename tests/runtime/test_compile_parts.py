@@ -6,7 +6,11 @@ kernels stay one function), a short program is still compiled whole, the disk ca
 parts' objects as one entry and a later compile links them without LLVM, two programs whose
 kernels have the same names each run their own, and a failure on a compile thread reaches the
 caller."""
+import json
+import os
 import re
+import subprocess
+import sys
 from collections import OrderedDict
 
 import numpy as np
@@ -19,6 +23,8 @@ from tests.backends import AVAILABLE
 from tests.runtime.test_kernel_dedupe import assert_same_bits, defines, mlp_inputs
 
 pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend can't run here")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Six layers 128 wide: the entry runs more than emitter.ENTRY_OPTNONE_MIN_NODES kernels (it is
 # `optnone`) and the loss and bias kernels are compiled for size (`minsize`).
@@ -174,3 +180,39 @@ def test_a_failure_on_a_compile_thread_reaches_the_caller(fresh, monkeypatch):
     with pytest.raises(RuntimeError, match="second thread"):
         _step(monkeypatch, split=True, threads=2)
     assert not jit._cache  # nothing half-built was kept
+
+
+CHILD = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+from runtime.cpu import jit
+if {forbid_llvm!r}:
+    def _no_llvm(*a, **k):
+        raise AssertionError("LLVM ran in a process that should have hit the disk cache")
+    jit._llvm_compile = _no_llvm
+from tests.runtime.test_compile_parts import SHAPE, mlp_inputs, sgd_step
+import compiler as cc
+args = mlp_inputs(**SHAPE)
+prog = cc.compile(sgd_step(0.1), backend="cpu").lower(*args)
+loss = prog(*args)
+print(json.dumps({{"bits": [a.tobytes().hex() for a in [loss] + args],
+                  "parts": len(prog._exec._compiled.parts), "stats": dict(jit.STATS)}}))
+"""
+
+
+def test_another_process_links_the_stored_parts_without_llvm(tmp_path):
+    # (each process hashes strings with its own seed: the parts, and so the key, must not
+    # depend on set order)
+    env = dict(os.environ, COMPILER_CACHE_DIR=str(tmp_path / "cache"),
+               COMPILER_COMPILE_THREADS="2")
+    got = []
+    for forbid in (False, True):
+        out = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT, forbid_llvm=forbid)],
+                             env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stderr
+        got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = got
+    assert first["parts"] == second["parts"] == 3
+    assert first["stats"]["llvm"] >= 1 and first["stats"]["store"] >= 1
+    assert second["stats"].get("llvm", 0) == 0 and second["stats"]["hit"] >= 1
+    assert first["bits"] == second["bits"]
