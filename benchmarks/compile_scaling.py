@@ -315,11 +315,11 @@ def _one_target(name: str, peer: str, before=None) -> dict:
         if before is not None:
             before()
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        t0 = time.process_time()
+        t0, w0 = time.process_time(), time.perf_counter()
         prog = cc.compile(fn, backend="cpu").lower(*args)
-        t = time.process_time() - t0
+        t, w = time.process_time() - t0, time.perf_counter() - w0
         rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
-    return {"cpu_s": t, "rss_mb": rss, "functions": prog.source.count("\ndefine ")}
+    return {"cpu_s": t, "wall_s": w, "rss_mb": rss, "functions": prog.source.count("\ndefine ")}
 
 
 def _one_phases(name: str) -> dict:
@@ -374,6 +374,11 @@ def phases_main(repeat: int, names) -> int:
     return 0
 
 
+def jit_threads() -> int:
+    from runtime.cpu import jit
+    return jit.COMPILE_THREADS
+
+
 def targets_main(repeat: int, names, with_jax: bool) -> int:
     import json
     import subprocess
@@ -389,9 +394,10 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
                           file=sys.stderr)
                     continue
                 rows.setdefault((name, peer), []).append(json.loads(out.stdout.splitlines()[-1]))
-    print("| workload | target CPU s | ours CPU s (median) | ours peak MB added | functions "
-          "| jax.jit CPU s (median) | jax.jit peak MB added | runs (ours) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | target CPU s | ours CPU s (median) | ours wall s (median) "
+          "| ours peak MB added | functions | jax.jit CPU s (median) | jax.jit peak MB added "
+          "| runs (ours, CPU s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         ours, jx = rows.get((name, "ours"), []), rows.get((name, "jax"), [])
 
@@ -399,11 +405,14 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
             return format(float(np.median([x[k] for x in rs])), fmt) if rs else "—"
         target = "—" if TARGETS[name][1] is None else f"{TARGETS[name][1]:g}"
         print(f"| {name} | {target} | {med(ours, 'cpu_s', '.2f')} | "
-              f"{med(ours, 'rss_mb', '.0f')} | {ours[0]['functions'] if ours else '—'} | "
+              f"{med(ours, 'wall_s', '.2f')} | {med(ours, 'rss_mb', '.0f')} | "
+              f"{ours[0]['functions'] if ours else '—'} | "
               f"{med(jx, 'cpu_s', '.2f')} | {med(jx, 'rss_mb', '.0f')} | "
               + " ".join(f"{x['cpu_s']:.2f}" for x in ours) + " |")
-    print(f"\n(cold caches, a fresh process per run, CPU seconds of all threads; peak memory: "
-          f"ru_maxrss after minus before the compile; numpy {np.__version__}, one BLAS thread)")
+    print(f"\n(cold caches, a fresh process per run, CPU seconds of all threads, wall seconds "
+          f"(LLVM on up to {jit_threads()} threads); peak memory: ru_maxrss after minus before "
+          f"the compile; numpy {np.__version__}, one BLAS thread; load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
     return 0
 
 
