@@ -47,7 +47,8 @@ in-memory and disk caches off, interleaved, medians of `--repeat`) compiled whol
 off: one module at -O3, as before), in parts on one thread, in parts on `jit.COMPILE_THREADS`
 threads, and the same with llvmlite's lock held (`jit.UNLOCKED` off); then, for modules with
 two -O3 groups, how often two compile threads were on a CPU at the same moment, with
-llvmlite's lock bypassed and held (`_both_ran`: per-thread CPU time sampled every ~1 ms).
+llvmlite's lock bypassed and held (`_both_ran`: per-thread CPU time sampled every ~1 ms);
+then a call's CPU time of the program built whole and in parts (`_step_times`).
 
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
@@ -466,6 +467,30 @@ def _both_ran(parts, unlocked: bool) -> tuple[float, float]:
     return both / max(1, both + one), time.perf_counter() - w0
 
 
+def _step_times(fn, args, repeat: int) -> dict:
+    """CPU milliseconds of one call of the program built whole (False) and in parts (True):
+    batches of calls of about 0.1 s each, interleaved, medians of 3 * `repeat`."""
+    from runtime.cpu import jit
+    progs, mine = {}, {}
+    for split in (False, True):
+        jit.SPLIT = split
+        jit._cache.clear()
+        mine[split] = [np.array(a, copy=True) for a in args]
+        progs[split] = cc.compile(fn, backend="cpu").lower(*mine[split])
+        progs[split](*mine[split])
+    t0 = time.process_time()
+    progs[True](*mine[True])
+    n = max(1, int(0.1 / max(time.process_time() - t0, 1e-6)))
+    times = {False: [], True: []}
+    for _ in range(3 * repeat):
+        for split, prog in progs.items():
+            t0 = time.process_time()
+            for _ in range(n):
+                prog(*mine[split])
+            times[split].append((time.process_time() - t0) / n * 1e3)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def parts_main(repeat: int, names) -> int:
     import tempfile
 
@@ -481,8 +506,9 @@ def parts_main(repeat: int, names) -> int:
                f"parts, {threads} threads, lock held": (True, threads, False)}
     saved = jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED
     print("| workload | " + " | ".join(f"{c}: CPU s / wall s" for c in configs)
-          + " | both threads on a CPU: share of samples (wall) bypassed / lock held |")
-    print("|---|" + "---|" * (len(configs) + 1))
+          + " | both threads on a CPU: share of samples (wall) bypassed / lock held "
+          "| a call's CPU ms: whole / parts |")
+    print("|---|" + "---|" * (len(configs) + 2))
     try:
         for name in names:
             fn, args = TARGETS[name][0]()
@@ -506,9 +532,10 @@ def parts_main(repeat: int, names) -> int:
             both = " / ".join(f"{np.median([b for b, _ in sampled[u]]):.2f} "
                               f"({np.median([w for _, w in sampled[u]]):.2f} s)"
                               if sampled[u] else "—" for u in (True, False))
+            step = _step_times(fn, args, repeat)
             print(f"| {name} | " + " | ".join(
                 f"{np.median(v[0]):.3f} / {np.median(v[1]):.3f}" for v in got.values())
-                + f" | {both} |", flush=True)
+                + f" | {both} | {step[False]:.3f} / {step[True]:.3f} |", flush=True)
     finally:
         jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = saved
     print(f"\n(medians of {repeat}, interleaved; load average {os.getloadavg()[0]:.1f} at the "
