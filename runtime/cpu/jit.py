@@ -178,7 +178,7 @@ class Compiled:
                     mod = llvm.parse_assembly(part.text)
                     if self.opt and not part.light:
                         optimize(mod, self.opt)
-                    texts.append(f"; part {'light' if part.light else 'full'}\n{mod}")
+                    texts.append(f"; part {part.kind}\n{mod}")
                 self._optimized = "\n".join(texts)
         return self._optimized
 
@@ -243,6 +243,10 @@ THREAD_MIN_CHARS = 8000
 # The light part's IR costs about a tenth of the full part's per character (1,000-step loop:
 # its 301k-character entry ~0.15 s, the 26k characters of -O3 kernels ~0.13 s).
 LIGHT_COST_SHARE = 10
+# Loops without floating-point operations get a "plain" part of their own (code generated at
+# opt 0) when they have at least this much IR text (an extra module's ~4 ms is then paid
+# back: a broadcast of the cnn example, 1.4 s of machine scheduling at opt 3, 4 ms at opt 0).
+PLAIN_MIN_CHARS = 3000
 
 _DEFINE = re.compile(r'define (internal )?[^@]*@"([^"]+)"\((.*)\)[^)]*$')
 _GLOBAL_REF = re.compile(r'@"([^"]+)"')
@@ -254,9 +258,19 @@ _PACK_MAGIC = b"INPLACE-PARTS 1\n"
 
 @dataclass
 class Part:
-    text: str        # a module of its own (the original's header, declarations, metadata)
-    light: bool      # not optimised, code generated at opt 0
-    size: int        # characters of its function definitions (the cost estimate)
+    """A module of its own (the original's header, declarations and metadata, and some of
+    its functions). `kind`: "light" (not optimised, code generated at opt 0), "plain" (-O3,
+    code generated at opt 0) or "full" (-O3, code generated at opt 3); `size`: characters of
+    its function definitions (the cost estimate); `slot`: the thread that compiles it (0:
+    the calling one)."""
+    text: str
+    kind: str
+    size: int
+    slot: int = 0
+
+    @property
+    def light(self) -> bool:
+        return self.kind == "light"
 
 
 def _items(ir_text: str):
@@ -330,43 +344,52 @@ def plan_parts(ir_text: str, threads: int | None = None) -> list[Part] | None:
     if run is None or "optnone" not in run.split("\n", 1)[0]:
         return None
     light = {n for n, t in defs.items() if n == "run" or _light(t)}
+    # Loops without floating-point operations (copies, broadcasts, `where`): -O3 as before,
+    # their code generated at opt 0 (same bits: integer and select work is exact)...
+    plain = {n for n, t in defs.items()
+             if n not in light and _FLOAT_OP.search(t.split("\n", 1)[1]) is None}
+    if sum(len(defs[n]) for n in plain) < PLAIN_MIN_CHARS:
+        plain = set()  # (...when there are enough of them for a module of their own)
     # The full part's groups: a kernel with its .chunk and .after, largest first onto the
-    # group with the least text (the light part counts for a share of its text: unoptimised).
+    # group with the least text (the light and plain parts share group 0's thread and count
+    # for a share of their text: cheaper per character).
     kernels: dict[str, list[str]] = {}
     for n in defs:
-        if n not in light:
+        if n not in light and n not in plain:
             kernels.setdefault(n.split(".", 1)[0], []).append(n)
     cost = {k: sum(len(defs[n]) for n in ns) for k, ns in kernels.items()}
-    light_cost = sum(len(defs[n]) for n in light) // LIGHT_COST_SHARE
+    first = (sum(len(defs[n]) for n in light) // LIGHT_COST_SHARE
+             + sum(len(defs[n]) for n in plain) // 2)
     k = max(1, min(threads, len(kernels), sum(cost.values()) // THREAD_MIN_CHARS))
     while True:
         groups: list[list[str]] = [[] for _ in range(k)]
-        load = [light_cost] + [0] * (k - 1)  # (the light part shares group 0's thread)
+        load = [first] + [0] * (k - 1)
         for key in sorted(kernels, key=lambda key: -cost[key]):
             g = load.index(min(load))
             groups[g] += kernels[key]
             load[g] += cost[key]
-        own = [load[0] - light_cost] + load[1:]
+        own = [load[0] - first] + load[1:]
         if k == 1 or min(own) >= THREAD_MIN_CHARS // 2:
             break
         k -= 1  # a group too small for a module and a thread of its own
-    homes = [light] + [set(g) for g in groups if g]
-    home = {n: h for h, names in enumerate(homes) for n in names}
+    homes = [("light", light, 0)] + ([("plain", plain, 0)] if plain else []) \
+        + [("full", set(g), slot) for slot, g in enumerate(groups) if g]
+    home = {n: h for h, (_, names, _) in enumerate(homes) for n in names}
     refs = {n: set(_GLOBAL_REF.findall(t)) - {n} for n, t in defs.items()}
     crossed = {m for n in defs for m in refs[n] if m in defs and home[m] != home[n]}
     heads = [t for kind, _, t in items if kind == "head"]
     meta = [t for kind, _, t in items if kind == "meta"]
     parts = []
-    for h, names in enumerate(homes):
+    for kind, names, slot in homes:
         used = set(names).union(*(refs[n] for n in names))
         texts = list(heads)
-        texts += [t for kind, n, t in items if kind in ("global", "declare") and n in used]
+        texts += [t for what, n, t in items if what in ("global", "declare") and n in used]
         texts += [_declaration(defs[m]) for m in defs if m in used and m not in names]
         for n, t in defs.items():
             if n in names:
                 texts.append(t.replace("define internal ", "define ", 1) if n in crossed else t)
-        parts.append(Part("\n\n".join(texts + meta) + "\n", h == 0,
-                          sum(len(defs[n]) for n in names)))
+        parts.append(Part("\n\n".join(texts + meta) + "\n", kind,
+                          sum(len(defs[n]) for n in names), slot))
     return parts
 
 
@@ -407,14 +430,14 @@ def _target_machine(opt: int, slot: int):
 
 def _compile_part(part: Part, opt: int, slot: int) -> bytes:
     """Parse, verify, optimise and emit one part, in an LLVMContext of its own."""
-    tm = _target_machine(0 if part.light else 3, slot)
+    tm = _target_machine(3 if part.kind == "full" else 0, slot)
     ctx = llvm.create_context()
     try:
         mod = llvm.parse_assembly(part.text, context=ctx)
         try:
             mod.verify()
             if opt and not part.light:
-                optimize(mod, opt, tm, unlocked=UNLOCKED)
+                optimize(mod, opt, _target_machine(3, slot), unlocked=UNLOCKED)
             return _emit(tm, mod, unlocked=UNLOCKED)
         finally:
             mod.close()
@@ -423,8 +446,8 @@ def _compile_part(part: Part, opt: int, slot: int) -> bytes:
 
 
 def _compile_parts(parts: list[Part], opt: int) -> list[bytes]:
-    """The parts' object codes, in order: the full part's groups on threads of their own
-    (slot 1 and up), the light part and the first group on this one (slot 0)."""
+    """The parts' object codes, in order: each part on its slot's thread (slot 0: this one,
+    the others on threads started here)."""
     objs: list = [None] * len(parts)
     errors: list = []
 
@@ -434,14 +457,17 @@ def _compile_parts(parts: list[Part], opt: int) -> list[bytes]:
                 objs[i] = _compile_part(parts[i], opt, slot)
         except Exception as e:  # noqa: BLE001 - raised again on the calling thread
             errors.append(e)
-    for slot in range(len(parts) - 1):  # (created before the threads start)
+    slots: dict[int, list[int]] = {}
+    for i, part in enumerate(parts):
+        slots.setdefault(part.slot, []).append(i)
+    for slot in slots:  # (target machines created before the threads start)
         _target_machine(3, slot)
-    _target_machine(0, 0)
-    threads = [threading.Thread(target=work, args=([i], i - 1), daemon=True)
-               for i in range(2, len(parts))]
+        _target_machine(0, slot)
+    threads = [threading.Thread(target=work, args=(idxs, slot), daemon=True)
+               for slot, idxs in slots.items() if slot]
     for t in threads:
         t.start()
-    work([0, 1] if len(parts) > 1 else [0], 0)
+    work(slots.get(0, []), 0)
     for t in threads:
         t.join()
     if errors:
@@ -501,8 +527,8 @@ def _build(parts: list[Part] | None) -> dict | None:
     """What the object code depends on besides the IR when compiled in parts (disk key)."""
     if parts is None:
         return None
-    return {"parts": [("light" if p.light else "full", len(p.text)) for p in parts],
-            "scheme": "light:opt0 full:O3 v1"}
+    return {"parts": [(p.kind, len(p.text)) for p in parts],
+            "scheme": "light: -, opt 0; plain: O3, opt 0; full: O3, opt 3"}
 
 
 def compile_ir(ir_text: str, exports: list[str], opt: int = 3) -> Compiled:

@@ -216,3 +216,30 @@ def test_another_process_links_the_stored_parts_without_llvm(tmp_path):
     assert first["stats"]["llvm"] >= 1 and first["stats"]["store"] >= 1
     assert second["stats"].get("llvm", 0) == 0 and second["stats"]["hit"] >= 1
     assert first["bits"] == second["bits"]
+
+
+def test_loops_without_float_arithmetic_get_code_generated_at_opt_0_and_the_same_bits(
+        fresh, monkeypatch):
+    # The transformer step's copies, broadcasts and `contiguous` kernels: a "plain" part
+    # (-O3, then code generated at opt 0) beside the -O3 groups.
+    from examples import transformer_block as tb
+    got = {}
+    for split in (False, True):
+        monkeypatch.setattr(jit, "SPLIT", split)
+        monkeypatch.setattr(jit, "COMPILE_THREADS", 2)
+        jit._cache.clear()
+        args = [np.array(a, copy=True) for a in tb.example_inputs()]
+        prog = cc.compile(tb.train_step, backend="cpu").lower(*args)
+        got[split] = (prog, prog(*args), args)
+    prog = got[True][0]
+    kinds = [p.kind for p in prog._exec._compiled.parts]
+    assert kinds[:2] == ["light", "plain"] and set(kinds[2:]) == {"full"}
+    plain = _part_defines(prog._exec._compiled.parts[1])
+    assert any(n.endswith("_broadcast_to") for n in plain)
+    for n in plain:
+        body = _body(prog.source, n)
+        assert re.search(r"^\S+:", body, re.MULTILINE)  # a loop...
+        assert not re.search(r"\b(fadd|fsub|fmul|fdiv|fcmp|fneg)\b|@\"?llvm\.", body)
+    (_, loss0, arrays0), (_, loss1, arrays1) = got[False], got[True]
+    for a, b in zip([loss0, *arrays0], [loss1, *arrays1]):
+        assert_same_bits(a, b)
