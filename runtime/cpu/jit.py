@@ -219,9 +219,13 @@ CACHE_SIZE = 256  # linked libraries kept for reuse; a dropped one lives on in i
 #     a list of calls that -O3 skipped already (`optnone`), but at opt 3 its code generation
 #     still went through SelectionDAG and the greedy allocator (1,000-step loop: ~0.5 of the
 #     module's 0.65-0.8 s of LLVM);
+#   - "plain": loops without floating-point operations (copies, broadcasts, `where`), at -O3
+#     as before, their machine code from the target machine at opt 0 (the same bits: no
+#     arithmetic for the code generator to treat otherwise; LLVM's machine schedulers were
+#     quadratic in a broadcast's unrolled block: 1.4 s of the cnn example's compile);
 #   - "full": every other function, at -O3 as before, cut into up to COMPILE_THREADS groups
 #     of about equal IR size (a kernel stays with its `.chunk` and `.after`), compiled on as
-#     many threads (the light part on the calling thread, with the first group).
+#     many threads (the light and plain parts on the calling thread, with the first group).
 # llvmlite serialises all its calls with one process-wide lock; the two long ones (the pass
 # pipeline, the code generator) go around it here (`_raw`), which LLVM allows for modules of
 # distinct contexts and distinct target machines (its own ORC compiles on threads that way).
