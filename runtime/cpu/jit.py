@@ -241,9 +241,10 @@ COMPILE_THREADS = max(1, int(os.environ.get("COMPILER_COMPILE_THREADS", "0") or 
 SPLIT = True  # False: one module, one thread, as before (the tests compare both)
 UNLOCKED = True  # False: llvmlite's lock held (threads then take turns: the benchmark's check)
 # A group of the full part worth a module and a thread of its own: at least this much IR
-# text (an extra module costs ~4 ms of CPU, most of it LLVM's per-module set-up; a 24-layer
-# MLP's full part is ~17k characters, the transformer's ~120k).
-THREAD_MIN_CHARS = 8000
+# text. An extra module costs ~4 ms of CPU (most of it LLVM's per-module set-up): a 24-layer
+# MLP's full part (~17k characters) cost 0.02 s more CPU in two (0.18 -> 0.20 s, load 2.6,
+# `compile_scaling.py --parts`), the transformer's (~120k) 0.03 s less.
+THREAD_MIN_CHARS = 20000
 # The light part's IR costs about a tenth of the full part's per character (1,000-step loop:
 # its 301k-character entry ~0.15 s, the 26k characters of -O3 kernels ~0.13 s).
 LIGHT_COST_SHARE = 10

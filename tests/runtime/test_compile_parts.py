@@ -29,6 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Six layers 128 wide: the entry runs more than emitter.ENTRY_OPTNONE_MIN_NODES kernels (it is
 # `optnone`) and the loss and bias kernels are compiled for size (`minsize`).
 SHAPE = {"layers": 6, "width": 128, "batch": 32}
+# Its -O3 kernels (~19k characters of IR) in one group per thread: below the default
+# jit.THREAD_MIN_CHARS, so the tests lower it.
+SMALL_GROUP = 4000
 
 
 @pytest.fixture
@@ -63,6 +66,7 @@ def _step(monkeypatch, split, threads=2, lr=0.1):
     """(program, loss, the arrays after the step) of one training step built with `split`."""
     monkeypatch.setattr(jit, "SPLIT", split)
     monkeypatch.setattr(jit, "COMPILE_THREADS", threads)
+    monkeypatch.setattr(jit, "THREAD_MIN_CHARS", SMALL_GROUP)
     args = mlp_inputs(**SHAPE)
     prog = cc.compile(sgd_step(lr), backend="cpu").lower(*args)
     return prog, prog(*args), args
@@ -186,6 +190,8 @@ CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
 from runtime.cpu import jit
+from tests.runtime.test_compile_parts import SMALL_GROUP
+jit.THREAD_MIN_CHARS = SMALL_GROUP
 if {forbid_llvm!r}:
     def _no_llvm(*a, **k):
         raise AssertionError("LLVM ran in a process that should have hit the disk cache")
