@@ -42,6 +42,14 @@ jax): tracing (autodiff included), each pass, LLVM (parse, verify, optimise, obj
 linking, and the rest (the cpu emitter building the module's IR, the Program); medians of
 `--repeat` runs.
 
+`--parts`: LLVM's CPU and wall seconds (`jit.compile_ir` of each `--targets` workload's module,
+in-memory and disk caches off, interleaved, medians of `--repeat`) compiled whole (`jit.SPLIT`
+off: one module at -O3, as before), in parts on one thread, in parts on `jit.COMPILE_THREADS`
+threads, and the same with llvmlite's lock held (`jit.UNLOCKED` off); then, for modules with
+two -O3 groups, how often two compile threads were on a CPU at the same moment, with
+llvmlite's lock bypassed and held (`_both_ran`: per-thread CPU time sampled every ~1 ms);
+then a call's CPU time of the program built whole and in parts (`_step_times`).
+
 `--mlp`: the CPU time of a cold compile (`lower`: trace, passes, codegen, LLVM; the in-memory
 and disk code caches empty) of a training step of a 24-layer MLP (256 wide, batch 64, relu,
 cross-entropy, SGD), with identical kernels emitted once per module (`emitter.DEDUPE`, the
@@ -308,11 +316,11 @@ def _one_target(name: str, peer: str, before=None) -> dict:
         if before is not None:
             before()
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        t0 = time.process_time()
+        t0, w0 = time.process_time(), time.perf_counter()
         prog = cc.compile(fn, backend="cpu").lower(*args)
-        t = time.process_time() - t0
+        t, w = time.process_time() - t0, time.perf_counter() - w0
         rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
-    return {"cpu_s": t, "rss_mb": rss, "functions": prog.source.count("\ndefine ")}
+    return {"cpu_s": t, "wall_s": w, "rss_mb": rss, "functions": prog.source.count("\ndefine ")}
 
 
 def _one_phases(name: str) -> dict:
@@ -367,6 +375,11 @@ def phases_main(repeat: int, names) -> int:
     return 0
 
 
+def jit_threads() -> int:
+    from runtime.cpu import jit
+    return jit.COMPILE_THREADS
+
+
 def targets_main(repeat: int, names, with_jax: bool) -> int:
     import json
     import subprocess
@@ -382,9 +395,10 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
                           file=sys.stderr)
                     continue
                 rows.setdefault((name, peer), []).append(json.loads(out.stdout.splitlines()[-1]))
-    print("| workload | target CPU s | ours CPU s (median) | ours peak MB added | functions "
-          "| jax.jit CPU s (median) | jax.jit peak MB added | runs (ours) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | target CPU s | ours CPU s (median) | ours wall s (median) "
+          "| ours peak MB added | functions | jax.jit CPU s (median) | jax.jit peak MB added "
+          "| runs (ours, CPU s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         ours, jx = rows.get((name, "ours"), []), rows.get((name, "jax"), [])
 
@@ -392,11 +406,140 @@ def targets_main(repeat: int, names, with_jax: bool) -> int:
             return format(float(np.median([x[k] for x in rs])), fmt) if rs else "—"
         target = "—" if TARGETS[name][1] is None else f"{TARGETS[name][1]:g}"
         print(f"| {name} | {target} | {med(ours, 'cpu_s', '.2f')} | "
-              f"{med(ours, 'rss_mb', '.0f')} | {ours[0]['functions'] if ours else '—'} | "
+              f"{med(ours, 'wall_s', '.2f')} | {med(ours, 'rss_mb', '.0f')} | "
+              f"{ours[0]['functions'] if ours else '—'} | "
               f"{med(jx, 'cpu_s', '.2f')} | {med(jx, 'rss_mb', '.0f')} | "
               + " ".join(f"{x['cpu_s']:.2f}" for x in ours) + " |")
-    print(f"\n(cold caches, a fresh process per run, CPU seconds of all threads; peak memory: "
-          f"ru_maxrss after minus before the compile; numpy {np.__version__}, one BLAS thread)")
+    print(f"\n(cold caches, a fresh process per run, CPU seconds of all threads, wall seconds "
+          f"(LLVM on up to {jit_threads()} threads); peak memory: ru_maxrss after minus before "
+          f"the compile; numpy {np.__version__}, one BLAS thread; load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
+    return 0
+
+
+def _both_ran(parts, unlocked: bool) -> tuple[float, float]:
+    """Two threads compiling the two biggest -O3 groups of `parts` (twice each, as
+    `jit._compile_part` does: own context, own target machine), llvmlite's lock bypassed or
+    not; a sampler reads each thread's time on a CPU (`/proc/self/task/<tid>/schedstat`,
+    nanoseconds) every ~1 ms. Returns (the share of the samples in which both threads ran,
+    wall seconds). Held, the lock lets one thread at a time into LLVM: ~0 whatever the
+    load; bypassed, both run whenever the machine has two free cores."""
+    import threading
+
+    from runtime.cpu import jit
+    full = sorted((p for p in parts if not p.light), key=lambda p: -p.size)[:2]
+    saved, jit.UNLOCKED = jit.UNLOCKED, unlocked
+    tids, done = [None, None], [False, False]
+
+    def work(k):
+        tids[k] = threading.get_native_id()
+        for _ in range(2):
+            jit._compile_part(full[k], 3, k)
+        done[k] = True
+
+    def on_cpu(tid):
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    for k in range(2):
+        jit._target_machine(3, k)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    w0 = time.perf_counter()
+    try:
+        for t in threads:
+            t.start()
+        while None in tids:
+            time.sleep(0.0001)
+        prev, both, one = [on_cpu(t) for t in tids], 0, 0
+        while not any(done):
+            time.sleep(0.001)
+            try:
+                now = [on_cpu(t) for t in tids]
+            except FileNotFoundError:  # (a thread just ended)
+                break
+            ran = [a > b for a, b in zip(now, prev)]
+            prev = now
+            both += all(ran)
+            one += any(ran) and not all(ran)
+    finally:
+        for t in threads:
+            t.join()
+        jit.UNLOCKED = saved
+    return both / max(1, both + one), time.perf_counter() - w0
+
+
+def _step_times(fn, args, repeat: int) -> dict:
+    """CPU milliseconds of one call of the program built whole (False) and in parts (True):
+    batches of calls of about 0.1 s each, interleaved, medians of 3 * `repeat`."""
+    from runtime.cpu import jit
+    progs, mine = {}, {}
+    for split in (False, True):
+        jit.SPLIT = split
+        jit._cache.clear()
+        mine[split] = [np.array(a, copy=True) for a in args]
+        progs[split] = cc.compile(fn, backend="cpu").lower(*mine[split])
+        progs[split](*mine[split])
+    t0 = time.process_time()
+    progs[True](*mine[True])
+    n = max(1, int(0.1 / max(time.process_time() - t0, 1e-6)))
+    times = {False: [], True: []}
+    for _ in range(3 * repeat):
+        for split, prog in progs.items():
+            t0 = time.process_time()
+            for _ in range(n):
+                prog(*mine[split])
+            times[split].append((time.process_time() - t0) / n * 1e3)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def parts_main(repeat: int, names) -> int:
+    import tempfile
+
+    from runtime.cpu import jit, pool
+    os.environ["COMPILER_CACHE_DIR"] = ""
+    with tempfile.TemporaryDirectory():
+        warm, warm_args = chain(3)
+        cc.compile(warm, backend="cpu").lower(*warm_args)
+    pool.ensure(1)
+    threads = max(2, jit.COMPILE_THREADS)
+    configs = {"whole": (False, 1, True), "parts, 1 thread": (True, 1, True),
+               f"parts, {threads} threads": (True, threads, True),
+               f"parts, {threads} threads, lock held": (True, threads, False)}
+    saved = jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED
+    print("| workload | " + " | ".join(f"{c}: CPU s / wall s" for c in configs)
+          + " | both threads on a CPU: share of samples (wall) bypassed / lock held "
+          "| a call's CPU ms: whole / parts |")
+    print("|---|" + "---|" * (len(configs) + 2))
+    try:
+        for name in names:
+            fn, args = TARGETS[name][0]()
+            text = cc.compile(fn, backend="cpu").lower(*args).source
+            got = {c: ([], []) for c in configs}
+            for _ in range(repeat):
+                for c, (split, th, unlocked) in configs.items():
+                    jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = split, th, unlocked
+                    jit._cache.clear()
+                    t0, w0 = time.process_time(), time.perf_counter()
+                    jit.compile_ir(text, ["run"])
+                    got[c][0].append(time.process_time() - t0)
+                    got[c][1].append(time.perf_counter() - w0)
+            parts = jit.plan_parts(text, threads=2)
+            sampled = {u: [] for u in (True, False)}
+            if parts is not None and sum(not p.light for p in parts) >= 2 \
+                    and os.path.exists("/proc/self/task"):
+                for _ in range(repeat):
+                    for u in (True, False):
+                        sampled[u].append(_both_ran(parts, u))
+            both = " / ".join(f"{np.median([b for b, _ in sampled[u]]):.2f} "
+                              f"({np.median([w for _, w in sampled[u]]):.2f} s)"
+                              if sampled[u] else "—" for u in (True, False))
+            step = _step_times(fn, args, repeat)
+            print(f"| {name} | " + " | ".join(
+                f"{np.median(v[0]):.3f} / {np.median(v[1]):.3f}" for v in got.values())
+                + f" | {both} | {step[False]:.3f} / {step[True]:.3f} |", flush=True)
+    finally:
+        jit.SPLIT, jit.COMPILE_THREADS, jit.UNLOCKED = saved
+    print(f"\n(medians of {repeat}, interleaved; load average {os.getloadavg()[0]:.1f} at the "
+          f"end; {os.cpu_count()} CPUs)")
     return 0
 
 
@@ -417,6 +560,9 @@ def main(argv=None) -> int:
     parser.add_argument("--phases", nargs="?", const=",".join(TARGETS), default=None,
                         help="per-phase CPU seconds of the --targets workloads (optionally "
                              "a comma-separated subset)")
+    parser.add_argument("--parts", nargs="?", const=",".join(TARGETS), default=None,
+                        help="LLVM's CPU and wall seconds, whole module against parts on 1 "
+                             "and 2 threads (optionally a comma-separated subset)")
     parser.add_argument("--one-target", nargs=2, help=argparse.SUPPRESS)  # (a child process)
     parser.add_argument("--one-phases", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -428,6 +574,8 @@ def main(argv=None) -> int:
         import json
         print(json.dumps(_one_phases(args.one_phases)))
         return 0
+    if args.parts:
+        return parts_main(args.repeat, args.parts.split(","))
     if args.phases:
         return phases_main(args.repeat, args.phases.split(","))
     if args.targets:

@@ -26,8 +26,10 @@ An entry is machine code this process will run, so the cache guarantees:
   3. **The key names what the code depends on.** The key (`entry_key`) is a SHA-256 over the
      module's IR text (the graph, with the options that change code: sanitize, profiling),
      the optimisation level and exported names, the host CPU's name and features, the target
-     triple and machine settings, and the llvmlite and LLVM versions. The MAC sits in the
-     same file as the object so that one rename publishes both.
+     triple and machine settings, the llvmlite and LLVM versions, and for a long program how
+     the module was cut into parts (`jit.plan_parts`: one entry then holds the parts' object
+     files, packed by `jit._pack`). The MAC sits in the same file as the object so that one
+     rename publishes both.
   4. **Processes filling the cache at once are safe.** An entry is written to a private
      temporary file (`O_EXCL`, mode 0600) in the same directory and renamed over the entry's
      name (atomic on POSIX): a reader sees the old entry, no entry, or the whole new one.
