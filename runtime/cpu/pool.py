@@ -71,6 +71,8 @@ import signal
 import threading
 import time
 
+import numpy as np
+
 from . import jit
 
 # The state block (bytes): pthread objects get 64 bytes each (glibc's mutex is 40, its
@@ -874,7 +876,6 @@ EVENTS = {1: "post", 2: "posted", 3: "claim", 4: "chunk_end", 5: "own_done",
 def trace_start(rows: int = 1 << 16) -> None:
     """Record the pool's events (time, thread, cpu, event, value) into a buffer of `rows`
     rows from now on (benchmarks: where a parallel call's time goes)."""
-    import numpy as np
     ensure(1)
     # A thread may have read the buffer's address just before a `trace_stop` and write its
     # row any time later: buffers are never freed (one per size asked, reused).
@@ -892,7 +893,6 @@ def trace_stop():
     """Stop recording; the events as a structured array (t_ns on CLOCK_MONOTONIC, the clock
     of `time.perf_counter_ns` and `time.monotonic_ns` on Linux; who; cpu; event; value) in
     the order their rows were taken, those written by now (None: no trace was on)."""
-    import numpy as np
     if "addr" not in _pool or "trace" not in _pool:
         return None
     ctypes.c_void_p.from_address(_pool["addr"] + _TRACE).value = None
