@@ -24,8 +24,9 @@ share memory (`ALIASES`: the same array twice, overlapping row slices, an array 
 array and its transpose), so writes through one argument are seen through another, as in eager
 NumPy; `hard_aliasing=True` makes every program share memory, in HARD_ALIASES' layouts too, and
 writes through chains of views of one member (`_Gen.step_alias_chain`). Sometimes the last step
-is one the compiler must refuse with `cc.InplaceError`: an inplace op on a leaf that needs a gradient, a write through an expanded view, or an inplace op whose result
-would be bigger than its target.
+is one the compiler must refuse with `cc.InplaceError`: an inplace op on a leaf that needs a
+gradient, a write through an expanded view, or an inplace op whose result would be bigger than
+its target.
 
 The source is compiled under the virtual file name `random_program.py` (registered in
 `linecache`), so the compiler's error messages and plan decisions name its lines.
