@@ -73,6 +73,10 @@ KEY_NAME = ".mac-key"
 KEY_BYTES = 32
 DEFAULT_MAX_BYTES = 1 << 30
 STALE_TMP_SECONDS = 3600
+# A store scans the directory again after this many stores of this process (other processes
+# store there too) or STALE_TMP_SECONDS after its last scan, and whenever its own count says
+# the entries may exceed the limit: `_prune_if_due`.
+PRUNE_EVERY = 64
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.o\Z")
 _TMP_NAME = re.compile(r"\.tmp-[0-9a-f]{16}\.(o|key)\Z")
 _TAG_LEN = 64  # hex digits of the HMAC-SHA256
@@ -86,12 +90,14 @@ STATS: Counter = Counter()
 
 
 class _Dir:
-    """A checked cache directory: its descriptor (every file operation goes through it) and
-    the MAC key kept in it."""
-    __slots__ = ("path", "fd", "mac_key")
+    """A checked cache directory: its descriptor (every file operation goes through it), the
+    MAC key kept in it, and what the last full scan (`_prune`) found: the entries' bytes, and
+    the bytes and stores this process added since (`_prune_if_due`)."""
+    __slots__ = ("path", "fd", "mac_key", "scanned_bytes", "scanned_at", "added", "stores")
 
     def __init__(self, path: str, fd: int, mac_key: bytes):
         self.path, self.fd, self.mac_key = path, fd, mac_key
+        self.scanned_bytes, self.scanned_at, self.added, self.stores = None, 0.0, 0, 0
 
 
 class _Refused(Exception):
@@ -394,6 +400,7 @@ def store(key: str, obj: bytes, machine: dict) -> bool:
     d = _usable_dir()
     if d is None:
         return False
+    entry = _entry_bytes(key, obj, machine, d.mac_key)
     try:
         tmp, fd = _open_tmp(d.fd, SUFFIX)
     except OSError:
@@ -401,14 +408,14 @@ def store(key: str, obj: bytes, machine: dict) -> bool:
         return False
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_entry_bytes(key, obj, machine, d.mac_key))
+            f.write(entry)
         os.replace(tmp, key + SUFFIX, src_dir_fd=d.fd, dst_dir_fd=d.fd)
     except OSError:
         STATS["store failed"] += 1
         _unlink(d.fd, tmp)
         return False
     STATS["store"] += 1
-    _prune(d)
+    _prune_if_due(d, len(entry))
     return True
 
 
@@ -469,6 +476,18 @@ def prune(d: str | None = None, limit: int | None = None) -> int:
     return 0 if cd is None else _prune(cd, limit)
 
 
+def _prune_if_due(d: _Dir, size: int) -> None:
+    """After a store of `size` bytes: scan and prune only when the entries may now exceed the
+    limit, or PRUNE_EVERY stores or STALE_TMP_SECONDS after the last scan: a scan per store
+    made N stores into one directory cost O(N^2) (the test suite's thousands of compiles per
+    process spent about half their system time listing it)."""
+    d.added += size
+    d.stores += 1
+    if d.scanned_bytes is None or d.scanned_bytes + d.added > max_bytes() \
+            or d.stores >= PRUNE_EVERY or time.time() - d.scanned_at > STALE_TMP_SECONDS:
+        _prune(d)
+
+
 def _prune(d: _Dir, limit: int | None = None) -> int:
     limit = max_bytes() if limit is None else limit
     now, removed, entries = time.time(), 0, []
@@ -486,6 +505,7 @@ def _prune(d: _Dir, limit: int | None = None) -> int:
         if _written_by_cache(d, name) and _unlink(d.fd, name):
             removed += 1
             total -= size
+    d.scanned_bytes, d.scanned_at, d.added, d.stores = total, now, 0, 0
     return removed
 
 

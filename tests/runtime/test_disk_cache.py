@@ -251,6 +251,23 @@ def test_prune_removes_least_recently_used_entries_and_stale_temporaries(cache):
     assert [p.name for p in cache.iterdir()] == [disk_cache.KEY_NAME]  # the key stays
 
 
+
+def test_stores_scan_the_directory_once_per_prune_every_yet_keep_the_limit(cache, monkeypatch):
+    """A scan of the whole directory after every store made a long session quadratic: stores
+    scan it every PRUNE_EVERY stores, and still whenever their bytes may pass the limit."""
+    scans = []
+    real = disk_cache._candidates
+    monkeypatch.setattr(disk_cache, "_candidates", lambda d: scans.append(1) or real(d))
+    monkeypatch.setattr(disk_cache, "PRUNE_EVERY", 8)
+    for k in range(40):
+        assert disk_cache.store(f"{k:064x}", b"x" * 1000, {"m": 1})
+    assert len(scans) == 1 + (40 - 1) // 8  # the first store, then every 8th after it
+    size = _entries(cache)[0].stat().st_size
+    monkeypatch.setenv("COMPILER_CACHE_MAX_BYTES", str(45 * size))
+    for k in range(40, 50):  # 50 entries against room for 45: the store that passes it prunes
+        assert disk_cache.store(f"{k:064x}", b"x" * 1000, {"m": 1})
+    assert len(_entries(cache)) <= 45 and f"{49:064x}.o" in {p.name for p in _entries(cache)}
+
 # -- other processes ---------------------------------------------------------------------------
 CHILD = r"""
 import json, sys
