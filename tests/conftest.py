@@ -44,12 +44,13 @@ def pytest_configure(config):
 
 
 # The longest tests of the default run, longest first (150 down to 36 s each in a loaded
-# 2-worker run's `--durations`, 2026-11-27): they start first. Under xdist a long test that starts near the
-# end keeps one worker busy while the other has nothing left to do; started first, the other
-# worker takes the short tests meanwhile (`--dist worksteal`, the default here, hands a worker
-# that runs dry the tail of the other's queue). Only the order changes: a test not named here
-# runs where it did, a name that no longer exists matches nothing. A file's name moves all of
-# its tests together (they share a module fixture that would otherwise be set up twice).
+# 2-worker run's `--durations`, 2026-11-27): they start first. Under xdist a long test that
+# starts near the end keeps one worker busy while the other has nothing left to do; started
+# first, the other worker takes the short tests meanwhile (`--dist worksteal`, the default
+# here, hands a worker that runs dry the tail of the other's queue). Only the order changes:
+# a test not named here runs where it did, a name that no longer exists matches nothing. A
+# file's name moves all of its tests together (they share a module fixture that would
+# otherwise be set up twice).
 LONG_FIRST = (
     "tests/gpu/test_harness_samples.py",
     "tests/passes/test_random_programs.py::test_training_programs_on_cpu_match_reference",
@@ -65,14 +66,14 @@ LONG_FIRST = (
     "tests/passes/test_random_programs.py::test_forward_programs_on_cpu_match_reference",
     "tests/gpu/test_gpu_codegen.py::test_random_programs_generate_and_compile",
     "tests/examples/test_gpt_vs_torch.py::test_the_training_step_matches_pytorch_step_for_step",
-    "tests/passes/test_random_targeted.py::"
-    "test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits",
+    ("tests/passes/test_random_targeted.py::"
+     "test_training_programs_on_cpu_under_a_random_budget_give_the_unbudgeted_bits"),
     "tests/examples/test_gpt_vs_torch.py::test_the_loss_and_every_gradient_match_pytorch",
-    "tests/benchmarks/test_backend_speed.py::"
-    "test_quick_run_prints_the_tables_and_every_column_computes_the_same",
+    ("tests/benchmarks/test_backend_speed.py::"
+     "test_quick_run_prints_the_tables_and_every_column_computes_the_same"),
     "tests/examples/test_examples.py::test_cli_demo_and_plan",
-    "tests/passes/test_random_programs.py::"
-    "test_programs_on_cpu_give_the_same_bits_for_any_thread_count",
+    ("tests/passes/test_random_programs.py::"
+     "test_programs_on_cpu_give_the_same_bits_for_any_thread_count"),
 )
 
 
