@@ -41,6 +41,9 @@ def pytest_configure(config):
         "markers", "backends(*names): `each_backend` runs the test on these backends only "
         "(e.g. a test that pins the numpy pipeline's plan, which the cpu pipeline's fusion "
         "changes, or one that runs no backend at all)")
+    config.addinivalue_line(
+        "markers", "slow_on(*names): `slow` for the `each_backend` runs on these backends only "
+        "(a sweep whose other cases repeat the same native code paths)")
 
 
 # The longest tests of the default run, longest first (150 down to 36 s each in a loaded
@@ -92,7 +95,13 @@ def pytest_cmdline_main(config):
         config.option.dist = "worksteal"
 
 
+@pytest.hookimpl(tryfirst=True)   # (before `-m` deselects by the marks)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        only = item.get_closest_marker("slow_on")
+        callspec = getattr(item, "callspec", None)
+        if only and callspec and callspec.params.get("each_backend") in only.args:
+            item.add_marker(pytest.mark.slow)
     # (a stable sort: every xdist worker computes the same order from the same collection)
     items.sort(key=lambda item: _long_rank(item.nodeid))
 
