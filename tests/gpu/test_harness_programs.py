@@ -71,10 +71,11 @@ def assert_same(got, want, what, rtol):
                                    err_msg=f"{what}, result {i}")
 
 
-def check(gpu_prog, numpy_call, args, what, rtol=1e-5):
+def check(gpu_prog, numpy_call, args, what, rtol=1e-5, module=None):
     """`gpu_prog` through the harness under each schedule, and `numpy_call` (a callable of
     the same arguments): the same results and the same caller arrays afterwards. `args` is
-    a function giving fresh arguments (arguments that share memory must be made anew)."""
+    a function giving fresh arguments (arguments that share memory must be made anew).
+    `module`: an edited copy of the program's launch list to run instead."""
     want_args = args()
     try:
         with np.errstate(all="ignore"):
@@ -90,49 +91,123 @@ def check(gpu_prog, numpy_call, args, what, rtol=1e-5):
         for a, initial in zip(gpu_prog.state_arrays, states):
             a[...] = initial
         got_args = args()
-        got = harness.on_host(gpu_prog, schedule)(*got_args)
+        got = harness.on_host(gpu_prog, schedule, module)(*got_args)
         assert_same(got, want, f"{what} ({schedule})", rtol)
         assert_same(got_args, want_args, f"{what}: arguments after the call ({schedule})", rtol)
 
 
 # ---- building the libraries in batches ------------------------------------------------------
 
+# The seeds over Paddle's [1,64,512,512] relu tensor (64 MiB: ~50 s each through the fiber
+# harness, mostly the numpy comparison and 16M fiber iterations) run in the default run on a
+# corner of it (every other value negative, as in the full one) with each launch's grid cut to
+# 2 blocks, so that every thread still goes round the grid-stride loop several times (the full
+# tensor's 65,536 blocks of 256 exceed the capped grid: the loop is what covers the rest).
+# The full size is in the slow run.
+BIG_BYTES = 1 << 20
+SMALL_GRID = 2
+
+
+def _is_big(args):
+    return any(isinstance(a, np.ndarray) and a.nbytes > BIG_BYTES for a in args)
+
+
+def _corner(a):
+    """Two of each leading axis, the whole last one (the sign pattern of the seed's array)."""
+    if not isinstance(a, np.ndarray) or a.nbytes <= BIG_BYTES:
+        return a
+    return np.ascontiguousarray(a[tuple(slice(0, 2) for _ in a.shape[:-1])])
+
+
+def _small_grid(prog):
+    import dataclasses
+
+    from runtime.gpu.launch import GpuModule
+    module = prog._exec.module
+    launches = [ln if ln.library else dataclasses.replace(ln, grid=(SMALL_GRID, 1, 1))
+                for ln in module.launches]
+    elements = max(n.out.size for n in prog.graph.nodes)
+    # (each thread takes at least 4 turns of the loop)
+    assert all(ln.library or 4 * SMALL_GRID * ln.block[0] <= elements for ln in launches)
+    return GpuModule(module.source, launches, module.arena_bytes, module.arena_alignment,
+                     module.status_offset, module.scratch_bytes)
+
+
 def _lower_seeds():
-    out = []
+    """{title: (fn, args, check, program, module or None)}: the big seeds at their corner
+    size, with the cut grid."""
+    out = {}
     for title, fn, args, ok in seeds.SEEDS:
-        out.append((title, fn, args, ok, cc.compile(fn, backend="gpu").lower(*_copy(args))))
+        small = _is_big(args)
+        if small:
+            args = tuple(_corner(a) for a in args)
+        prog = cc.compile(fn, backend="gpu").lower(*_copy(args))
+        out[title] = (fn, args, ok, prog, _small_grid(prog) if small else None)
     return out
 
 
 @pytest.fixture(scope="module")
 def seed_programs():
     progs = _lower_seeds()
-    harness.prebuild([p._exec.module for *_, p in progs])
-    return {title: rest for title, *rest in progs}
+    harness.prebuild([p._exec.module for *_, p, _ in progs.values()])
+    return progs
 
 
 @pytest.mark.parametrize("title", [s[0] for s in seeds.SEEDS])
 def test_seed_programs_match_the_numpy_backend(seed_programs, title):
-    fn, args, ok, prog = seed_programs[title]
-    check(prog, cc.compile(fn, backend="numpy"), lambda: _copy(args), title)
+    fn, args, ok, prog, module = seed_programs[title]
+    check(prog, cc.compile(fn, backend="numpy"), lambda: _copy(args), title, module=module)
     if ok is not None:
         call = _copy(args)
-        assert ok(harness.on_host(prog)(*call), *args), title
+        assert ok(harness.on_host(prog, module=module)(*call), *args), title
 
 
-# gpt's step at the example's size is the longest (~6x the mlp's kernels, each thread a fiber
-# under both schedules): the slow run has it; the default run has the same step (embedding,
-# causal attention, layer norms, AdamW on the layers' state arrays) at a tiny size.
+@pytest.mark.slow
+@pytest.mark.parametrize("title", [s[0] for s in seeds.SEEDS if _is_big(s[2])])
+def test_big_seed_programs_at_full_size_match_the_numpy_backend(title):
+    (_, fn, args, ok) = next(s for s in seeds.SEEDS if s[0] == title)
+    prog = cc.compile(fn, backend="gpu").lower(*_copy(args))
+    check(prog, cc.compile(fn, backend="numpy"), lambda: _copy(args), title)
+    if ok is not None:
+        assert ok(harness.on_host(prog)(*_copy(args)), *args), title
+
+
+# The examples' steps at their own size take minutes through the fiber harness (gpt's ~6x the
+# mlp's kernels, the transformer's [8, 128, 256] activations, each thread a fiber under both
+# schedules): the slow run has them; the default run has the transformer's, the cnn's and
+# gpt's at a tiny size (the same ops: embedding, causal attention, layer norms, conv and pool
+# with their gradients, BatchNorm, AdamW and SGD on the layers' state arrays) and the mlp's at
+# its own (cheap; its batch of 256 is long enough for the split reductions, `_slices`).
 TINY_GPT = {"batch": 2, "context": 8, "dim": 16, "heads": 2, "layers": 1}
+TINY = {"transformer_block": {"batch": 2, "seq": 16, "d_model": 32, "d_mlp": 64}}
 
 
-@pytest.mark.parametrize("name,size", [(n, "small") for n in EXAMPLES if n != "gpt"]
-                         + [("gpt", "tiny"), pytest.param("gpt", "small",
-                                                          marks=pytest.mark.slow)])
+def _tiny_step(module, name, backend):
+    """(the program, its arguments) of `name`'s step at the tiny size."""
+    if name == "gpt":
+        size = module.Size(**TINY_GPT)
+        return module.build_program(backend=backend, size=size), module.example_inputs(size)
+    if name == "cnn":   # (a batch of 4 images; the net's own shapes)
+        step = cc.compile(module.train_step_for(*module.make_net()), backend=backend)
+        args = module.images(np.random.default_rng(0), n=4)
+        return step.lower(*_copy(args)), args
+    args = module.example_inputs(**TINY[name])
+    return cc.compile(module.train_step, backend=backend).lower(*_copy(args)), args
+
+
+@pytest.mark.parametrize("name,size", [("mlp", "small")] + [(n, "tiny") for n in EXAMPLES
+                                                              if n != "mlp"]
+                         + [pytest.param(n, "small", marks=pytest.mark.slow) for n in EXAMPLES
+                            if n != "mlp"])
 def test_example_steps_match_the_numpy_backend(name, size):
     module = load_example(name)
+    if size == "tiny":
+        prog, args = _tiny_step(module, name, "gpu")
+        ref, _ = _tiny_step(module, name, "numpy")
+        check(prog, ref, lambda: _copy(args), name, rtol=1e-4)
+        return
     if name == "gpt":
-        size = module.SIZES["small"] if size == "small" else module.Size(**TINY_GPT)
+        size = module.SIZES["small"]
         prog = module.build_program(backend="gpu", size=size)
         ref = module.build_program(backend="numpy", size=size)
         check(prog, ref, lambda: _copy(module.example_inputs(size)), name, rtol=1e-4)

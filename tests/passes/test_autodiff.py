@@ -252,7 +252,12 @@ for _table in (_unary_cases(), _binary_cases(), _reduction_and_matmul_cases(), _
     CASES.update(_table)
 
 DIFFERENTIABLE = sorted(name for name, op in REGISTRY.items() if op.differentiable)
-OP_CASES = [pytest.param(op, k, form, id=f"{op}-{k}-{form}")
+# The autodiff pass is the same on every backend: each case runs on numpy; a native backend
+# runs each op's first case in each form in the default run, its other cases (other shapes
+# and attributes through the same kernels; conv2d's and max_pool2d's cost seconds each) in the
+# slow run.
+OP_CASES = [pytest.param(op, k, form, id=f"{op}-{k}-{form}",
+                         marks=[pytest.mark.slow_on("cpu")] if k else [])
             for op in sorted(CASES) for k in range(len(CASES[op]))
             for form in REGISTRY[op].vjp]
 
