@@ -16,16 +16,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 os.environ.setdefault("COMPILER_SANITIZE", "1")
 
 # The suite never reads or writes the user's real compile cache (~/.cache/inplace-compiler):
-# one fresh directory per process (each xdist worker), inherited by the subprocesses tests
-# start, removed at exit.
-def _fresh_cache_dir() -> str:
-    path = tempfile.mkdtemp(prefix="inplace-compiler-test-cache-")
-    atexit.register(shutil.rmtree, path, True)
-    os.environ["COMPILER_CACHE_DIR"] = path
-    return path
-
-
-_CACHE_DIR = _fresh_cache_dir()
+# one fresh directory per session, inherited by the subprocesses tests start, removed at exit.
+_CACHE_DIR = tempfile.mkdtemp(prefix="inplace-compiler-test-cache-")
+os.environ["COMPILER_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
 
 # A folder per test session that the xdist workers share (they inherit the variable), for what
 # one test finds and another reuses (tests/gpu/picks.py); removed by the process that made it.
@@ -91,29 +85,6 @@ def _long_rank(nodeid: str) -> int:
         if nodeid == name or nodeid.startswith((name + "[", name + "::")):
             return rank
     return len(LONG_FIRST)
-
-
-# The cpu backend's disk cache scans its whole directory after every store (runtime/cpu/
-# disk_cache.py `_prune`, which keeps it under COMPILER_CACHE_MAX_BYTES): ~8 us an entry, so a
-# worker's ~5,000 compiles into one directory spent ~100 s in scans (n^2 / 2 entries seen).
-# After CACHE_SEGMENT stores a worker moves on to a fresh directory (between tests, and only
-# while no test has aimed the cache elsewhere): each scan then sees at most that many entries,
-# at the price of recompiling a program already compiled CACHE_SEGMENT stores earlier.
-CACHE_SEGMENT = 1000
-_segment_start = 0
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    global _CACHE_DIR, _segment_start
-    disk_cache = sys.modules.get("runtime.cpu.disk_cache")
-    if disk_cache is None or os.environ.get("COMPILER_CACHE_DIR") != _CACHE_DIR:
-        return
-    stores = disk_cache.STATS["store"]
-    if stores < _segment_start:   # (a test cleared the counts)
-        _segment_start = stores
-    elif stores - _segment_start >= CACHE_SEGMENT:
-        _segment_start = stores
-        _CACHE_DIR = _fresh_cache_dir()
 
 
 @pytest.hookimpl(tryfirst=True)
