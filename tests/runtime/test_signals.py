@@ -5,6 +5,7 @@ updated or untouched, all of them alike (compiler.signals).
 Each test fires SIGALRM at delays spread over one uninterrupted call's duration and past it
 (before, during and after the run); the delays come from a measured call, but no assertion
 depends on timing: whatever moment the signal lands, the same two outcomes are allowed."""
+import gc
 import os
 import signal
 import threading
@@ -24,7 +25,11 @@ FRACTIONS = (0.0, 0.03, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 
 @pytest.fixture
 def alarm():
     """Installs a SIGALRM handler that calls `alarm.on_signal()` (if set) and raises
-    KeyboardInterrupt; restores the previous handler and disarms the timer after the test."""
+    KeyboardInterrupt; restores the previous handler and disarms the timer after the test.
+    Python callbacks of the garbage collector are set aside meanwhile: a handler that runs
+    inside one has its exception printed and dropped by CPython (hypothesis installs one when
+    its tests ran earlier in the same process: the interrupt then never reached the caller),
+    which is no moment of our call."""
     class Alarm:
         on_signal = None
         calls = 0
@@ -37,11 +42,14 @@ def alarm():
 
     previous = signal.signal(signal.SIGALRM, handler)
     Alarm.handler = handler
+    callbacks = gc.callbacks[:]
+    gc.callbacks.clear()
     try:
         yield Alarm
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        gc.callbacks[:] = callbacks
 
 
 def state(arrays, before, after) -> str:
