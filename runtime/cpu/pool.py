@@ -248,35 +248,8 @@ anynext:
 anyout:  ; (none left: the workers keep their masks, and the next call looks again)
   %left = icmp ne i64 %acc1, 0
   br i1 %left, label %set0, label %forget
-set0:
-  %tidsp = getelementptr i8, ptr %s, i64 592
-  %tids = load ptr, ptr %tidsp, align 8
-  %capp = getelementptr i8, ptr %s, i64 600
-  %cap = load i64, ptr %capp, align 8
-  %nwp = getelementptr i8, ptr %s, i64 448
-  %nw = load atomic i64, ptr %nwp monotonic, align 8
-  %lt = icmp ult i64 %nw, %cap
-  %lim = select i1 %lt, i64 %nw, i64 %cap
-  br label %set
-set:
-  %q = phi i64 [ 0, %set0 ], [ %q1, %setnext ]
-  %all = phi i1 [ 1, %set0 ], [ %all1, %setnext ]
-  %more = icmp ult i64 %q, %lim
-  br i1 %more, label %setone, label %setout
-setone:
-  %tp = getelementptr i64, ptr %tids, i64 %q
-  %tid = load atomic i64, ptr %tp monotonic, align 8
-  %has = icmp sgt i64 %tid, 0
-  br i1 %has, label %setcall, label %setnext
-setcall:
-  %tid32 = trunc i64 %tid to i32
-  %sr = call i32 @sched_setaffinity(i32 %tid32, i64 128, ptr %mask)
-  br label %setnext
-setnext:
-  %all1 = and i1 %all, %has
-  %q1 = add i64 %q, 1
-  br label %set
-setout:  ; (a worker just started, its id not recorded yet: again at the next call)
+set0:  ; (a worker just started, its id not recorded yet: again at the next call)
+  %all = call i1 @set_worker_masks(ptr %s, ptr %mask)
   %again = select i1 %all, i64 %cpu, i64 -1
   store atomic i64 %again, ptr %awayp monotonic, align 8
   br label %out
@@ -304,6 +277,16 @@ set0:
   store atomic i64 -1, ptr %awayp monotonic, align 8
   call void @mark(ptr %s, i64 -1, i64 18, i64 %away)
   %allp = getelementptr i8, ptr %s, i64 640
+  %every = call i1 @set_worker_masks(ptr %s, ptr %allp)
+  br label %out
+out:
+  ret void
+}
+
+; Sets the CPU mask of every worker that recorded its thread id (the table at 592, its
+; capacity at 600, the workers started at 448) to %mask; true when every one had.
+define internal i1 @set_worker_masks(ptr %s, ptr %mask) noinline {
+entry:
   %tidsp = getelementptr i8, ptr %s, i64 592
   %tids = load ptr, ptr %tidsp, align 8
   %capp = getelementptr i8, ptr %s, i64 600
@@ -314,9 +297,10 @@ set0:
   %lim = select i1 %lt, i64 %nw, i64 %cap
   br label %set
 set:
-  %q = phi i64 [ 0, %set0 ], [ %q1, %setnext ]
+  %q = phi i64 [ 0, %entry ], [ %q1, %setnext ]
+  %all = phi i1 [ 1, %entry ], [ %all1, %setnext ]
   %more = icmp ult i64 %q, %lim
-  br i1 %more, label %setone, label %out
+  br i1 %more, label %setone, label %setout
 setone:
   %tp = getelementptr i64, ptr %tids, i64 %q
   %tid = load atomic i64, ptr %tp monotonic, align 8
@@ -324,13 +308,14 @@ setone:
   br i1 %has, label %setcall, label %setnext
 setcall:
   %tid32 = trunc i64 %tid to i32
-  %sr = call i32 @sched_setaffinity(i32 %tid32, i64 128, ptr %allp)
+  %sr = call i32 @sched_setaffinity(i32 %tid32, i64 128, ptr %mask)
   br label %setnext
 setnext:
+  %all1 = and i1 %all, %has
   %q1 = add i64 %q, 1
   br label %set
-out:
-  ret void
+setout:
+  ret i1 %all
 }
 
 ; Claim and run chunks of job %g until none is left (or a newer job was posted). The claim

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 import compiler as cc
-import compiler.nn.functional as F
 from runtime.cpu import disk_cache, jit
 from tests.backends import AVAILABLE
-from tests.runtime.test_kernel_dedupe import assert_same_bits, defines, mlp_inputs
+from tests.runtime.test_kernel_dedupe import assert_same_bits, defines, mlp_inputs, sgd_step
 
 pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend can't run here")
 
@@ -42,24 +41,6 @@ def fresh(monkeypatch):
     disk_cache._reset()
     yield
     disk_cache._reset()
-
-
-def sgd_step(lr):
-    """`deep_mlp_step` with learning rate `lr` (a constant in the update kernels)."""
-    def step(x, labels, *params):
-        for p in params:
-            p.stop_gradient = False
-        ws, bs = params[0::2], params[1::2]
-        h = x
-        for w, b in zip(ws[:-1], bs[:-1]):
-            h = F.relu_(h @ w + b)
-        loss = F.cross_entropy(h @ ws[-1] + bs[-1], labels)
-        loss.backward()
-        with cc.no_grad():
-            for p in params:
-                p.subtract_(lr * p.grad)
-        return loss
-    return step
 
 
 def _step(monkeypatch, split, threads=2, lr=0.1):

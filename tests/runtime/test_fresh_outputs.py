@@ -505,21 +505,17 @@ class _FaultRecorder:
         os.close(self.fd)
 
 
-@needs_thp
-@pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's kernels")
-def test_a_one_thread_call_writes_its_fresh_output_in_one_pass(idle_list):
-    """At one thread, relu's loop faults its fresh output's pages in the order it stores into
-    them, as a C loop does: no pass first faulting every huge page (so the kernel zeroing the
-    whole output) before the loop, whose stores then missed the cache (relu of 64 MiB: 1.9 ms
-    of 14.4, benchmarks/fresh_outputs.py). Observed through userfaultfd on 4 KiB pages."""
+def _faults_of_a_relu_call(n: int, threads: int) -> "_FaultRecorder":
+    """The page faults (with the faulting thread's id when threads > 1) of one call of a
+    compiled relu whose fresh n-byte output lands in a region the recorder serves; checks the
+    output's place and bits."""
     import faulthandler
-    n = 4 * MiB  # float32 [1 Mi]: 2 huge pages, a parallel kernel at any thread count
-    x = np.random.default_rng(0).standard_normal(n // 4).astype(np.float32)
-    fn = cc.compile(F.relu, backend="cpu", threads=1)
+    x = np.random.default_rng(threads).standard_normal(n // 4).astype(np.float32)
+    fn = cc.compile(F.relu, backend="cpu", threads=threads)
     fn(x), fn(x)  # (compiled, and the short path's trampoline built)
     arena.trim()
     try:
-        rec = _FaultRecorder(n)
+        rec = _FaultRecorder(n, thread_ids=threads > 1)
     except OSError as e:
         pytest.skip(f"userfaultfd: {e}")
     with arena._lock:
@@ -532,6 +528,18 @@ def test_a_one_thread_call_writes_its_fresh_output_in_one_pass(idle_list):
         faulthandler.cancel_dump_traceback_later()
     assert y.ctypes.data == rec.address
     assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+    return rec
+
+
+@needs_thp
+@pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend's kernels")
+def test_a_one_thread_call_writes_its_fresh_output_in_one_pass(idle_list):
+    """At one thread, relu's loop faults its fresh output's pages in the order it stores into
+    them, as a C loop does: no pass first faulting every huge page (so the kernel zeroing the
+    whole output) before the loop, whose stores then missed the cache (relu of 64 MiB: 1.9 ms
+    of 14.4, benchmarks/fresh_outputs.py). Observed through userfaultfd on 4 KiB pages."""
+    n = 4 * MiB  # float32 [1 Mi]: 2 huge pages, a parallel kernel at any thread count
+    rec = _faults_of_a_relu_call(n, threads=1)
     assert rec.faults == [(k, True, None) for k in range(0, n, 4096)], rec.faults[:4]
 
 
@@ -543,26 +551,8 @@ def test_at_two_threads_each_thread_faults_the_fresh_pages_it_writes(idle_list):
     and the worker those of its own (from the back); every page faults, for writing. A first
     touch by the caller put all the huge pages' faults (and their zeroing) before the loop:
     relu of 64 MiB took 2.8 ms more CPU (benchmarks/fresh_outputs.py --threads 2)."""
-    import faulthandler
     n = 4 * MiB
-    x = np.random.default_rng(1).standard_normal(n // 4).astype(np.float32)
-    fn = cc.compile(F.relu, backend="cpu", threads=2)
-    fn(x), fn(x)
-    arena.trim()
-    try:
-        rec = _FaultRecorder(n, thread_ids=True)
-    except OSError as e:
-        pytest.skip(f"userfaultfd: {e}")
-    with arena._lock:
-        arena._idle.append(rec.region)
-    faulthandler.dump_traceback_later(120, exit=True)
-    try:
-        y = fn(x)
-    finally:
-        rec.close()
-        faulthandler.cancel_dump_traceback_later()
-    assert y.ctypes.data == rec.address
-    assert y.tobytes() == np.maximum(x, np.float32(0)).tobytes()
+    rec = _faults_of_a_relu_call(n, threads=2)
     assert {k for k, _, _ in rec.faults} == set(range(0, n, 4096))
     assert all(written for _, written, _ in rec.faults)
     me = threading.get_native_id()

@@ -21,21 +21,26 @@ pytestmark = pytest.mark.skipif("cpu" not in AVAILABLE, reason="the cpu backend 
 LAYERS = 6
 
 
-def deep_mlp_step(x, labels, *params):
-    """A training step of a stack of identical hidden layers (relu), SGD into the caller's
-    arrays."""
-    for p in params:
-        p.stop_gradient = False
-    ws, bs = params[0::2], params[1::2]
-    h = x
-    for w, b in zip(ws[:-1], bs[:-1]):
-        h = F.relu_(h @ w + b)
-    loss = F.cross_entropy(h @ ws[-1] + bs[-1], labels)
-    loss.backward()
-    with cc.no_grad():
+def sgd_step(lr):
+    """A training step of a stack of identical hidden layers (relu), SGD with learning rate
+    `lr` (a constant in the update kernels) into the caller's arrays."""
+    def step(x, labels, *params):
         for p in params:
-            p.subtract_(0.1 * p.grad)
-    return loss
+            p.stop_gradient = False
+        ws, bs = params[0::2], params[1::2]
+        h = x
+        for w, b in zip(ws[:-1], bs[:-1]):
+            h = F.relu_(h @ w + b)
+        loss = F.cross_entropy(h @ ws[-1] + bs[-1], labels)
+        loss.backward()
+        with cc.no_grad():
+            for p in params:
+                p.subtract_(lr * p.grad)
+        return loss
+    return step
+
+
+deep_mlp_step = sgd_step(0.1)
 
 
 def mlp_inputs(layers=LAYERS, width=32, batch=8, classes=5, seed=0):
